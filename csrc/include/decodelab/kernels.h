@@ -1,0 +1,46 @@
+// CPU kernels, fp32. Shapes are row-major; comments give them as (rows, cols).
+#pragma once
+
+#include <cstddef>
+
+namespace decodelab {
+
+// A linear layer y = x W^T + b. Weights are stored either (out, in), as torch.nn.Linear does,
+// or (in, out), as GPT-2's Conv1D does; both are used in place, without a transposed copy.
+struct Linear {
+  const float* w = nullptr;
+  const float* b = nullptr;  // (out) or null
+  int in = 0;
+  int out = 0;
+  bool in_major = false;     // true: w is (in, out)
+};
+
+// y (T, out) = x (T, in) W^T + b. One row runs a matrix-vector kernel that reads the weights
+// once; several rows run a oneDNN matmul.
+void linear(const float* x, int T, const Linear& layer, float* y);
+
+// y (M, N) = x (M, K) W^T with W (N, K), or W (K, N) when w_in_major. oneDNN.
+void matmul_onednn(const float* x, int M, int K, const float* w, int N, bool w_in_major, float* y);
+
+void rmsnorm(const float* x, const float* w, int T, int dim, float eps, float* y);
+void layernorm(const float* x, const float* w, const float* b, int T, int dim, float eps, float* y);
+// GPT-2's gelu_new: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+void gelu_tanh_inplace(float* x, size_t n);
+// out = silu(gate) * up, elementwise.
+void silu_mul(const float* gate, const float* up, float* out, size_t n);
+void add_inplace(float* x, const float* y, size_t n);
+
+// Rotary embedding of x (T, n_heads, head_dim) at positions p0 .. p0+T-1. cos/sin tables are
+// (max_position, head_dim/2). Interleaved rotates pairs (2i, 2i+1) (llama2.c, Meta); otherwise
+// pairs (i, i + head_dim/2) (Hugging Face rotate_half).
+void rope(float* x, int T, int n_heads, int head_dim, int p0, const float* cos_table,
+          const float* sin_table, bool interleaved);
+
+// Causal attention for T queries at positions p0 .. p0+T-1 over a cache holding positions
+// 0 .. p0+T-1. q (T, n_heads, head_dim); k, v (n_kv_heads, capacity, head_dim);
+// out (T, n_heads, head_dim); scratch holds n_threads * capacity floats.
+void attention(const float* q, const float* k, const float* v, int T, int p0, int n_heads,
+               int n_kv_heads, int head_dim, int capacity, float* out, float* scratch,
+               int n_threads);
+
+}  // namespace decodelab

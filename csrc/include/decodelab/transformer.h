@@ -1,0 +1,57 @@
+// Decoder-only transformers: Llama (RMSNorm, RoPE, SwiGLU, grouped-query attention) and
+// GPT-2 (learned positions, LayerNorm, gelu_new, Conv1D layout, tied head).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "decodelab/config.h"
+#include "decodelab/kernels.h"
+#include "decodelab/kv_cache.h"
+#include "decodelab/weights.h"
+
+namespace decodelab {
+
+class Transformer {
+ public:
+  Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> weights, int n_threads);
+
+  const ModelConfig& config() const { return cfg_; }
+  int n_threads() const { return n_threads_; }
+  void set_n_threads(int n);
+
+  // Runs T tokens at positions cache.length() .. cache.length()+T-1 and appends them to the
+  // cache. Writes logits (T, vocab) when all_logits, else (1, vocab) for the last token.
+  void forward(const int32_t* tokens, int T, KVCache& cache, float* logits, bool all_logits) const;
+
+  // Throws unless T tokens fit in the cache and in the context window, and each id < vocab.
+  void check_tokens(const int32_t* tokens, int T, const KVCache& cache) const;
+
+ private:
+  struct Layer {
+    const float* norm1_w = nullptr;
+    const float* norm1_b = nullptr;
+    const float* norm2_w = nullptr;
+    const float* norm2_b = nullptr;
+    Linear q, k, v;    // Llama
+    Linear qkv;        // GPT-2: one (dim, 3*dim) Conv1D
+    Linear o;
+    Linear gate, up;   // Llama SwiGLU
+    Linear fc;         // GPT-2
+    Linear down;
+  };
+  void norm(const float* x, const float* w, const float* b, int T, float* y) const;
+
+  ModelConfig cfg_;
+  std::shared_ptr<WeightStore> weights_;
+  int n_threads_;
+  const float* tok_embed_ = nullptr;   // (vocab, dim)
+  const float* pos_embed_ = nullptr;   // GPT-2: (max_position, dim)
+  const float* final_w_ = nullptr;
+  const float* final_b_ = nullptr;
+  Linear lm_head_;                     // (vocab, dim)
+  std::vector<Layer> layers_;
+  std::vector<float> rope_cos_, rope_sin_;  // (max_position, head_dim/2)
+};
+
+}  // namespace decodelab

@@ -1,0 +1,76 @@
+// Model weights: memory-mapped files and the tensors they hold.
+//
+// A model file is untrusted input. Every tensor's file index, dtype, shape, offset and length
+// is checked against the file before any byte is read; a bad one raises std::invalid_argument
+// (ValueError in Python) naming the tensor.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace decodelab {
+
+enum class DType { F32, F16, BF16 };
+
+// "F32" / "F16" / "BF16" (safetensors spelling); anything else throws, naming the tensor.
+DType parse_dtype(const std::string& dtype, const std::string& tensor);
+size_t dtype_size(DType dtype);
+
+struct TensorInfo {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  int file = 0;          // index into the file list
+  uint64_t offset = 0;   // byte offset of the first element within the file
+  uint64_t nbytes = 0;   // must equal numel * dtype size
+};
+
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+class WeightStore {
+ public:
+  WeightStore(const std::vector<std::string>& files, const std::vector<TensorInfo>& tensors);
+
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+
+  // An fp32 view of tensor `name`, whose shape must equal `shape`. fp32 data aligned to 4 bytes
+  // is used in place (zero copy); f16 / bf16 / unaligned data is converted once into a buffer
+  // owned by the store.
+  const float* f32(const std::string& name, const std::vector<int64_t>& shape);
+
+  uint64_t mapped_bytes() const;   // bytes of the mapped files
+  uint64_t owned_bytes() const { return owned_bytes_; }  // bytes of converted copies
+
+ private:
+  struct Entry {
+    TensorInfo info;
+    DType dtype;
+    bool supported;  // F32, F16 or BF16
+  };
+  std::vector<std::unique_ptr<MappedFile>> files_;
+  std::unordered_map<std::string, Entry> tensors_;
+  std::vector<std::vector<float>> owned_;
+  uint64_t owned_bytes_ = 0;
+};
+
+std::string shape_str(const std::vector<int64_t>& shape);
+
+}  // namespace decodelab

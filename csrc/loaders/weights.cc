@@ -1,0 +1,166 @@
+#include "decodelab/weights.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+namespace decodelab {
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << "]";
+  return s.str();
+}
+
+DType parse_dtype(const std::string& dtype, const std::string& tensor) {
+  if (dtype == "F32") return DType::F32;
+  if (dtype == "F16") return DType::F16;
+  if (dtype == "BF16") return DType::BF16;
+  throw std::invalid_argument("tensor '" + tensor + "' has dtype " + dtype +
+                              "; supported dtypes are F32, F16 and BF16");
+}
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return 4;
+    case DType::F16: return 2;
+    case DType::BF16: return 2;
+  }
+  return 0;
+}
+
+MappedFile::MappedFile(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw std::invalid_argument("cannot open model file " + path + ": " + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    throw std::invalid_argument("cannot stat model file " + path);
+  }
+  size_ = static_cast<uint64_t>(st.st_size);
+  if (size_ > 0) {
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      ::close(fd);
+      throw std::invalid_argument("cannot memory-map model file " + path + ": " + std::strerror(errno));
+    }
+    data_ = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+WeightStore::WeightStore(const std::vector<std::string>& files, const std::vector<TensorInfo>& tensors) {
+  for (const auto& f : files) files_.push_back(std::make_unique<MappedFile>(f));
+  for (const auto& t : tensors) {
+    const std::string where = "tensor '" + t.name + "'";
+    if (t.file < 0 || static_cast<size_t>(t.file) >= files_.size())
+      throw std::invalid_argument(where + " refers to file index " + std::to_string(t.file) +
+                                  ", but there are " + std::to_string(files_.size()) + " files");
+    // A dtype the engine cannot use is kept (the tensor may be unused, e.g. an int buffer) and
+    // refused only if the model asks for it; its bounds are still checked here.
+    const bool supported = t.dtype == "F32" || t.dtype == "F16" || t.dtype == "BF16";
+    const DType dt = supported ? parse_dtype(t.dtype, t.name) : DType::F32;
+    uint64_t numel = 1;
+    for (int64_t d : t.shape) {
+      if (d < 0) throw std::invalid_argument(where + " has a negative dimension in shape " + shape_str(t.shape));
+      if (d > 0 && numel > std::numeric_limits<uint64_t>::max() / 16 / static_cast<uint64_t>(d))
+        throw std::invalid_argument(where + " has an impossibly large shape " + shape_str(t.shape));
+      numel *= static_cast<uint64_t>(d);
+    }
+    if (supported && numel * dtype_size(dt) != t.nbytes)
+      throw std::invalid_argument(where + " with shape " + shape_str(t.shape) + " and dtype " + t.dtype +
+                                  " needs " + std::to_string(numel * dtype_size(dt)) + " bytes, but its data holds " +
+                                  std::to_string(t.nbytes));
+    const uint64_t fsize = files_[t.file]->size();
+    if (t.offset > fsize || t.nbytes > fsize - t.offset)
+      throw std::invalid_argument(where + " spans bytes [" + std::to_string(t.offset) + ", " +
+                                  std::to_string(t.offset + t.nbytes) + ") but " + files_[t.file]->path() +
+                                  " has only " + std::to_string(fsize) + " bytes (truncated or corrupt file)");
+    if (!tensors_.emplace(t.name, Entry{t, dt, supported}).second)
+      throw std::invalid_argument(where + " appears twice");
+  }
+}
+
+uint64_t WeightStore::mapped_bytes() const {
+  uint64_t n = 0;
+  for (const auto& f : files_) n += f->size();
+  return n;
+}
+
+namespace {
+float bf16_to_f32(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400u) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ffu;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+}  // namespace
+
+const float* WeightStore::f32(const std::string& name, const std::vector<int64_t>& shape) {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw std::invalid_argument("tensor '" + name + "' is missing from the checkpoint");
+  const Entry& e = it->second;
+  if (!e.supported) parse_dtype(e.info.dtype, name);  // throws, naming the dtype
+  if (e.info.shape != shape)
+    throw std::invalid_argument("tensor '" + name + "' has shape " + shape_str(e.info.shape) +
+                                " but the config implies " + shape_str(shape));
+  const uint8_t* src = files_[e.info.file]->data() + e.info.offset;
+  const size_t numel = e.info.nbytes / dtype_size(e.dtype);
+  if (e.dtype == DType::F32 && reinterpret_cast<uintptr_t>(src) % alignof(float) == 0)
+    return reinterpret_cast<const float*>(src);
+  owned_.emplace_back(numel);
+  float* dst = owned_.back().data();
+  owned_bytes_ += numel * sizeof(float);
+  if (e.dtype == DType::F32) {
+    std::memcpy(dst, src, numel * sizeof(float));
+  } else {
+    for (size_t i = 0; i < numel; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      dst[i] = e.dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+    }
+  }
+  return dst;
+}
+
+}  // namespace decodelab

@@ -1,0 +1,215 @@
+#include "decodelab/transformer.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace decodelab {
+
+namespace {
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("invalid model config: " + what);
+}
+std::string L(int i) { return std::to_string(i); }
+}  // namespace
+
+void ModelConfig::validate() const {
+  require(arch == "llama" || arch == "gpt2", "arch must be 'llama' or 'gpt2', got '" + arch + "'");
+  require(n_layers >= 1 && n_layers <= 1024, "n_layers must be in [1, 1024], got " + L(n_layers));
+  require(dim >= 1 && dim <= 65536, "hidden size must be in [1, 65536], got " + L(dim));
+  require(n_heads >= 1 && n_heads <= 1024, "n_heads must be in [1, 1024], got " + L(n_heads));
+  require(n_kv_heads >= 1 && n_kv_heads <= n_heads && n_heads % n_kv_heads == 0,
+          "n_kv_heads must divide n_heads = " + L(n_heads) + ", got " + L(n_kv_heads));
+  require(head_dim >= 2 && head_dim <= 1024 && head_dim % 2 == 0,
+          "head_dim must be even and in [2, 1024], got " + L(head_dim));
+  require(hidden_dim >= 1 && hidden_dim <= 1 << 20, "intermediate size must be in [1, 2^20], got " + L(hidden_dim));
+  require(vocab_size >= 1 && vocab_size <= 1 << 24, "vocab_size must be in [1, 2^24], got " + L(vocab_size));
+  require(max_position >= 1 && max_position <= 1 << 22,
+          "max_position_embeddings must be in [1, 2^22], got " + L(max_position));
+  require(norm_eps > 0.0f && norm_eps < 1.0f, "norm epsilon must be in (0, 1), got " + std::to_string(norm_eps));
+  require(rope_theta > 0.0, "rope_theta must be > 0, got " + std::to_string(rope_theta));
+  if (is_gpt2()) require(n_kv_heads == n_heads && n_heads * head_dim == dim, "GPT-2 needs n_heads * head_dim == hidden size");
+}
+
+Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> weights, int n_threads)
+    : cfg_(cfg), weights_(std::move(weights)), n_threads_(1) {
+  cfg_.validate();
+  set_n_threads(n_threads);
+  auto& W = *weights_;
+  const int64_t D = cfg_.dim, V = cfg_.vocab_size, H = cfg_.hidden_dim;
+  const int64_t QD = static_cast<int64_t>(cfg_.n_heads) * cfg_.head_dim;
+  const int64_t KVD = static_cast<int64_t>(cfg_.n_kv_heads) * cfg_.head_dim;
+  auto lin = [&](const std::string& name, int64_t in, int64_t out, bool in_major, bool bias) {
+    Linear l;
+    l.in = static_cast<int>(in);
+    l.out = static_cast<int>(out);
+    l.in_major = in_major;
+    l.w = W.f32(name + ".weight", in_major ? std::vector<int64_t>{in, out} : std::vector<int64_t>{out, in});
+    if (bias) l.b = W.f32(name + ".bias", {out});
+    return l;
+  };
+  layers_.resize(cfg_.n_layers);
+  if (cfg_.is_llama()) {
+    tok_embed_ = W.f32("model.embed_tokens.weight", {V, D});
+    for (int i = 0; i < cfg_.n_layers; ++i) {
+      const std::string p = "model.layers." + L(i) + ".";
+      Layer& l = layers_[i];
+      l.norm1_w = W.f32(p + "input_layernorm.weight", {D});
+      l.norm2_w = W.f32(p + "post_attention_layernorm.weight", {D});
+      l.q = lin(p + "self_attn.q_proj", D, QD, false, false);
+      l.k = lin(p + "self_attn.k_proj", D, KVD, false, false);
+      l.v = lin(p + "self_attn.v_proj", D, KVD, false, false);
+      l.o = lin(p + "self_attn.o_proj", QD, D, false, false);
+      l.gate = lin(p + "mlp.gate_proj", D, H, false, false);
+      l.up = lin(p + "mlp.up_proj", D, H, false, false);
+      l.down = lin(p + "mlp.down_proj", H, D, false, false);
+    }
+    final_w_ = W.f32("model.norm.weight", {D});
+    lm_head_.w = cfg_.tie_word_embeddings ? tok_embed_ : W.f32("lm_head.weight", {V, D});
+    // RoPE tables computed as Hugging Face does: inv_freq and angles in fp32.
+    const int half = cfg_.head_dim / 2;
+    rope_cos_.resize(static_cast<size_t>(cfg_.max_position) * half);
+    rope_sin_.resize(rope_cos_.size());
+    for (int i = 0; i < half; ++i) {
+      const float inv_freq = static_cast<float>(1.0 / std::pow(cfg_.rope_theta, (2.0 * i) / cfg_.head_dim));
+      for (int pos = 0; pos < cfg_.max_position; ++pos) {
+        const float angle = static_cast<float>(pos) * inv_freq;
+        rope_cos_[static_cast<size_t>(pos) * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+        rope_sin_[static_cast<size_t>(pos) * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      }
+    }
+  } else {
+    tok_embed_ = W.f32("transformer.wte.weight", {V, D});
+    pos_embed_ = W.f32("transformer.wpe.weight", {cfg_.max_position, D});
+    for (int i = 0; i < cfg_.n_layers; ++i) {
+      const std::string p = "transformer.h." + L(i) + ".";
+      Layer& l = layers_[i];
+      l.norm1_w = W.f32(p + "ln_1.weight", {D});
+      l.norm1_b = W.f32(p + "ln_1.bias", {D});
+      l.norm2_w = W.f32(p + "ln_2.weight", {D});
+      l.norm2_b = W.f32(p + "ln_2.bias", {D});
+      l.qkv = lin(p + "attn.c_attn", D, 3 * D, true, true);
+      l.o = lin(p + "attn.c_proj", D, D, true, true);
+      l.fc = lin(p + "mlp.c_fc", D, H, true, true);
+      l.down = lin(p + "mlp.c_proj", H, D, true, true);
+    }
+    final_w_ = W.f32("transformer.ln_f.weight", {D});
+    final_b_ = W.f32("transformer.ln_f.bias", {D});
+    lm_head_.w = cfg_.tie_word_embeddings ? tok_embed_ : W.f32("lm_head.weight", {V, D});
+  }
+  lm_head_.in = cfg_.dim;
+  lm_head_.out = cfg_.vocab_size;
+}
+
+void Transformer::set_n_threads(int n) {
+  if (n < 1 || n > 1024) throw std::invalid_argument("threads must be in [1, 1024], got " + std::to_string(n));
+  n_threads_ = n;
+}
+
+void Transformer::norm(const float* x, const float* w, const float* b, int T, float* y) const {
+  if (cfg_.is_llama())
+    rmsnorm(x, w, T, cfg_.dim, cfg_.norm_eps, y);
+  else
+    layernorm(x, w, b, T, cfg_.dim, cfg_.norm_eps, y);
+}
+
+void Transformer::check_tokens(const int32_t* tokens, int T, const KVCache& cache) const {
+  cache.check_compatible(cfg_);
+  if (T < 1) throw std::invalid_argument("need at least one token, got none");
+  const int64_t end = static_cast<int64_t>(cache.length()) + T;
+  if (end > cfg_.max_position)
+    throw std::invalid_argument(std::to_string(end) + " tokens (" + std::to_string(cache.length()) + " cached + " +
+                                std::to_string(T) + " new) exceed the context window of " +
+                                std::to_string(cfg_.max_position) + " positions");
+  if (end > cache.capacity())
+    throw std::invalid_argument(std::to_string(end) + " tokens (" + std::to_string(cache.length()) + " cached + " +
+                                std::to_string(T) + " new) exceed the cache capacity of " +
+                                std::to_string(cache.capacity()));
+  for (int t = 0; t < T; ++t)
+    if (tokens[t] < 0 || tokens[t] >= cfg_.vocab_size)
+      throw std::invalid_argument("token id " + std::to_string(tokens[t]) + " at index " + std::to_string(t) +
+                                  " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
+}
+
+void Transformer::forward(const int32_t* tokens, int T, KVCache& cache, float* logits, bool all_logits) const {
+  check_tokens(tokens, T, cache);
+  omp_set_num_threads(n_threads_);
+  const int D = cfg_.dim, NH = cfg_.n_heads, KVH = cfg_.n_kv_heads, HD = cfg_.head_dim;
+  const int QD = NH * HD, KVD = KVH * HD;
+  const int p0 = cache.length();
+  const int cap = cache.capacity();
+  Workspace& ws = cache.workspace();
+  ws.reserve(cfg_, T, cap, n_threads_);
+  float* x = ws.x.data();
+  float* h = ws.h.data();
+
+  for (int t = 0; t < T; ++t) {
+    std::memcpy(x + static_cast<size_t>(t) * D, tok_embed_ + static_cast<size_t>(tokens[t]) * D, D * sizeof(float));
+    if (pos_embed_) add_inplace(x + static_cast<size_t>(t) * D, pos_embed_ + static_cast<size_t>(p0 + t) * D, D);
+  }
+
+  for (int li = 0; li < cfg_.n_layers; ++li) {
+    const Layer& l = layers_[li];
+    norm(x, l.norm1_w, l.norm1_b, T, h);
+    float* q = ws.q.data();
+    float* k = ws.k.data();
+    float* v = ws.v.data();
+    if (cfg_.is_llama()) {
+      linear(h, T, l.q, q);
+      linear(h, T, l.k, k);
+      linear(h, T, l.v, v);
+      rope(q, T, NH, HD, p0, rope_cos_.data(), rope_sin_.data(), cfg_.rope_interleaved);
+      rope(k, T, KVH, HD, p0, rope_cos_.data(), rope_sin_.data(), cfg_.rope_interleaved);
+    } else {
+      float* qkv = ws.qkv.data();
+      linear(h, T, l.qkv, qkv);
+      for (int t = 0; t < T; ++t) {
+        const float* row = qkv + static_cast<size_t>(t) * (QD + 2 * KVD);
+        std::memcpy(q + static_cast<size_t>(t) * QD, row, QD * sizeof(float));
+        std::memcpy(k + static_cast<size_t>(t) * KVD, row + QD, KVD * sizeof(float));
+        std::memcpy(v + static_cast<size_t>(t) * KVD, row + QD + KVD, KVD * sizeof(float));
+      }
+    }
+    // Store this step's keys and values: cache layout (kv_heads, capacity, head_dim).
+    float* kc = cache.k(li);
+    float* vc = cache.v(li);
+    for (int t = 0; t < T; ++t)
+      for (int kh = 0; kh < KVH; ++kh) {
+        const size_t dst = (static_cast<size_t>(kh) * cap + p0 + t) * HD;
+        const size_t src = static_cast<size_t>(t) * KVD + static_cast<size_t>(kh) * HD;
+        std::memcpy(kc + dst, k + src, HD * sizeof(float));
+        std::memcpy(vc + dst, v + src, HD * sizeof(float));
+      }
+    attention(q, kc, vc, T, p0, NH, KVH, HD, cap, ws.att.data(), ws.scores.data(), n_threads_);
+    linear(ws.att.data(), T, l.o, h);
+    add_inplace(x, h, static_cast<size_t>(T) * D);
+
+    norm(x, l.norm2_w, l.norm2_b, T, h);
+    const size_t nh = static_cast<size_t>(T) * cfg_.hidden_dim;
+    if (cfg_.is_llama()) {
+      linear(h, T, l.gate, ws.ff_a.data());
+      linear(h, T, l.up, ws.ff_b.data());
+      silu_mul(ws.ff_a.data(), ws.ff_b.data(), ws.ff_a.data(), nh);
+    } else {
+      linear(h, T, l.fc, ws.ff_a.data());
+      gelu_tanh_inplace(ws.ff_a.data(), nh);
+    }
+    linear(ws.ff_a.data(), T, l.down, h);
+    add_inplace(x, h, static_cast<size_t>(T) * D);
+  }
+
+  cache.append(tokens, T);
+  if (all_logits) {
+    norm(x, final_w_, final_b_, T, h);
+    linear(h, T, lm_head_, logits);
+  } else {
+    const float* last = x + static_cast<size_t>(T - 1) * D;
+    norm(last, final_w_, final_b_, 1, h);
+    linear(h, 1, lm_head_, logits);
+  }
+}
+
+}  // namespace decodelab

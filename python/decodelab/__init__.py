@@ -1,0 +1,23 @@
+"""decodelab: LLM inference and decoding research with every stage visible.
+
+>>> import decodelab
+>>> model = decodelab.load("../shared/models/stories260K/stories260K.bin")  # doctest: +SKIP
+>>> print(model.generate("Once upon a time", max_new_tokens=50).text)      # doctest: +SKIP
+"""
+from ._native import _core
+from .config import ModelConfig
+from .model import Generation, Model, load
+from .tokenizer import HFTokenizer, Llama2cTokenizer, Tokenizer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Generation",
+    "HFTokenizer",
+    "Llama2cTokenizer",
+    "Model",
+    "ModelConfig",
+    "Tokenizer",
+    "load",
+    "__version__",
+]

@@ -1,0 +1,192 @@
+"""Readers for model file formats: they list each tensor's file, dtype, shape, offset and length.
+
+Nothing here reads tensor data: the C++ core memory-maps the files and checks every range again
+before it touches a byte. A model file is untrusted input; every error is a ValueError that names
+the file and tensor.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+from typing import Dict, List, Tuple
+
+from .config import ModelConfig
+
+# (name, dtype, shape, file index, byte offset, byte length): the C++ core's tensor table.
+TensorEntry = Tuple[str, str, List[int], int, int, int]
+
+SAFETENSORS_ITEMSIZE = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1,
+    "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4,
+    "I64": 8, "U64": 8, "F64": 8,
+}
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+
+
+def read_safetensors_header(path: str, file_index: int) -> List[TensorEntry]:
+    """Parse and check one safetensors file's header."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ValueError(f"{path}: {size} bytes is too short for a safetensors file (header length needs 8)")
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8 or n > MAX_HEADER_BYTES:
+            raise ValueError(f"{path}: header length {n} exceeds the file's {size - 8} remaining bytes "
+                             f"(limit {MAX_HEADER_BYTES}); truncated or not a safetensors file")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: safetensors header is not valid JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: safetensors header must be a JSON object")
+    data_start = 8 + n
+    data_len = size - data_start
+    out = []
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(e, dict):
+            raise ValueError(f"{path}: tensor {name!r} has a malformed header entry")
+        dtype, shape, offs = e.get("dtype"), e.get("shape"), e.get("data_offsets")
+        if dtype not in SAFETENSORS_ITEMSIZE:
+            raise ValueError(f"{path}: tensor {name!r} has unknown dtype {dtype!r}")
+        if (not isinstance(shape, list) or any(not isinstance(d, int) or isinstance(d, bool) or d < 0 for d in shape)):
+            raise ValueError(f"{path}: tensor {name!r} has invalid shape {shape!r}")
+        if (not isinstance(offs, list) or len(offs) != 2
+                or any(not isinstance(o, int) or isinstance(o, bool) for o in offs)):
+            raise ValueError(f"{path}: tensor {name!r} has invalid data_offsets {offs!r}")
+        begin, end = offs
+        if not 0 <= begin <= end:
+            raise ValueError(f"{path}: tensor {name!r} has data_offsets [{begin}, {end}] out of order")
+        if end > data_len:
+            raise ValueError(f"{path}: tensor {name!r} data_offsets [{begin}, {end}] run past the end of the data "
+                             f"({data_len} bytes); the file is truncated or corrupt")
+        numel = 1
+        for d in shape:
+            numel *= d
+        if numel * SAFETENSORS_ITEMSIZE[dtype] != end - begin:
+            raise ValueError(f"{path}: tensor {name!r} with shape {shape} and dtype {dtype} needs "
+                             f"{numel * SAFETENSORS_ITEMSIZE[dtype]} bytes, but data_offsets give {end - begin}")
+        out.append((name, dtype, list(shape), file_index, data_start + begin, end - begin))
+    return out
+
+
+def _gpt2_name(name: str) -> str:
+    # The original GPT-2 checkpoints name tensors without the "transformer." prefix.
+    if name.startswith(("wte.", "wpe.", "h.", "ln_f.")):
+        return "transformer." + name
+    return name
+
+
+def read_hf_weights(folder: str, config: ModelConfig) -> Tuple[List[str], List[TensorEntry]]:
+    """The safetensors files of a Hugging Face folder, single or sharded."""
+    single = os.path.join(folder, "model.safetensors")
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.exists(single):
+        files = [single]
+    elif os.path.exists(index):
+        try:
+            with open(index, encoding="utf-8") as f:
+                weight_map = json.load(f)["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"{index}: not a valid safetensors index ({e})") from None
+        names = sorted(set(weight_map.values()))
+        for n in names:
+            if not isinstance(n, str) or os.path.basename(n) != n or n in ("", ".", ".."):
+                raise ValueError(f"{index}: shard name {n!r} must be a file name inside the model folder")
+        files = [os.path.join(folder, n) for n in names]
+        for p in files:
+            if not os.path.exists(p):
+                raise FileNotFoundError(f"shard {p} listed in {index} is missing")
+    else:
+        raise FileNotFoundError(f"{folder} has neither model.safetensors nor model.safetensors.index.json")
+    tensors: List[TensorEntry] = []
+    for i, p in enumerate(files):
+        tensors.extend(read_safetensors_header(p, i))
+    if config.arch == "gpt2":
+        tensors = [(_gpt2_name(t[0]),) + tuple(t[1:]) for t in tensors]
+    return files, tensors
+
+
+LLAMA2C_HEADER = struct.Struct("<7i")
+
+
+def read_llama2c(path: str) -> Tuple[ModelConfig, List[TensorEntry]]:
+    """A llama2.c "v0" checkpoint: 7 int32 (dim, hidden_dim, n_layers, n_heads, n_kv_heads,
+    vocab_size, seq_len; negative vocab_size = untied classifier), then fp32 tensors in run.c
+    order. Tensors are described per layer under Hugging Face Llama names, in place in the file."""
+    size = os.path.getsize(path)
+    if size < LLAMA2C_HEADER.size:
+        raise ValueError(f"{path}: {size} bytes is too short for a llama2.c header ({LLAMA2C_HEADER.size} bytes)")
+    with open(path, "rb") as f:
+        dim, hidden, n_layers, n_heads, n_kv, vocab, seq_len = LLAMA2C_HEADER.unpack(f.read(LLAMA2C_HEADER.size))
+    shared = vocab > 0
+    vocab = abs(vocab)
+    limits = {"dim": (dim, 1 << 16), "hidden_dim": (hidden, 1 << 20), "n_layers": (n_layers, 1024),
+              "n_heads": (n_heads, 1024), "n_kv_heads": (n_kv, 1024), "vocab_size": (vocab, 1 << 24),
+              "seq_len": (seq_len, 1 << 22)}
+    for k, (v, hi) in limits.items():
+        if not 1 <= v <= hi:
+            raise ValueError(f"{path}: llama2.c header {k}={v} is outside [1, {hi}]")
+    if dim % n_heads or n_heads % n_kv or (dim // n_heads) % 2:
+        raise ValueError(f"{path}: llama2.c header dim={dim}, n_heads={n_heads}, n_kv_heads={n_kv} "
+                         "must give an even head size and n_kv_heads dividing n_heads")
+    hs = dim // n_heads
+    kv_dim = n_kv * hs
+    cfg = ModelConfig(arch="llama", n_layers=n_layers, hidden_size=dim, n_heads=n_heads, n_kv_heads=n_kv,
+                      head_dim=hs, intermediate_size=hidden, vocab_size=vocab, max_position_embeddings=seq_len,
+                      norm_eps=1e-5, rope_theta=10000.0, rope_interleaved=True, tie_word_embeddings=shared,
+                      bos_token_id=1, eos_token_id=[2], source="llama2c")
+    tensors: List[TensorEntry] = []
+    offset = LLAMA2C_HEADER.size
+
+    def take(name_fmt: str, per_layer_shape: List[int], layers: int = 0):
+        nonlocal offset
+        numel = 1
+        for d in per_layer_shape:
+            numel *= d
+        for i in range(max(layers, 1)):
+            name = name_fmt.format(i=i)
+            nbytes = numel * 4
+            if offset + nbytes > size:
+                raise ValueError(f"{path}: tensor {name!r} needs bytes [{offset}, {offset + nbytes}) but the "
+                                 f"file has {size} bytes; the checkpoint is truncated")
+            tensors.append((name, "F32", list(per_layer_shape), 0, offset, nbytes))
+            offset += nbytes
+
+    p = "model.layers.{i}."
+    take("model.embed_tokens.weight", [vocab, dim])
+    take(p + "input_layernorm.weight", [dim], n_layers)
+    take(p + "self_attn.q_proj.weight", [dim, dim], n_layers)
+    take(p + "self_attn.k_proj.weight", [kv_dim, dim], n_layers)
+    take(p + "self_attn.v_proj.weight", [kv_dim, dim], n_layers)
+    take(p + "self_attn.o_proj.weight", [dim, dim], n_layers)
+    take(p + "post_attention_layernorm.weight", [dim], n_layers)
+    take(p + "mlp.gate_proj.weight", [hidden, dim], n_layers)
+    take(p + "mlp.down_proj.weight", [dim, hidden], n_layers)
+    take(p + "mlp.up_proj.weight", [hidden, dim], n_layers)
+    take("model.norm.weight", [dim])
+    take("llama2c.freq_cis_real", [seq_len, hs // 2])   # unused: RoPE is computed
+    take("llama2c.freq_cis_imag", [seq_len, hs // 2])
+    if not shared:
+        take("lm_head.weight", [vocab, dim])
+    if offset != size:
+        raise ValueError(f"{path}: the header implies {offset} bytes but the file has {size}; "
+                         "not a llama2.c v0 checkpoint of this shape")
+    return cfg, tensors
+
+
+def is_llama2c_file(path: str) -> bool:
+    return os.path.isfile(path) and not path.endswith((".json", ".safetensors"))
+
+
+def load_json(path: str) -> Dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: invalid JSON ({e})") from None

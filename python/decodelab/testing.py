@@ -1,0 +1,203 @@
+"""Checkpoints for tests and benchmarks.
+
+``write_checkpoint`` writes deterministic random-initialised Hugging Face checkpoints of any
+shape (the compute cost and numerics of a shape do not depend on training), and
+``convert_llama2c`` turns a llama2.c checkpoint into a Hugging Face Llama folder, permuting the
+q/k rows from Meta's interleaved RoPE order to Hugging Face's rotate_half order.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Dict, Optional
+
+import numpy as np
+
+from . import formats
+
+SHAPES: Dict[str, dict] = {
+    # GPT-2 small (124M parameters).
+    "gpt2-124m": dict(arch="gpt2", n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024),
+    # Tiny GPT-2 with the real vocabulary, so the shared GPT-2 tokenizer applies.
+    "gpt2-tiny": dict(arch="gpt2", n_layer=2, n_embd=64, n_head=4, vocab_size=50257, n_positions=128),
+    # Llama ~110M with grouped-query attention (12 heads, 4 kv heads) and an untied head.
+    "llama-110m": dict(arch="llama", hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+                       num_attention_heads=12, num_key_value_heads=4, vocab_size=32000,
+                       max_position_embeddings=1024, tie_word_embeddings=False),
+    "llama-tiny": dict(arch="llama", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
+                       max_position_embeddings=128, tie_word_embeddings=False),
+    "llama-tiny-tied": dict(arch="llama", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=1, vocab_size=512,
+                            max_position_embeddings=128, tie_word_embeddings=True),
+}
+
+
+def _config_and_shapes(shape: dict):
+    s = dict(shape)
+    arch = s.pop("arch")
+    if arch == "gpt2":
+        D, L, V, P = s["n_embd"], s["n_layer"], s["vocab_size"], s["n_positions"]
+        H = s.get("n_inner") or 4 * D
+        cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": D, "n_layer": L,
+               "n_head": s["n_head"], "n_positions": P, "n_ctx": P, "n_inner": None, "vocab_size": V,
+               "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new", "bos_token_id": 50256,
+               "eos_token_id": 50256, "tie_word_embeddings": True, "torch_dtype": "float32"}
+        shapes = {"transformer.wte.weight": (V, D), "transformer.wpe.weight": (P, D),
+                  "transformer.ln_f.weight": (D,), "transformer.ln_f.bias": (D,)}
+        for i in range(L):
+            p = f"transformer.h.{i}."
+            shapes.update({
+                p + "ln_1.weight": (D,), p + "ln_1.bias": (D,),
+                p + "attn.c_attn.weight": (D, 3 * D), p + "attn.c_attn.bias": (3 * D,),
+                p + "attn.c_proj.weight": (D, D), p + "attn.c_proj.bias": (D,),
+                p + "ln_2.weight": (D,), p + "ln_2.bias": (D,),
+                p + "mlp.c_fc.weight": (D, H), p + "mlp.c_fc.bias": (H,),
+                p + "mlp.c_proj.weight": (H, D), p + "mlp.c_proj.bias": (D,),
+            })
+        return cfg, shapes
+    if arch != "llama":
+        raise ValueError(f"unknown arch {arch!r}; supported: 'gpt2', 'llama'")
+    D, L, V = s["hidden_size"], s["num_hidden_layers"], s["vocab_size"]
+    NH, KV, H = s["num_attention_heads"], s["num_key_value_heads"], s["intermediate_size"]
+    hd = s.get("head_dim", D // NH)
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": D,
+           "intermediate_size": H, "num_hidden_layers": L, "num_attention_heads": NH,
+           "num_key_value_heads": KV, "head_dim": hd, "vocab_size": V,
+           "max_position_embeddings": s["max_position_embeddings"], "rms_norm_eps": s.get("rms_norm_eps", 1e-5),
+           "rope_theta": s.get("rope_theta", 10000.0), "hidden_act": "silu",
+           "tie_word_embeddings": s["tie_word_embeddings"], "bos_token_id": 1, "eos_token_id": 2,
+           "attention_bias": False, "mlp_bias": False, "torch_dtype": "float32"}
+    shapes = {"model.embed_tokens.weight": (V, D), "model.norm.weight": (D,)}
+    for i in range(L):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
+            p + "self_attn.q_proj.weight": (NH * hd, D), p + "self_attn.k_proj.weight": (KV * hd, D),
+            p + "self_attn.v_proj.weight": (KV * hd, D), p + "self_attn.o_proj.weight": (D, NH * hd),
+            p + "mlp.gate_proj.weight": (H, D), p + "mlp.up_proj.weight": (H, D),
+            p + "mlp.down_proj.weight": (D, H),
+        })
+    if not s["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = (V, D)
+    return cfg, shapes
+
+
+def _save(tensors: Dict[str, np.ndarray], path: str, dtype: str) -> None:
+    if dtype == "bfloat16":
+        import torch  # numpy has no bfloat16
+        from safetensors.torch import save_file as save_torch
+
+        save_torch({k: torch.from_numpy(v).to(torch.bfloat16) for k, v in tensors.items()}, path)
+        return
+    from safetensors.numpy import save_file
+
+    np_dtype = {"float32": np.float32, "float16": np.float16}[dtype]
+    save_file({k: np.ascontiguousarray(v, dtype=np_dtype) for k, v in tensors.items()}, path)
+
+
+def write_hf_folder(out_dir: str, config: dict, tensors: Dict[str, np.ndarray], dtype: str = "float32",
+                    shards: int = 1) -> str:
+    """Write config.json and model.safetensors (or ``shards`` files plus an index)."""
+    if dtype not in ("float32", "float16", "bfloat16"):
+        raise ValueError(f"dtype must be float32, float16 or bfloat16, got {dtype!r}")
+    if shards < 1:
+        raise ValueError(f"shards must be >= 1, got {shards}")
+    os.makedirs(out_dir, exist_ok=True)
+    config = dict(config, torch_dtype=dtype)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    if shards == 1:
+        _save(tensors, os.path.join(out_dir, "model.safetensors"), dtype)
+        return out_dir
+    names = list(tensors)
+    total = sum(tensors[n].size for n in names)
+    groups, acc, cur = [[] for _ in range(shards)], 0, 0
+    for n in names:
+        groups[min(cur, shards - 1)].append(n)
+        acc += tensors[n].size
+        if acc >= total * (cur + 1) / shards:
+            cur += 1
+    weight_map = {}
+    for i, g in enumerate(groups):
+        fname = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        _save({n: tensors[n] for n in g}, os.path.join(out_dir, fname), dtype)
+        weight_map.update({n: fname for n in g})
+    with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f, indent=2)
+    return out_dir
+
+
+def random_weights(shape, seed: int = 0):
+    """(config dict, {name: fp32 array}) for a shape name or dict; deterministic in ``seed``."""
+    spec = SHAPES[shape] if isinstance(shape, str) else shape
+    if isinstance(shape, str) and shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+    cfg, shapes = _config_and_shapes(spec)
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for name, shp in shapes.items():
+        if name.endswith(("norm.weight", "ln_1.weight", "ln_2.weight", "ln_f.weight", "layernorm.weight")):
+            t = 1.0 + 0.1 * rng.standard_normal(shp, dtype=np.float32)
+        else:
+            t = 0.02 * rng.standard_normal(shp, dtype=np.float32)
+        tensors[name] = t.astype(np.float32)
+    return cfg, tensors
+
+
+def write_checkpoint(out_dir: str, shape="llama-tiny", *, seed: int = 0, dtype: str = "float32", shards: int = 1,
+                     tokenizer_dir: Optional[str] = None) -> str:
+    """Write a random-initialised Hugging Face checkpoint of ``shape`` (a name from SHAPES or a
+    dict in the same form). ``tokenizer_dir``: tokenizer files to copy beside the weights."""
+    if isinstance(shape, str) and shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+    cfg, tensors = random_weights(shape, seed)
+    write_hf_folder(out_dir, cfg, tensors, dtype=dtype, shards=shards)
+    if tokenizer_dir:
+        for name in ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.bin"):
+            src = os.path.join(tokenizer_dir, name)
+            if os.path.exists(src):
+                shutil.copy(src, os.path.join(out_dir, name))
+    return out_dir
+
+
+def meta_to_hf_rope_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """Reorder q/k projection rows from Meta's interleaved RoPE pairs (2i, 2i+1) to Hugging
+    Face's rotate_half pairs (i, i + head_dim/2), per head."""
+    out, dim = w.shape
+    hd = out // n_heads
+    return w.reshape(n_heads, hd // 2, 2, dim).transpose(0, 2, 1, 3).reshape(out, dim)
+
+
+def convert_llama2c(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None) -> str:
+    """Convert a llama2.c checkpoint into a Hugging Face LlamaForCausalLM folder."""
+    cfg, entries = formats.read_llama2c(checkpoint)
+    data = np.memmap(checkpoint, dtype=np.uint8, mode="r")
+    tensors = {}
+    for name, _dtype, shape, _file, offset, nbytes in entries:
+        if name.startswith("llama2c."):
+            continue
+        t = np.frombuffer(data, dtype=np.float32, count=nbytes // 4, offset=offset).reshape(shape)
+        if name.endswith("q_proj.weight"):
+            t = meta_to_hf_rope_rows(t, cfg.n_heads)
+        elif name.endswith("k_proj.weight"):
+            t = meta_to_hf_rope_rows(t, cfg.n_kv_heads)
+        tensors[name] = np.array(t, dtype=np.float32)
+    hf = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": cfg.hidden_size,
+          "intermediate_size": cfg.intermediate_size, "num_hidden_layers": cfg.n_layers,
+          "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim,
+          "vocab_size": cfg.vocab_size, "max_position_embeddings": cfg.max_position_embeddings,
+          "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_theta, "hidden_act": "silu",
+          "tie_word_embeddings": cfg.tie_word_embeddings, "bos_token_id": 1, "eos_token_id": 2,
+          "attention_bias": False, "mlp_bias": False}
+    write_hf_folder(out_dir, hf, tensors)
+    if tokenizer is None:
+        d = os.path.dirname(os.path.abspath(checkpoint))
+        for name in ("tokenizer.bin", f"tok{cfg.vocab_size}.bin"):
+            if os.path.exists(os.path.join(d, name)):
+                tokenizer = os.path.join(d, name)
+                break
+    if tokenizer is not None:
+        shutil.copy(tokenizer, os.path.join(out_dir, "tokenizer.bin"))
+    return out_dir
