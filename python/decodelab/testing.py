@@ -43,7 +43,7 @@ def _config_and_shapes(shape: dict):
         cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": D, "n_layer": L,
                "n_head": s["n_head"], "n_positions": P, "n_ctx": P, "n_inner": None, "vocab_size": V,
                "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new", "bos_token_id": 50256,
-               "eos_token_id": 50256, "tie_word_embeddings": True, "torch_dtype": "float32"}
+               "eos_token_id": 50256, "tie_word_embeddings": True, "dtype": "float32"}
         shapes = {"transformer.wte.weight": (V, D), "transformer.wpe.weight": (P, D),
                   "transformer.ln_f.weight": (D,), "transformer.ln_f.bias": (D,)}
         for i in range(L):
@@ -68,7 +68,7 @@ def _config_and_shapes(shape: dict):
            "max_position_embeddings": s["max_position_embeddings"], "rms_norm_eps": s.get("rms_norm_eps", 1e-5),
            "rope_theta": s.get("rope_theta", 10000.0), "hidden_act": "silu",
            "tie_word_embeddings": s["tie_word_embeddings"], "bos_token_id": 1, "eos_token_id": 2,
-           "attention_bias": False, "mlp_bias": False, "torch_dtype": "float32"}
+           "attention_bias": False, "mlp_bias": False, "dtype": "float32"}
     shapes = {"model.embed_tokens.weight": (V, D), "model.norm.weight": (D,)}
     for i in range(L):
         p = f"model.layers.{i}."
@@ -105,7 +105,7 @@ def write_hf_folder(out_dir: str, config: dict, tensors: Dict[str, np.ndarray], 
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
     os.makedirs(out_dir, exist_ok=True)
-    config = dict(config, torch_dtype=dtype)
+    config = dict(config, dtype=dtype)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     if shards == 1:

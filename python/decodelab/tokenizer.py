@@ -94,7 +94,8 @@ class Llama2cTokenizer(Tokenizer):
         self.vocab_size = vocab_size
         self.bos_token_id = bos_token_id
         self.eos_token_id = eos_token_id
-        data = open(path, "rb").read()
+        with open(path, "rb") as f:
+            data = f.read()
         pieces: List[bytes] = []
         scores: List[float] = []
         pos = 4
