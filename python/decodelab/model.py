@@ -145,7 +145,7 @@ class Model:
         ctx = self.config.max_position_embeddings
         if len(ids) + max_new_tokens - 1 > ctx:
             raise ValueError(f"prompt of {len(ids)} tokens + max_new_tokens={max_new_tokens} exceeds the "
-                             f"context window of {ctx} tokens")
+                             f"context window of {ctx} tokens (at most {ctx - len(ids) + 1} new tokens fit)")
         eos = self._eos_ids(eos_token_id)
         cache = self._engine.new_cache(max(1, min(ctx, len(ids) + max_new_tokens)))
         r = self._engine.generate_greedy(np.asarray(ids, dtype=np.int64), int(max_new_tokens), eos, cache)

@@ -1,0 +1,250 @@
+"""Bad input: every malformed file or argument raises a clear Python exception naming the value
+and the limit; nothing crashes the process."""
+import json
+import os
+import shutil
+import struct
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+import decodelab
+from decodelab import _core, testing
+
+
+def _copy(folder, tmp_path):
+    dst = tmp_path / "model"
+    shutil.copytree(folder, dst)
+    return dst
+
+
+def _header(path):
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return n, json.loads(f.read(n)), f.read()
+
+
+def _write(path, header, data):
+    raw = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw + data)
+
+
+def test_missing_path(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        decodelab.load(tmp_path / "nope")
+
+
+def test_missing_config(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        decodelab.load(tmp_path)
+
+
+def test_missing_weights(checkpoint, tmp_path):
+    d = _copy(checkpoint("llama-tiny"), tmp_path)
+    os.remove(d / "model.safetensors")
+    with pytest.raises(FileNotFoundError, match="model.safetensors"):
+        decodelab.load(d)
+
+
+def test_missing_shard(checkpoint, tmp_path):
+    d = _copy(checkpoint("llama-tiny", shards=2), tmp_path)
+    os.remove(d / "model-00002-of-00002.safetensors")
+    with pytest.raises(FileNotFoundError, match="00002"):
+        decodelab.load(d)
+
+
+def test_shard_name_outside_folder(checkpoint, tmp_path):
+    d = _copy(checkpoint("llama-tiny", shards=2), tmp_path)
+    idx = json.loads((d / "model.safetensors.index.json").read_text())
+    first = next(iter(idx["weight_map"]))
+    idx["weight_map"][first] = "../../etc/passwd"
+    (d / "model.safetensors.index.json").write_text(json.dumps(idx))
+    with pytest.raises(ValueError, match="must be a file name inside the model folder"):
+        decodelab.load(d)
+
+
+def test_missing_tensor(checkpoint, tmp_path):
+    d = _copy(checkpoint("llama-tiny"), tmp_path)
+    n, header, data = _header(d / "model.safetensors")
+    del header["model.layers.1.mlp.up_proj.weight"]
+    _write(d / "model.safetensors", header, data)
+    with pytest.raises(ValueError, match=r"'model.layers.1.mlp.up_proj.weight' is missing"):
+        decodelab.load(d)
+
+
+def test_truncated_safetensors(checkpoint, tmp_path):
+    d = _copy(checkpoint("llama-tiny"), tmp_path)
+    p = d / "model.safetensors"
+    size = os.path.getsize(p)
+    with open(p, "r+b") as f:
+        f.truncate(size - 1000)
+    with pytest.raises(ValueError, match=r"tensor '.+' data_offsets .* run past the end"):
+        decodelab.load(d)
+
+
+def test_truncated_inside_header(checkpoint, tmp_path):
+    d = _copy(checkpoint("llama-tiny"), tmp_path)
+    p = d / "model.safetensors"
+    with open(p, "r+b") as f:
+        f.truncate(20)
+    with pytest.raises(ValueError, match="header length"):
+        decodelab.load(d)
+
+
+def test_header_offsets_past_end(checkpoint, tmp_path):
+    d = _copy(checkpoint("llama-tiny"), tmp_path)
+    n, header, data = _header(d / "model.safetensors")
+    e = header["model.norm.weight"]
+    e["data_offsets"] = [len(data) + 4096, len(data) + 4096 + 256]
+    _write(d / "model.safetensors", header, data)
+    with pytest.raises(ValueError, match=r"tensor 'model.norm.weight' data_offsets"):
+        decodelab.load(d)
+
+
+def test_header_not_json(checkpoint, tmp_path):
+    d = _copy(checkpoint("llama-tiny"), tmp_path)
+    p = d / "model.safetensors"
+    with open(p, "r+b") as f:
+        f.seek(8)
+        f.write(b"\xff\xfe not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        decodelab.load(d)
+
+
+def test_header_length_absurd(tmp_path, checkpoint):
+    d = _copy(checkpoint("llama-tiny"), tmp_path)
+    p = d / "model.safetensors"
+    with open(p, "r+b") as f:
+        f.write(struct.pack("<Q", 2**63))
+    with pytest.raises(ValueError, match="header length"):
+        decodelab.load(d)
+
+
+@pytest.mark.parametrize("np_dtype, name", [(np.int64, "I64"), (np.float64, "F64")])
+def test_wrong_dtype(checkpoint, tmp_path, np_dtype, name):
+    d = _copy(checkpoint("llama-tiny"), tmp_path)
+    cfg, tensors = testing.random_weights("llama-tiny")
+    tensors["model.layers.0.self_attn.k_proj.weight"] = tensors["model.layers.0.self_attn.k_proj.weight"].astype(np_dtype)
+    save_file(tensors, str(d / "model.safetensors"))
+    with pytest.raises(ValueError, match=rf"'model.layers.0.self_attn.k_proj.weight' has dtype {name}"):
+        decodelab.load(d)
+
+
+def test_shape_mismatch(checkpoint, tmp_path):
+    d = _copy(checkpoint("llama-tiny"), tmp_path)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["intermediate_size"] = 192
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=r"'model.layers.0.mlp.gate_proj.weight' has shape \[160, 64\] but the "
+                                         r"config implies \[192, 64\]"):
+        decodelab.load(d)
+
+
+def test_unknown_architecture(checkpoint, tmp_path):
+    d = _copy(checkpoint("llama-tiny"), tmp_path)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["architectures"] = ["MambaForCausalLM"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="unknown architecture 'MambaForCausalLM'"):
+        decodelab.load(d)
+
+
+def test_config_out_of_range(checkpoint, tmp_path):
+    d = _copy(checkpoint("llama-tiny"), tmp_path)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["num_key_value_heads"] = 3
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="n_kv_heads must divide n_heads = 4, got 3"):
+        decodelab.load(d)
+
+
+def test_unsupported_rope_scaling(checkpoint, tmp_path):
+    d = _copy(checkpoint("llama-tiny"), tmp_path)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="rope scaling 'yarn' is not supported"):
+        decodelab.load(d)
+
+
+def test_core_rechecks_ranges(tmp_path):
+    # The C++ core does not trust the tensor table it is given either.
+    p = tmp_path / "w.bin"
+    p.write_bytes(b"\0" * 64)
+    cfg = decodelab.ModelConfig(arch="llama", n_layers=1, hidden_size=4, n_heads=1, n_kv_heads=1, head_dim=4,
+                                intermediate_size=4, vocab_size=4, max_position_embeddings=8, norm_eps=1e-5)
+    with pytest.raises(ValueError, match=r"tensor 'model.embed_tokens.weight' spans bytes \[48, 112\)"):
+        _core.Engine(cfg.to_core(), [str(p)], [("model.embed_tokens.weight", "F32", [4, 4], 0, 48, 64)], 1)
+    with pytest.raises(ValueError, match="needs 64 bytes, but its data holds 60"):
+        _core.Engine(cfg.to_core(), [str(p)], [("model.embed_tokens.weight", "F32", [4, 4], 0, 0, 60)], 1)
+    with pytest.raises(ValueError, match="file index 3"):
+        _core.Engine(cfg.to_core(), [str(p)], [("model.embed_tokens.weight", "F32", [4, 4], 3, 0, 64)], 1)
+
+
+def test_truncated_llama2c(stories_bin, tmp_path):
+    p = tmp_path / "short.bin"
+    with open(stories_bin, "rb") as f:
+        p.write_bytes(f.read(300_000))
+    with pytest.raises(ValueError, match=r"tensor 'model.layers.\d.* needs bytes .* truncated"):
+        decodelab.load(p)
+
+
+def test_malicious_llama2c_header(tmp_path):
+    p = tmp_path / "evil.bin"
+    p.write_bytes(struct.pack("<7i", 64, 172, 5, 8, 4, 512, 2**30) + b"\0" * 1024)
+    with pytest.raises(ValueError, match=r"seq_len=1073741824 is outside \[1, 4194304\]"):
+        decodelab.load(p)
+    p.write_bytes(struct.pack("<7i", 64, 172, 5, 8, 3, 512, 512) + b"\0" * 1024)
+    with pytest.raises(ValueError, match="n_kv_heads=3"):
+        decodelab.load(p)
+
+
+def test_prompt_longer_than_context(checkpoint):
+    m = decodelab.load(checkpoint("llama-tiny"))
+    with pytest.raises(ValueError, match="129 tokens, more than the context window of 128"):
+        m.generate([5] * 129, max_new_tokens=1)
+    with pytest.raises(ValueError, match="exceeds the context window of 128"):
+        m.generate([5] * 100, max_new_tokens=40)
+    with pytest.raises(ValueError, match="context window"):
+        m.forward([5] * 129)
+
+
+def test_bad_generate_arguments(checkpoint):
+    m = decodelab.load(checkpoint("llama-tiny"))
+    with pytest.raises(ValueError, match=r"token id 512 at index 1 is outside the vocabulary \[0, 512\)"):
+        m.generate([1, 512])
+    with pytest.raises(ValueError, match="token id -1"):
+        m.forward([-1])
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 0, got -1"):
+        m.generate([1], max_new_tokens=-1)
+    with pytest.raises(ValueError, match="temperature must be a finite number >= 0, got -1"):
+        m.generate([1], temperature=-1)
+    with pytest.raises(ValueError, match="prompt is empty"):
+        m.generate([])
+    with pytest.raises(ValueError, match="no tokenizer"):
+        m.generate("text without a tokenizer")
+
+
+def test_bad_load_arguments(checkpoint):
+    with pytest.raises(ValueError, match="threads must be in"):
+        decodelab.load(checkpoint("llama-tiny"), threads=0)
+    with pytest.raises(ValueError, match="dtype must be 'float32'"):
+        decodelab.load(checkpoint("llama-tiny"), dtype="int4")
+
+
+def test_cache_capacity_and_layers(checkpoint):
+    m = decodelab.load(checkpoint("llama-tiny"))
+    cache = m.new_cache(capacity=4)
+    m.prefill([1, 2, 3], cache)
+    with pytest.raises(ValueError, match="exceed the cache capacity of 4"):
+        m.prefill([4, 5], cache)
+    assert len(cache) == 3  # the refused call left the cache as it was
+    with pytest.raises(IndexError, match=r"layer 2 is out of range \[0, 2\)"):
+        cache.keys(2)
+    with pytest.raises(ValueError, match=r"capacity must be in \[1, 128\]"):
+        m.new_cache(capacity=129)
+    other = decodelab.load(checkpoint("llama-tiny-tied"))
+    with pytest.raises(ValueError, match="does not match the model"):
+        other.decode(1, cache)

@@ -1,0 +1,117 @@
+"""Engine invariants: cached decoding equals recomputation, stop conditions, threads, Ctrl-C."""
+import _thread
+import json
+import shutil
+import threading
+
+import numpy as np
+import pytest
+
+import decodelab
+
+
+@pytest.mark.parametrize("shape", ["llama-tiny", "llama-tiny-tied", "gpt2-tiny"])
+def test_cached_decode_equals_full_forward_at_every_position(checkpoint, shape):
+    m = decodelab.load(checkpoint(shape))
+    ids = np.random.default_rng(7).integers(0, m.config.vocab_size, size=m.config.max_position_embeddings).tolist()
+    full = m.forward(ids)
+    cache = m.new_cache()
+    rows = [m.prefill(ids[:1], cache)] + [m.decode(t, cache) for t in ids[1:]]
+    np.testing.assert_allclose(np.stack(rows), full, rtol=0, atol=1e-5)
+    assert len(cache) == len(ids) and cache.token_ids == ids
+
+
+def test_stories260k_cached_equals_full(stories):
+    ids = stories.tokenizer.encode("Once upon a time, there was a big dog.")
+    g = stories.generate(ids, max_new_tokens=200, eos_token_id=[])
+    seq = ids + g.token_ids[:-1]
+    full = stories.forward(seq)
+    # Each generated token is the argmax of the full-recompute logits at the previous position.
+    assert np.argmax(full[len(ids) - 1:], axis=1).tolist() == g.token_ids
+
+
+def test_stories260k_tells_a_story(stories):
+    g = stories.generate("Once upon a time", max_new_tokens=40)
+    assert g.text.startswith(", there was a little girl named Lily")
+    assert g.prompt_token_ids[0] == 1 and g.finish_reason == "length" and len(g.token_ids) == 40
+
+
+def test_eos_stops_and_can_be_disabled(stories):
+    first = stories.generate("Once upon a time", max_new_tokens=5, eos_token_id=[]).token_ids
+    g = stories.generate("Once upon a time", max_new_tokens=5, eos_token_id=first[2])
+    assert g.token_ids == first[:3] and g.finish_reason == "stop"
+    g = stories.generate("Once upon a time", max_new_tokens=5, eos_token_id=[999999, first[1]])
+    assert g.token_ids == first[:2] and g.finish_reason == "stop"
+    g = stories.generate("Once upon a time", max_new_tokens=0)
+    assert g.token_ids == [] and g.text == "" and g.finish_reason == "length"
+
+
+def test_default_eos_comes_from_config_and_generation_config(checkpoint, tmp_path):
+    src = checkpoint("llama-tiny")
+    first = decodelab.load(src).generate([1, 2, 3], max_new_tokens=4, eos_token_id=[]).token_ids
+    d = tmp_path / "m"
+    shutil.copytree(src, d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["eos_token_id"] = first[1]
+    (d / "config.json").write_text(json.dumps(cfg))
+    g = decodelab.load(d).generate([1, 2, 3], max_new_tokens=4)
+    assert g.token_ids == first[:2] and g.finish_reason == "stop"
+    # generation_config.json, as transformers writes it, takes precedence over config.json.
+    (d / "generation_config.json").write_text(json.dumps({"eos_token_id": [first[0]]}))
+    g = decodelab.load(d).generate([1, 2, 3], max_new_tokens=4)
+    assert g.token_ids == first[:1] and g.finish_reason == "stop"
+
+
+def test_thread_count_does_not_change_tokens(checkpoint):
+    path = checkpoint("gpt2-tiny")
+    a = decodelab.load(path, threads=1)
+    b = decodelab.load(path, threads=2)
+    ids = list(range(100, 120))
+    np.testing.assert_allclose(a.forward(ids), b.forward(ids), rtol=0, atol=1e-5)
+    assert a.generate(ids, max_new_tokens=50).token_ids == b.generate(ids, max_new_tokens=50).token_ids
+    b.threads = 1
+    assert b.threads == 1
+
+
+def test_cache_views_are_read_only_and_shaped(checkpoint):
+    m = decodelab.load(checkpoint("llama-tiny"))
+    cache = m.new_cache(capacity=16)
+    m.prefill([1, 2, 3, 4, 5], cache)
+    k = cache.keys(0)
+    v = cache.values(1)
+    assert k.shape == (2, 5, 16) and v.shape == (2, 5, 16)
+    assert not k.flags.writeable
+    with pytest.raises(ValueError):
+        k[0, 0, 0] = 1.0
+    # 2 (K and V) x layers x kv_heads x capacity x head_dim x 4 bytes
+    assert cache.nbytes == 2 * 2 * 2 * 16 * 16 * 4
+    cache.clear()
+    assert len(cache) == 0 and cache.token_ids == []
+
+
+def test_forward_does_not_mutate_input(checkpoint):
+    m = decodelab.load(checkpoint("llama-tiny"))
+    ids = np.array([3, 4, 5], dtype=np.int64)
+    m.forward(ids)
+    assert ids.tolist() == [3, 4, 5]
+
+
+def test_keyboard_interrupt_stops_generation_and_model_stays_usable(checkpoint):
+    shape = dict(arch="llama", hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=512, max_position_embeddings=8192, tie_word_embeddings=False)
+    m = decodelab.load(checkpoint(shape), threads=1)
+    before = m.generate([1, 2, 3], max_new_tokens=30, eos_token_id=[]).token_ids
+    timer = threading.Timer(0.2, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            m.generate([1, 2, 3], max_new_tokens=8000, eos_token_id=[])
+    finally:
+        timer.cancel()
+    assert m.generate([1, 2, 3], max_new_tokens=30, eos_token_id=[]).token_ids == before
+
+
+def test_timings_reported(stories):
+    g = stories.generate("Once upon a time", max_new_tokens=20, eos_token_id=[])
+    assert g.prefill_seconds > 0 and g.decode_seconds > 0
+    assert g.prompt_tokens == 5 and g.generated_tokens == 20
