@@ -1,0 +1,19 @@
+"""README.md's set-up commands stay true: CI runs exactly the second one."""
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _commands():
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    block = text.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def test_readme_starts_with_two_commands_and_ci_runs_the_test_one():
+    cmds = _commands()
+    assert len(cmds) == 2
+    assert "stories260K" in cmds[0] and "generate" in cmds[0]
+    assert "pytest" in cmds[1]
+    ci = open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8").read()
+    assert cmds[1] in ci.splitlines()
