@@ -5,7 +5,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _commands():
-    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
     block = text.split("```bash\n", 1)[1].split("```", 1)[0]
     return [line for line in block.splitlines() if line.strip()]
 
@@ -15,5 +16,6 @@ def test_readme_starts_with_two_commands_and_ci_runs_the_test_one():
     assert len(cmds) == 2
     assert "stories260K" in cmds[0] and "generate" in cmds[0]
     assert "pytest" in cmds[1]
-    ci = open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8").read()
+    with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as f:
+        ci = f.read()
     assert cmds[1] in ci.splitlines()
