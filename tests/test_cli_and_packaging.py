@@ -4,6 +4,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 import decodelab
 
 
@@ -50,10 +52,26 @@ def test_one_openmp_runtime_with_torch_loaded():
 def test_build_flags():
     assert decodelab._core.built_with_cuda() in (True, False)
     if not decodelab._core.built_with_cuda():
-        import pytest
-
         with pytest.raises(RuntimeError, match="built without CUDA"):
             decodelab._core.cuda_device_count()
+
+
+def _cuda_devices():
+    if not decodelab._core.built_with_cuda():
+        return 0
+    try:
+        return decodelab._core.cuda_device_count()
+    except RuntimeError:
+        return 0
+
+
+requires_cuda = pytest.mark.skipif(_cuda_devices() == 0, reason="needs a CUDA build (DECODELAB_WITH_CUDA=ON) "
+                                   "and a visible CUDA device; the CPU path is tested everywhere")
+
+
+@requires_cuda
+def test_cuda_device_visible():
+    assert decodelab._core.cuda_device_count() >= 1
 
 
 def test_package_layout():

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import decodelab
+import decodelab.testing
 
 
 @pytest.mark.parametrize("shape", ["llama-tiny", "llama-tiny-tied", "gpt2-tiny"])
@@ -115,3 +116,13 @@ def test_timings_reported(stories):
     g = stories.generate("Once upon a time", max_new_tokens=20, eos_token_id=[])
     assert g.prefill_seconds > 0 and g.decode_seconds > 0
     assert g.prompt_tokens == 5 and g.generated_tokens == 20
+
+
+def test_fp32_weights_are_used_in_place(checkpoint, stories):
+    m = decodelab.load(checkpoint("llama-tiny"))
+    assert m.weight_bytes["converted"] == 0 and m.weight_bytes["mapped"] > 0
+    assert stories.weight_bytes == {"mapped": 1056540, "converted": 0}
+    # bf16 weights are converted to fp32 once: every parameter, 4 bytes each.
+    b = decodelab.load(checkpoint("llama-tiny", dtype="bfloat16"))
+    n_params = sum(t.size for t in decodelab.testing.random_weights("llama-tiny")[1].values())
+    assert b.weight_bytes["converted"] == 4 * n_params

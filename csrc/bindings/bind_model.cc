@@ -126,6 +126,13 @@ void register_model(py::module_& m) {
            py::arg("config"), py::arg("files"), py::arg("tensors"), py::arg("n_threads"))
       .def_property("n_threads", &Transformer::n_threads, &Transformer::set_n_threads)
       .def_property_readonly("config", &Transformer::config)
+      .def_property_readonly(
+          "mapped_bytes", [](const Transformer& e) { return e.weights().mapped_bytes(); },
+          "Bytes of the memory-mapped weight files.")
+      .def_property_readonly(
+          "owned_bytes", [](const Transformer& e) { return e.weights().owned_bytes(); },
+          "Bytes of weights converted into owned fp32 buffers (f16/bf16 or unaligned data); 0 when every "
+          "weight is used in place from the mapping.")
       .def(
           "new_cache",
           [](const Transformer& e, int capacity) { return std::make_shared<KVCache>(e.config(), capacity); },

@@ -74,6 +74,12 @@ class Model:
     def threads(self, n: int) -> None:
         self._engine.n_threads = int(n)
 
+    @property
+    def weight_bytes(self) -> dict:
+        """``mapped``: bytes of the memory-mapped files; ``converted``: bytes of fp32 copies made
+        at load (f16/bf16 stored weights). fp32 checkpoints are used in place: converted is 0."""
+        return {"mapped": self._engine.mapped_bytes, "converted": self._engine.owned_bytes}
+
     # -- token handling -------------------------------------------------------------------
     def _ids(self, prompt: Prompt) -> List[int]:
         if isinstance(prompt, str):

@@ -17,6 +17,7 @@ class Transformer {
   Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> weights, int n_threads);
 
   const ModelConfig& config() const { return cfg_; }
+  const WeightStore& weights() const { return *weights_; }
   int n_threads() const { return n_threads_; }
   void set_n_threads(int n);
 
