@@ -1,56 +1,154 @@
 #include "decodelab/kv_cache.h"
 
+#include <algorithm>
+#include <cstring>
 #include <stdexcept>
-#include <string>
 
 namespace decodelab {
 
-void Workspace::reserve(const ModelConfig& cfg, int T, int capacity, int n_threads) {
-  const size_t need_scores = static_cast<size_t>(n_threads) * capacity;
-  if (T <= rows && scores.size() >= need_scores) return;
-  const int R = std::max(T, rows);
+BlockPool::BlockPool(const ModelConfig& cfg, const void* owner, KVDType dtype, int block_size)
+    : owner_(owner),
+      dtype_(dtype),
+      block_size_(block_size),
+      n_layers_(cfg.n_layers),
+      n_kv_heads_(cfg.n_kv_heads),
+      head_dim_(cfg.head_dim) {
+  if (block_size < 1 || block_size > 4096)
+    throw std::invalid_argument("block_size must be in [1, 4096], got " + std::to_string(block_size));
+  block_elems_ = static_cast<size_t>(n_layers_) * 2 * n_kv_heads_ * block_size_ * head_dim_;
+}
+
+int BlockPool::alloc() {
+  std::lock_guard<std::mutex> lock(mu_);
+  int id;
+  if (!free_.empty()) {
+    id = free_.back();
+    free_.pop_back();
+  } else {
+    id = static_cast<int>(blocks_.size());
+    blocks_.emplace_back(new uint8_t[block_bytes()]);
+    refs_.push_back(0);
+  }
+  refs_[id] = 1;
+  return id;
+}
+
+void BlockPool::retain(int id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++refs_[id];
+}
+
+void BlockPool::release(int id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--refs_[id] == 0) free_.push_back(id);
+}
+
+int BlockPool::refcount(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return refs_[id];
+}
+
+BlockPool::Stats BlockPool::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats s{static_cast<int64_t>(blocks_.size()), 0, 0, 0};
+  for (int r : refs_) {
+    s.blocks_in_use += r > 0;
+    s.blocks_shared += r > 1;
+    s.references += r;
+  }
+  return s;
+}
+
+void Workspace::reserve(const ModelConfig& cfg, int T, int n_ctx, int n_threads) {
+  const size_t need_scores = static_cast<size_t>(n_threads) * n_ctx;
+  if (scores.size() < need_scores) scores.resize(need_scores);
+  if (T <= rows) return;
   const size_t qd = static_cast<size_t>(cfg.n_heads) * cfg.head_dim;
   const size_t kvd = static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim;
-  x.resize(static_cast<size_t>(R) * cfg.dim);
-  h.resize(static_cast<size_t>(R) * cfg.dim);
-  q.resize(R * qd);
-  k.resize(R * kvd);
-  v.resize(R * kvd);
-  if (cfg.is_gpt2()) qkv.resize(R * (qd + 2 * kvd));
-  att.resize(R * qd);
-  ff_a.resize(static_cast<size_t>(R) * cfg.hidden_dim);
-  ff_b.resize(static_cast<size_t>(R) * cfg.hidden_dim);
-  if (scores.size() < need_scores) scores.resize(need_scores);
-  rows = R;
+  x.resize(static_cast<size_t>(T) * cfg.dim);
+  h.resize(static_cast<size_t>(T) * cfg.dim);
+  q.resize(T * qd);
+  k.resize(T * kvd);
+  v.resize(T * kvd);
+  if (cfg.is_gpt2()) qkv.resize(T * (qd + 2 * kvd));
+  att.resize(T * qd);
+  ff_a.resize(static_cast<size_t>(T) * cfg.hidden_dim);
+  ff_b.resize(static_cast<size_t>(T) * cfg.hidden_dim);
+  rows = T;
 }
 
-KVCache::KVCache(const ModelConfig& cfg, int capacity)
-    : n_layers_(cfg.n_layers), n_kv_heads_(cfg.n_kv_heads), head_dim_(cfg.head_dim), capacity_(capacity) {
-  if (capacity <= 0 || capacity > cfg.max_position)
-    throw std::invalid_argument("cache capacity must be in [1, " + std::to_string(cfg.max_position) +
+KVCache::KVCache(std::shared_ptr<BlockPool> pool, int capacity, int max_capacity, bool grow)
+    : pool_(std::move(pool)), capacity_(capacity), max_capacity_(max_capacity), grow_(grow) {
+  if (capacity < 1 || capacity > max_capacity)
+    throw std::invalid_argument("cache capacity must be in [1, " + std::to_string(max_capacity) +
                                 "] (the model's context window), got " + std::to_string(capacity));
-  const size_t n = static_cast<size_t>(n_layers_) * layer_stride();
-  k_.assign(n, 0.0f);
-  v_.assign(n, 0.0f);
-  token_ids_.reserve(capacity);
 }
 
-void KVCache::append(const int32_t* tokens, int T) {
-  token_ids_.insert(token_ids_.end(), tokens, tokens + T);
-  length_ += T;
+KVCache::~KVCache() {
+  for (int b : table_) pool_->release(b);
 }
 
-void KVCache::clear() {
-  length_ = 0;
-  token_ids_.clear();
+int KVCache::shared_blocks() const {
+  int n = 0;
+  for (int b : table_) n += pool_->refcount(b) > 1;
+  return n;
 }
 
-void KVCache::check_compatible(const ModelConfig& cfg) const {
-  if (cfg.n_layers != n_layers_ || cfg.n_kv_heads != n_kv_heads_ || cfg.head_dim != head_dim_)
-    throw std::invalid_argument("this cache holds " + std::to_string(n_layers_) + " layers x " +
-                                std::to_string(n_kv_heads_) + " kv heads x head_dim " + std::to_string(head_dim_) +
-                                ", which does not match the model (" + std::to_string(cfg.n_layers) + " x " +
-                                std::to_string(cfg.n_kv_heads) + " x " + std::to_string(cfg.head_dim) + ")");
+void KVCache::prepare_append(int n) {
+  const int64_t end = static_cast<int64_t>(length_) + n;
+  if (end > max_capacity_)
+    throw std::invalid_argument(std::to_string(end) + " tokens (" + std::to_string(length_) + " cached + " +
+                                std::to_string(n) + " new) exceed the context window of " +
+                                std::to_string(max_capacity_) + " positions");
+  if (end > capacity_) {
+    if (!grow_)
+      throw std::invalid_argument(std::to_string(end) + " tokens (" + std::to_string(length_) + " cached + " +
+                                  std::to_string(n) + " new) exceed the cache capacity of " +
+                                  std::to_string(capacity_) + " (create the cache with grow=True to let it grow)");
+    while (capacity_ < end) capacity_ = static_cast<int>(std::min<int64_t>(2 * static_cast<int64_t>(capacity_), max_capacity_));
+  }
+  const int bs = pool_->block_size();
+  // Copy-on-write: the block that holds position `length_` may be shared with a fork.
+  if (length_ % bs != 0) {
+    const int idx = length_ / bs;
+    const int old = table_[idx];
+    if (pool_->refcount(old) > 1) {
+      const int fresh = pool_->alloc();
+      std::memcpy(pool_->data(fresh), pool_->data(old), pool_->block_bytes());
+      pool_->release(old);
+      table_[idx] = fresh;
+    }
+  }
+  const size_t need = static_cast<size_t>((end + bs - 1) / bs);
+  while (table_.size() < need) table_.push_back(pool_->alloc());
+}
+
+void KVCache::commit_append(const int32_t* tokens, int n) {
+  token_ids_.insert(token_ids_.end(), tokens, tokens + n);
+  length_ += n;
+}
+
+std::shared_ptr<KVCache> KVCache::fork() const {
+  auto c = std::make_shared<KVCache>(pool_, capacity_, max_capacity_, grow_);
+  for (int b : table_) pool_->retain(b);
+  c->table_ = table_;
+  c->length_ = length_;
+  c->token_ids_ = token_ids_;
+  return c;
+}
+
+void KVCache::truncate(int n) {
+  if (n < 0 || n > length_)
+    throw std::invalid_argument("truncate(" + std::to_string(n) + ") is outside [0, " + std::to_string(length_) +
+                                "], the tokens this cache holds");
+  const int bs = pool_->block_size();
+  const size_t keep = static_cast<size_t>((n + bs - 1) / bs);
+  while (table_.size() > keep) {
+    pool_->release(table_.back());
+    table_.pop_back();
+  }
+  length_ = n;
+  token_ids_.resize(n);
 }
 
 }  // namespace decodelab

@@ -7,6 +7,9 @@
 #include <memory>
 #include <stdexcept>
 
+#include <cstring>
+
+#include "decodelab/bf16.h"
 #include "decodelab/decoding.h"
 #include "decodelab/device.h"
 #include "decodelab/kv_cache.h"
@@ -41,23 +44,72 @@ void poll_signals() {
   if (PyErr_CheckSignals() != 0) throw py::error_already_set();
 }
 
-// Read-only numpy view of the first `length` positions of a (n_kv_heads, capacity, head_dim)
-// buffer, kept alive by the cache object.
-py::array cache_view(py::object owner, const float* base, const KVCache& c) {
-  const py::ssize_t f = sizeof(float);
-  py::array a(py::dtype::of<float>(),
-              {static_cast<py::ssize_t>(c.n_kv_heads()), static_cast<py::ssize_t>(c.length()),
-               static_cast<py::ssize_t>(c.head_dim())},
-              {static_cast<py::ssize_t>(c.capacity()) * c.head_dim() * f, static_cast<py::ssize_t>(c.head_dim()) * f, f},
-              base, owner);
+void set_read_only(py::array& a) {
   py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
-  return a;
+}
+
+const char* dtype_name(KVDType d) { return d == KVDType::F32 ? "float32" : "bfloat16"; }
+
+KVDType parse_kv_dtype(const std::string& s) {
+  if (s == "float32" || s == "fp32") return KVDType::F32;
+  if (s == "bfloat16" || s == "bf16") return KVDType::BF16;
+  throw std::invalid_argument("cache dtype must be 'float32' or 'bfloat16', got '" + s + "'");
 }
 
 int checked_layer(const KVCache& c, int layer) {
-  if (layer < 0 || layer >= c.n_layers())
-    throw py::index_error("layer " + std::to_string(layer) + " is out of range [0, " + std::to_string(c.n_layers()) + ")");
+  const int n = c.pool().n_layers();
+  if (layer < 0 || layer >= n)
+    throw py::index_error("layer " + std::to_string(layer) + " is out of range [0, " + std::to_string(n) + ")");
   return layer;
+}
+
+// Keys (kind 0) or values (kind 1) of one layer as (n_kv_heads, len, head_dim) float32: a
+// read-only view when the tokens sit in one fp32 block, otherwise a gathered copy.
+py::array layer_kv(py::object self, int layer, int kind) {
+  const KVCache& c = self.cast<const KVCache&>();
+  const BlockPool& p = c.pool();
+  checked_layer(c, layer);
+  const int nkv = p.n_kv_heads(), hd = p.head_dim(), bs = p.block_size(), len = c.length();
+  const auto& table = c.block_table();
+  const py::ssize_t f = sizeof(float);
+  if (p.dtype() == KVDType::F32 && table.size() == 1) {
+    const float* base = reinterpret_cast<const float*>(p.data(table[0])) + p.slab(layer, kind, 0);
+    py::array a(py::dtype::of<float>(), {static_cast<py::ssize_t>(nkv), static_cast<py::ssize_t>(len),
+                                          static_cast<py::ssize_t>(hd)},
+                {static_cast<py::ssize_t>(bs) * hd * f, static_cast<py::ssize_t>(hd) * f, f}, base, self);
+    set_read_only(a);
+    return a;
+  }
+  py::array_t<float> out({static_cast<py::ssize_t>(nkv), static_cast<py::ssize_t>(len), static_cast<py::ssize_t>(hd)});
+  float* dst = out.mutable_data();
+  for (int kh = 0; kh < nkv; ++kh)
+    for (int pos = 0; pos < len; ++pos) {
+      const size_t off = p.slab(layer, kind, kh) + static_cast<size_t>(pos % bs) * hd;
+      float* d = dst + (static_cast<size_t>(kh) * len + pos) * hd;
+      const uint8_t* blk = p.data(table[pos / bs]);
+      if (p.dtype() == KVDType::F32) {
+        std::memcpy(d, reinterpret_cast<const float*>(blk) + off, hd * sizeof(float));
+      } else {
+        const uint16_t* s = reinterpret_cast<const uint16_t*>(blk) + off;
+        for (int i = 0; i < hd; ++i) d[i] = bf16_to_f32(s[i]);
+      }
+    }
+  return std::move(out);
+}
+
+py::dict pool_stats(const std::shared_ptr<BlockPool>& p) {
+  py::dict d;
+  const auto s = p->stats();
+  d["dtype"] = dtype_name(p->dtype());
+  d["block_size"] = p->block_size();
+  d["block_bytes"] = p->block_bytes();
+  d["blocks_allocated"] = s.blocks_allocated;
+  d["blocks_in_use"] = s.blocks_in_use;
+  d["blocks_shared"] = s.blocks_shared;
+  d["bytes_allocated"] = static_cast<uint64_t>(s.blocks_allocated) * p->block_bytes();
+  d["bytes_in_use"] = static_cast<uint64_t>(s.blocks_in_use) * p->block_bytes();
+  d["bytes_referenced"] = static_cast<uint64_t>(s.references) * p->block_bytes();
+  return d;
 }
 
 }  // namespace
@@ -85,30 +137,64 @@ void register_model(py::module_& m) {
       .def_readwrite("tie_word_embeddings", &ModelConfig::tie_word_embeddings)
       .def("validate", &ModelConfig::validate);
 
-  py::class_<KVCache, std::shared_ptr<KVCache>>(m, "KVCache")
+  py::class_<KVCache, std::shared_ptr<KVCache>>(m, "KVCache", R"doc(
+The key/value cache of one sequence, stored in fixed-size blocks of the model's block pool.
+
+Per token it costs 2 (K and V) x n_layers x n_kv_heads x head_dim x bytes per element; nbytes
+counts the blocks this sequence references, shared ones included. fork() shares every block;
+the first write into a shared block copies that block (copy-on-write).
+)doc")
       .def_property_readonly("length", &KVCache::length)
       .def("__len__", &KVCache::length)
-      .def_property_readonly("capacity", &KVCache::capacity)
-      .def_property_readonly("nbytes", &KVCache::nbytes, "Bytes allocated for keys and values.")
-      .def_property_readonly("n_layers", &KVCache::n_layers)
-      .def_property_readonly("n_kv_heads", &KVCache::n_kv_heads)
-      .def_property_readonly("head_dim", &KVCache::head_dim)
+      .def_property_readonly("capacity", &KVCache::capacity, "Most tokens this cache may hold.")
+      .def_property_readonly("grows", &KVCache::grows, "Whether the capacity doubles (up to the context window) when exceeded.")
+      .def_property_readonly("nbytes", &KVCache::nbytes, "Exact bytes of the K/V blocks this sequence references.")
+      .def_property_readonly("dtype", [](const KVCache& c) { return dtype_name(c.pool().dtype()); })
+      .def_property_readonly("n_layers", [](const KVCache& c) { return c.pool().n_layers(); })
+      .def_property_readonly("n_kv_heads", [](const KVCache& c) { return c.pool().n_kv_heads(); })
+      .def_property_readonly("head_dim", [](const KVCache& c) { return c.pool().head_dim(); })
+      .def_property_readonly("block_size", [](const KVCache& c) { return c.pool().block_size(); })
+      .def_property_readonly("block_table", [](const KVCache& c) { return c.block_table(); },
+                             "Pool block ids; position p lives in block_table[p // block_size].")
+      .def_property_readonly("shared_blocks", &KVCache::shared_blocks, "Blocks also referenced by another sequence.")
       .def_property_readonly("token_ids", [](const KVCache& c) { return c.token_ids(); })
+      .def("fork", &KVCache::fork, "A new cache sharing these tokens copy-on-write; copies no token.")
+      .def("truncate", &KVCache::truncate, py::arg("n"), "Keep the first n tokens.")
       .def("clear", &KVCache::clear)
       .def(
-          "keys",
-          [](py::object self, int layer) {
-            const KVCache& c = self.cast<const KVCache&>();
-            return cache_view(self, c.k(checked_layer(c, layer)), c);
-          },
-          py::arg("layer"), "Read-only view (n_kv_heads, len, head_dim) of one layer's keys.")
+          "keys", [](py::object self, int layer) { return layer_kv(self, layer, 0); }, py::arg("layer"),
+          "(n_kv_heads, len, head_dim) float32: a read-only view when the tokens sit in one fp32 block, "
+          "otherwise a gathered copy.")
       .def(
-          "values",
-          [](py::object self, int layer) {
+          "values", [](py::object self, int layer) { return layer_kv(self, layer, 1); }, py::arg("layer"),
+          "Like keys(), for values.")
+      .def(
+          "block",
+          [](py::object self, int i) {
             const KVCache& c = self.cast<const KVCache&>();
-            return cache_view(self, c.v(checked_layer(c, layer)), c);
+            const BlockPool& p = c.pool();
+            const int n = static_cast<int>(c.block_table().size());
+            if (i < 0 || i >= n)
+              throw py::index_error("block " + std::to_string(i) + " is out of range [0, " + std::to_string(n) + ")");
+            const py::ssize_t e = static_cast<py::ssize_t>(p.elem_bytes());
+            const py::ssize_t L = p.n_layers(), kv = p.n_kv_heads(), bs = p.block_size(), hd = p.head_dim();
+            py::dtype dt = p.dtype() == KVDType::F32 ? py::dtype::of<float>() : py::dtype::of<uint16_t>();
+            py::array a(dt, {L, py::ssize_t(2), kv, bs, hd}, {2 * kv * bs * hd * e, kv * bs * hd * e, bs * hd * e, hd * e, e},
+                        p.data(c.block_table()[i]), self);
+            set_read_only(a);
+            return a;
           },
-          py::arg("layer"), "Read-only view (n_kv_heads, len, head_dim) of one layer's values.");
+          py::arg("i"),
+          "Zero-copy read-only view of this sequence's i-th block, (n_layers, 2 [K, V], n_kv_heads, block_size, "
+          "head_dim); float32, or uint16 holding bfloat16 bits. Rows past len(cache) are unused.")
+      .def("__repr__", [](const KVCache& c) {
+        const BlockPool& p = c.pool();
+        return "KVCache(" + std::to_string(c.length()) + "/" + std::to_string(c.capacity()) + " tokens, " +
+               std::to_string(p.n_layers()) + " layers x " + std::to_string(p.n_kv_heads()) + " kv heads x head_dim " +
+               std::to_string(p.head_dim()) + ", " + dtype_name(p.dtype()) + ", " +
+               std::to_string(c.block_table().size()) + " blocks of " + std::to_string(p.block_size()) + " (" +
+               std::to_string(c.shared_blocks()) + " shared), " + std::to_string(c.nbytes()) + " bytes)";
+      });
 
   py::class_<Transformer, std::shared_ptr<Transformer>>(m, "Engine")
       .def(py::init([](const ModelConfig& cfg, const std::vector<std::string>& files,
@@ -135,8 +221,20 @@ void register_model(py::module_& m) {
           "weight is used in place from the mapping.")
       .def(
           "new_cache",
-          [](const Transformer& e, int capacity) { return std::make_shared<KVCache>(e.config(), capacity); },
-          py::arg("capacity"))
+          [](const Transformer& e, int capacity, const std::string& dtype, bool grow) {
+            return e.new_cache(capacity, parse_kv_dtype(dtype), grow);
+          },
+          py::arg("capacity"), py::arg("dtype") = "float32", py::arg("grow") = false)
+      .def_property_readonly_static("block_size", [](py::object) { return Transformer::kBlockSize; })
+      .def(
+          "pool_stats",
+          [](const Transformer& e) {
+            py::list out;
+            for (KVDType d : {KVDType::F32, KVDType::BF16})
+              if (auto p = e.pool(d)) out.append(pool_stats(p));
+            return out;
+          },
+          "Block-pool statistics per cache dtype; shared blocks are counted once in bytes_in_use.")
       .def(
           "forward",
           [](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& tokens,

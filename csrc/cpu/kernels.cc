@@ -5,7 +5,10 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+
+#include "decodelab/bf16.h"
 
 namespace decodelab {
 
@@ -118,23 +121,41 @@ void rope(float* x, int T, int n_heads, int head_dim, int p0, const float* cos_t
   }
 }
 
-void attention(const float* q, const float* k, const float* v, int T, int p0, int n_heads,
-               int n_kv_heads, int head_dim, int capacity, float* out, float* scratch, int n_threads) {
-  const int group = n_heads / n_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+namespace {
+inline float load(const float* p, int i) { return p[i]; }
+inline float load(const uint16_t* p, int i) { return bf16_to_f32(p[i]); }
+
+inline float dot_kv(const float* q, const float* k, int n) { return dot(q, k, n); }
+inline float dot_kv(const float* q, const uint16_t* k, int n) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int i = 0; i < n; ++i) s += q[i] * bf16_to_f32(k[i]);
+  return s;
+}
+
+template <typename E>
+void attention_paged_impl(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0,
+                          int n_heads, float* out, float* scratch, int stride, int n_threads) {
+  const int n_kv = pool.n_kv_heads(), hd = pool.head_dim(), bs = pool.block_size();
+  const int group = n_heads / n_kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 #pragma omp parallel for collapse(2) schedule(dynamic) num_threads(n_threads)
   for (int t = 0; t < T; ++t) {
     for (int h = 0; h < n_heads; ++h) {
-      float* sc = scratch + static_cast<size_t>(omp_get_thread_num()) * capacity;
+      float* sc = scratch + static_cast<size_t>(omp_get_thread_num()) * stride;
       const int n_ctx = p0 + t + 1;  // causal: positions 0 .. p0+t
       const int kh = h / group;
-      const float* qh = q + (static_cast<size_t>(t) * n_heads + h) * head_dim;
-      const float* kb = k + static_cast<size_t>(kh) * capacity * head_dim;
-      const float* vb = v + static_cast<size_t>(kh) * capacity * head_dim;
+      const float* qh = q + (static_cast<size_t>(t) * n_heads + h) * hd;
+      const int n_blocks = (n_ctx + bs - 1) / bs;
       float mx = -std::numeric_limits<float>::infinity();
-      for (int j = 0; j < n_ctx; ++j) {
-        sc[j] = dot(qh, kb + static_cast<size_t>(j) * head_dim, head_dim) * scale;
-        mx = std::max(mx, sc[j]);
+      for (int b = 0; b < n_blocks; ++b) {
+        const E* kb = reinterpret_cast<const E*>(pool.data(table[b])) + pool.slab(layer, 0, kh);
+        const int rows = std::min(bs, n_ctx - b * bs);
+        for (int r = 0; r < rows; ++r) {
+          const float s = dot_kv(qh, kb + static_cast<size_t>(r) * hd, hd) * scale;
+          sc[b * bs + r] = s;
+          mx = std::max(mx, s);
+        }
       }
       float sum = 0.0f;
       for (int j = 0; j < n_ctx; ++j) {
@@ -142,9 +163,50 @@ void attention(const float* q, const float* k, const float* v, int T, int p0, in
         sum += sc[j];
       }
       const float inv = 1.0f / sum;
-      Vec o(out + (static_cast<size_t>(t) * n_heads + h) * head_dim, head_dim);
-      o.setZero();
-      for (int j = 0; j < n_ctx; ++j) o += (sc[j] * inv) * ConstVec(vb + static_cast<size_t>(j) * head_dim, head_dim);
+      float* o = out + (static_cast<size_t>(t) * n_heads + h) * hd;
+      std::fill(o, o + hd, 0.0f);
+      for (int b = 0; b < n_blocks; ++b) {
+        const E* vb = reinterpret_cast<const E*>(pool.data(table[b])) + pool.slab(layer, 1, kh);
+        const int rows = std::min(bs, n_ctx - b * bs);
+        for (int r = 0; r < rows; ++r) {
+          const float p = sc[b * bs + r] * inv;
+          const E* vr = vb + static_cast<size_t>(r) * hd;
+#pragma omp simd
+          for (int i = 0; i < hd; ++i) o[i] += p * load(vr, i);
+        }
+      }
+    }
+  }
+}
+}  // namespace
+
+void attention_paged(const float* q, const BlockPool& pool, const int* block_table, int layer, int T, int p0,
+                     int n_heads, float* out, float* scratch, int scratch_stride, int n_threads) {
+  if (pool.dtype() == KVDType::F32)
+    attention_paged_impl<float>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride, n_threads);
+  else
+    attention_paged_impl<uint16_t>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride,
+                                   n_threads);
+}
+
+void store_kv(const float* k, const float* v, BlockPool& pool, const int* table, int layer, int T, int p0) {
+  const int n_kv = pool.n_kv_heads(), hd = pool.head_dim(), bs = pool.block_size();
+  const bool f32 = pool.dtype() == KVDType::F32;
+  for (int t = 0; t < T; ++t) {
+    const int pos = p0 + t;
+    uint8_t* blk = pool.data(table[pos / bs]);
+    for (int kind = 0; kind < 2; ++kind) {
+      const float* src_all = kind == 0 ? k : v;
+      for (int kh = 0; kh < n_kv; ++kh) {
+        const float* src = src_all + (static_cast<size_t>(t) * n_kv + kh) * hd;
+        const size_t off = pool.slab(layer, kind, kh) + static_cast<size_t>(pos % bs) * hd;
+        if (f32) {
+          std::memcpy(reinterpret_cast<float*>(blk) + off, src, hd * sizeof(float));
+        } else {
+          uint16_t* dst = reinterpret_cast<uint16_t*>(blk) + off;
+          for (int i = 0; i < hd; ++i) dst[i] = f32_to_bf16(src[i]);
+        }
+      }
     }
   }
 }

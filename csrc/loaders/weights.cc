@@ -1,5 +1,7 @@
 #include "decodelab/weights.h"
 
+#include "decodelab/bf16.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -101,13 +103,6 @@ uint64_t WeightStore::mapped_bytes() const {
 }
 
 namespace {
-float bf16_to_f32(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 float f16_to_f32(uint16_t h) {
   const uint32_t sign = (h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1f;

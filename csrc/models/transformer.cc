@@ -117,32 +117,42 @@ void Transformer::norm(const float* x, const float* w, const float* b, int T, fl
 }
 
 void Transformer::check_tokens(const int32_t* tokens, int T, const KVCache& cache) const {
-  cache.check_compatible(cfg_);
+  if (cache.pool().owner() != this)
+    throw std::invalid_argument("this cache belongs to another model; make one with this model's new_cache()");
   if (T < 1) throw std::invalid_argument("need at least one token, got none");
-  const int64_t end = static_cast<int64_t>(cache.length()) + T;
-  if (end > cfg_.max_position)
-    throw std::invalid_argument(std::to_string(end) + " tokens (" + std::to_string(cache.length()) + " cached + " +
-                                std::to_string(T) + " new) exceed the context window of " +
-                                std::to_string(cfg_.max_position) + " positions");
-  if (end > cache.capacity())
-    throw std::invalid_argument(std::to_string(end) + " tokens (" + std::to_string(cache.length()) + " cached + " +
-                                std::to_string(T) + " new) exceed the cache capacity of " +
-                                std::to_string(cache.capacity()));
   for (int t = 0; t < T; ++t)
     if (tokens[t] < 0 || tokens[t] >= cfg_.vocab_size)
       throw std::invalid_argument("token id " + std::to_string(tokens[t]) + " at index " + std::to_string(t) +
                                   " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
 }
 
+std::shared_ptr<KVCache> Transformer::new_cache(int capacity, KVDType dtype, bool grow) const {
+  std::shared_ptr<BlockPool> p;
+  {
+    std::lock_guard<std::mutex> lock(pools_mu_);
+    auto& slot = pools_[static_cast<int>(dtype)];
+    if (!slot) slot = std::make_shared<BlockPool>(cfg_, this, dtype, kBlockSize);
+    p = slot;
+  }
+  return std::make_shared<KVCache>(p, capacity, cfg_.max_position, grow);
+}
+
+std::shared_ptr<BlockPool> Transformer::pool(KVDType dtype) const {
+  std::lock_guard<std::mutex> lock(pools_mu_);
+  return pools_[static_cast<int>(dtype)];
+}
+
 void Transformer::forward(const int32_t* tokens, int T, KVCache& cache, float* logits, bool all_logits) const {
   check_tokens(tokens, T, cache);
+  cache.prepare_append(T);
   omp_set_num_threads(n_threads_);
   const int D = cfg_.dim, NH = cfg_.n_heads, KVH = cfg_.n_kv_heads, HD = cfg_.head_dim;
   const int QD = NH * HD, KVD = KVH * HD;
   const int p0 = cache.length();
-  const int cap = cache.capacity();
+  const int* table = cache.block_table().data();
+  BlockPool& pool = cache.pool();
   Workspace& ws = cache.workspace();
-  ws.reserve(cfg_, T, cap, n_threads_);
+  ws.reserve(cfg_, T, p0 + T, n_threads_);
   float* x = ws.x.data();
   float* h = ws.h.data();
 
@@ -173,17 +183,8 @@ void Transformer::forward(const int32_t* tokens, int T, KVCache& cache, float* l
         std::memcpy(v + static_cast<size_t>(t) * KVD, row + QD + KVD, KVD * sizeof(float));
       }
     }
-    // Store this step's keys and values: cache layout (kv_heads, capacity, head_dim).
-    float* kc = cache.k(li);
-    float* vc = cache.v(li);
-    for (int t = 0; t < T; ++t)
-      for (int kh = 0; kh < KVH; ++kh) {
-        const size_t dst = (static_cast<size_t>(kh) * cap + p0 + t) * HD;
-        const size_t src = static_cast<size_t>(t) * KVD + static_cast<size_t>(kh) * HD;
-        std::memcpy(kc + dst, k + src, HD * sizeof(float));
-        std::memcpy(vc + dst, v + src, HD * sizeof(float));
-      }
-    attention(q, kc, vc, T, p0, NH, KVH, HD, cap, ws.att.data(), ws.scores.data(), n_threads_);
+    store_kv(k, v, pool, table, li, T, p0);
+    attention_paged(q, pool, table, li, T, p0, NH, ws.att.data(), ws.scores.data(), p0 + T, n_threads_);
     linear(ws.att.data(), T, l.o, h);
     add_inplace(x, h, static_cast<size_t>(T) * D);
 
@@ -201,7 +202,7 @@ void Transformer::forward(const int32_t* tokens, int T, KVCache& cache, float* l
     add_inplace(x, h, static_cast<size_t>(T) * D);
   }
 
-  cache.append(tokens, T);
+  cache.commit_append(tokens, T);
   if (all_logits) {
     norm(x, final_w_, final_b_, T, h);
     linear(h, T, lm_head_, logits);

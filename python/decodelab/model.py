@@ -25,6 +25,7 @@ class Generation:
     prompt_token_ids: List[int]
     prefill_seconds: float
     decode_seconds: float
+    reused_prompt_tokens: int = 0  # prompt tokens found in the cache passed in, not prefilled again
 
     @property
     def prompt_tokens(self) -> int:
@@ -111,15 +112,27 @@ class Model:
         return [int(t) for t in eos_token_id]
 
     # -- engine calls -----------------------------------------------------------------------
-    def new_cache(self, capacity: Optional[int] = None):
-        """A KV cache for one sequence; capacity defaults to the context window."""
+    def new_cache(self, capacity: Optional[int] = None, dtype: Optional[str] = None, grow: bool = False):
+        """An empty KV cache for one sequence.
+
+        ``capacity``: most tokens it may hold (default: the context window); going past it raises
+        ValueError unless ``grow=True``, which doubles it up to the context window. Memory is
+        taken in blocks of ``block_size`` tokens as the sequence grows. ``dtype``: "float32"
+        (default) or "bfloat16" (half the bytes; logits move slightly, see the tests).
+        """
         cap = self.config.max_position_embeddings if capacity is None else int(capacity)
-        return self._engine.new_cache(cap)
+        return self._engine.new_cache(cap, dtype or "float32", bool(grow))
+
+    def memory_report(self) -> dict:
+        """KV-cache memory of every live cache of this model, per cache dtype. Blocks shared by
+        forks are counted once in ``bytes_in_use``; ``bytes_referenced`` counts them per sequence
+        (the sum of the caches' nbytes); ``bytes_allocated`` includes free blocks kept for reuse."""
+        return {p["dtype"]: p for p in self._engine.pool_stats()}
 
     def forward(self, token_ids: Sequence[int]) -> np.ndarray:
         """Full logits, shape (len, vocab), float32, computed without a persistent cache."""
         ids = self._ids(token_ids)
-        cache = self._engine.new_cache(len(ids))
+        cache = self._engine.new_cache(len(ids), "float32", False)
         return self._engine.forward(np.asarray(ids, dtype=np.int64), cache, True)
 
     def prefill(self, token_ids: Sequence[int], cache) -> np.ndarray:
@@ -129,15 +142,22 @@ class Model:
 
     def decode(self, token_id: int, cache) -> np.ndarray:
         """Run one token into ``cache``; returns its logits, shape (vocab,)."""
+        if isinstance(token_id, bool) or not isinstance(token_id, (int, np.integer)):
+            raise ValueError(f"decode takes one token id (int), got {token_id!r}")
         return self._engine.forward(np.asarray([int(token_id)], dtype=np.int64), cache, False)[0]
 
     def generate(self, prompt: Prompt, *, max_new_tokens: int = 128, temperature: float = 0.0,
-                 eos_token_id: Union[None, int, Sequence[int]] = None) -> Generation:
+                 eos_token_id: Union[None, int, Sequence[int]] = None, cache=None) -> Generation:
         """Generate a continuation of ``prompt`` (text or token ids).
 
         Decoding is greedy (``temperature=0``); sampling arrives with the sampler objects.
         ``eos_token_id``: None uses the model's EOS, an int or a list sets it, ``[]`` never stops
         on EOS. The whole loop runs in C++ with the GIL released; Ctrl-C stops it cleanly.
+
+        ``cache``: continue from a KV cache. The longest common prefix of the cache's tokens and
+        the prompt is kept and only the rest of the prompt is prefilled
+        (``Generation.reused_prompt_tokens``); the cache is truncated to that prefix first. The
+        cache ends holding the prompt and the generated tokens but the last (never fed back).
         """
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
@@ -153,12 +173,28 @@ class Model:
             raise ValueError(f"prompt of {len(ids)} tokens + max_new_tokens={max_new_tokens} exceeds the "
                              f"context window of {ctx} tokens (at most {ctx - len(ids) + 1} new tokens fit)")
         eos = self._eos_ids(eos_token_id)
-        cache = self._engine.new_cache(max(1, min(ctx, len(ids) + max_new_tokens)))
-        r = self._engine.generate_greedy(np.asarray(ids, dtype=np.int64), int(max_new_tokens), eos, cache)
+        need = len(ids) + max_new_tokens - 1
+        if cache is None:
+            cache = self._engine.new_cache(max(1, min(ctx, need)), "float32", False)
+            reused = 0
+        else:
+            if need > cache.capacity and not cache.grows:
+                raise ValueError(f"prompt of {len(ids)} tokens + max_new_tokens={max_new_tokens} needs {need} "
+                                 f"cache positions, more than the cache capacity of {cache.capacity}")
+            held = cache.token_ids
+            reused = 0
+            for a, b in zip(held, ids):
+                if a != b:
+                    break
+                reused += 1
+            reused = min(reused, len(ids) - 1)  # the last prompt token is run again for its logits
+            cache.truncate(reused)
+        r = self._engine.generate_greedy(np.asarray(ids[reused:], dtype=np.int64), int(max_new_tokens), eos, cache)
         out = r["token_ids"]
         text = self.tokenizer.decode(out) if self.tokenizer is not None else ""
         return Generation(text=text, token_ids=out, finish_reason=r["finish_reason"], prompt_token_ids=ids,
-                          prefill_seconds=r["prefill_seconds"], decode_seconds=r["decode_seconds"])
+                          prefill_seconds=r["prefill_seconds"], decode_seconds=r["decode_seconds"],
+                          reused_prompt_tokens=reused)
 
 
 def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Optional[int] = None,

@@ -3,6 +3,8 @@
 
 #include <cstddef>
 
+#include "decodelab/kv_cache.h"
+
 namespace decodelab {
 
 // A linear layer y = x W^T + b. Weights are stored either (out, in), as torch.nn.Linear does,
@@ -36,11 +38,13 @@ void add_inplace(float* x, const float* y, size_t n);
 void rope(float* x, int T, int n_heads, int head_dim, int p0, const float* cos_table,
           const float* sin_table, bool interleaved);
 
-// Causal attention for T queries at positions p0 .. p0+T-1 over a cache holding positions
-// 0 .. p0+T-1. q (T, n_heads, head_dim); k, v (n_kv_heads, capacity, head_dim);
-// out (T, n_heads, head_dim); scratch holds n_threads * capacity floats.
-void attention(const float* q, const float* k, const float* v, int T, int p0, int n_heads,
-               int n_kv_heads, int head_dim, int capacity, float* out, float* scratch,
-               int n_threads);
+// Causal attention for T queries at positions p0 .. p0+T-1 over one layer of a paged cache
+// that holds positions 0 .. p0+T-1. q (T, n_heads, head_dim); out (T, n_heads, head_dim);
+// scratch holds n_threads * scratch_stride floats, scratch_stride >= p0 + T.
+void attention_paged(const float* q, const BlockPool& pool, const int* block_table, int layer, int T, int p0,
+                     int n_heads, float* out, float* scratch, int scratch_stride, int n_threads);
+
+// Write k, v (T, n_kv_heads, head_dim) into one layer of a paged cache at positions p0 .. p0+T-1.
+void store_kv(const float* k, const float* v, BlockPool& pool, const int* block_table, int layer, int T, int p0);
 
 }  // namespace decodelab

@@ -1,51 +1,115 @@
-// The key/value cache of one sequence, and the scratch buffers its forward passes reuse.
+// Paged key/value cache.
+//
+// A BlockPool, one per model and cache dtype, owns fixed-size blocks; each holds the keys and
+// values of `block_size` consecutive positions for every layer:
+//   block (n_layers, 2 [K, V], n_kv_heads, block_size, head_dim)
+// A KVCache is one sequence: a block table mapping position p to block table[p / block_size],
+// row p % block_size. Blocks are reference-counted, so fork() shares every block of a prefix
+// without copying a token; a write into a block that another sequence still references copies
+// that one block first (copy-on-write).
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "decodelab/config.h"
 
 namespace decodelab {
 
+enum class KVDType { F32, BF16 };
+
+class BlockPool {
+ public:
+  BlockPool(const ModelConfig& cfg, const void* owner, KVDType dtype, int block_size);
+
+  int alloc();                 // a block with reference count 1
+  void retain(int id);
+  void release(int id);
+  int refcount(int id) const;
+
+  uint8_t* data(int id) { return blocks_[id].get(); }
+  const uint8_t* data(int id) const { return blocks_[id].get(); }
+  // Element offset of the (block_size, head_dim) slab of one layer, K (kind 0) or V (kind 1), head.
+  size_t slab(int layer, int kind, int kv_head) const {
+    return ((static_cast<size_t>(layer) * 2 + kind) * n_kv_heads_ + kv_head) * block_size_ * head_dim_;
+  }
+
+  const void* owner() const { return owner_; }
+  KVDType dtype() const { return dtype_; }
+  size_t elem_bytes() const { return dtype_ == KVDType::F32 ? 4 : 2; }
+  int block_size() const { return block_size_; }
+  size_t block_bytes() const { return block_elems_ * elem_bytes(); }
+  int n_layers() const { return n_layers_; }
+  int n_kv_heads() const { return n_kv_heads_; }
+  int head_dim() const { return head_dim_; }
+
+  struct Stats {
+    int64_t blocks_allocated;  // blocks obtained from the system (in use or free)
+    int64_t blocks_in_use;     // referenced by at least one sequence
+    int64_t blocks_shared;     // referenced by two or more sequences
+    int64_t references;        // sum of reference counts
+  };
+  Stats stats() const;
+
+ private:
+  const void* owner_;
+  KVDType dtype_;
+  int block_size_, n_layers_, n_kv_heads_, head_dim_;
+  size_t block_elems_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<uint8_t[]>> blocks_;
+  std::vector<int> refs_;
+  std::vector<int> free_;
+};
+
 // Scratch for a forward pass over up to `rows` tokens; grows, never shrinks, so decoding
 // allocates nothing per token once warm.
 struct Workspace {
   int rows = 0;
-  std::vector<float> x, h, q, k, v, qkv, att, ff_a, ff_b, logits_in, scores;
-  void reserve(const ModelConfig& cfg, int T, int capacity, int n_threads);
+  std::vector<float> x, h, q, k, v, qkv, att, ff_a, ff_b, scores;
+  void reserve(const ModelConfig& cfg, int T, int n_ctx, int n_threads);
 };
 
 class KVCache {
  public:
-  KVCache(const ModelConfig& cfg, int capacity);
+  KVCache(std::shared_ptr<BlockPool> pool, int capacity, int max_capacity, bool grow);
+  ~KVCache();
+  KVCache(const KVCache&) = delete;
+  KVCache& operator=(const KVCache&) = delete;
 
   int length() const { return length_; }
   int capacity() const { return capacity_; }
-  int n_layers() const { return n_layers_; }
-  int n_kv_heads() const { return n_kv_heads_; }
-  int head_dim() const { return head_dim_; }
-  uint64_t nbytes() const { return (k_.size() + v_.size()) * sizeof(float); }
-
-  // (n_kv_heads, capacity, head_dim) for one layer.
-  float* k(int layer) { return k_.data() + layer_stride() * layer; }
-  float* v(int layer) { return v_.data() + layer_stride() * layer; }
-  const float* k(int layer) const { return k_.data() + layer_stride() * layer; }
-  const float* v(int layer) const { return v_.data() + layer_stride() * layer; }
+  bool grows() const { return grow_; }
+  BlockPool& pool() const { return *pool_; }
+  const std::shared_ptr<BlockPool>& pool_ptr() const { return pool_; }
+  const std::vector<int>& block_table() const { return table_; }
+  // Exact bytes of the blocks this sequence references (shared blocks included).
+  uint64_t nbytes() const { return static_cast<uint64_t>(table_.size()) * pool_->block_bytes(); }
+  int shared_blocks() const;
 
   const std::vector<int32_t>& token_ids() const { return token_ids_; }
-  void append(const int32_t* tokens, int T);
-  void clear();
-  // Throws std::invalid_argument unless the cache was made for a model of this shape.
-  void check_compatible(const ModelConfig& cfg) const;
+
+  // Make positions [length, length + n) writable: allocate blocks, copy a shared last block
+  // (copy-on-write), grow the capacity if allowed. Throws std::invalid_argument on overflow.
+  void prepare_append(int n);
+  void commit_append(const int32_t* tokens, int n);
+
+  std::shared_ptr<KVCache> fork() const;
+  void truncate(int n);  // keep the first n tokens
+  void clear() { truncate(0); }
 
   Workspace& workspace() { return ws_; }
 
  private:
-  size_t layer_stride() const { return static_cast<size_t>(n_kv_heads_) * capacity_ * head_dim_; }
-  int n_layers_, n_kv_heads_, head_dim_, capacity_;
+  std::shared_ptr<BlockPool> pool_;
+  std::vector<int> table_;
   int length_ = 0;
-  std::vector<float> k_, v_;  // (n_layers, n_kv_heads, capacity, head_dim) each
+  int capacity_;
+  int max_capacity_;  // the model's context window
+  bool grow_;
   std::vector<int32_t> token_ids_;
   Workspace ws_;
 };

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "decodelab/config.h"
@@ -23,10 +24,17 @@ class Transformer {
 
   // Runs T tokens at positions cache.length() .. cache.length()+T-1 and appends them to the
   // cache. Writes logits (T, vocab) when all_logits, else (1, vocab) for the last token.
+  // Throws, leaving the cache as it was, when the tokens do not fit or are out of range.
   void forward(const int32_t* tokens, int T, KVCache& cache, float* logits, bool all_logits) const;
 
-  // Throws unless T tokens fit in the cache and in the context window, and each id < vocab.
+  // Throws unless the cache belongs to this model and each id is in the vocabulary.
   void check_tokens(const int32_t* tokens, int T, const KVCache& cache) const;
+
+  // A new, empty sequence cache drawing on this model's block pool for `dtype`.
+  std::shared_ptr<KVCache> new_cache(int capacity, KVDType dtype, bool grow) const;
+  // The pool for `dtype`, or null if no cache of that dtype was made yet.
+  std::shared_ptr<BlockPool> pool(KVDType dtype) const;
+  static constexpr int kBlockSize = 16;  // tokens per cache block, as vLLM's default
 
  private:
   struct Layer {
@@ -53,6 +61,8 @@ class Transformer {
   Linear lm_head_;                     // (vocab, dim)
   std::vector<Layer> layers_;
   std::vector<float> rope_cos_, rope_sin_;  // (max_position, head_dim/2)
+  mutable std::mutex pools_mu_;
+  mutable std::shared_ptr<BlockPool> pools_[2];  // by KVDType
 };
 
 }  // namespace decodelab

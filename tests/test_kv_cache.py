@@ -1,0 +1,220 @@
+"""KV-cache handles: paged blocks, fork (copy-on-write), truncate, reuse, capacity, bf16."""
+import numpy as np
+import pytest
+
+import decodelab
+
+LONG_LLAMA = dict(arch="llama", hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=512, max_position_embeddings=2048, tie_word_embeddings=False)
+
+
+def _close(a, b, atol=1e-5):
+    np.testing.assert_allclose(a, b, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("shape, seed", [("llama-tiny", 0), ("gpt2-tiny", 1), ("llama-tiny", 2), ("gpt2-tiny", 3)])
+def test_random_operation_sequences_equal_recomputation(checkpoint, shape, seed):
+    m = decodelab.load(checkpoint(shape))
+    rng = np.random.default_rng(seed)
+    V, ctx = m.config.vocab_size, m.config.max_position_embeddings
+    first = rng.integers(0, V, size=int(rng.integers(1, 40))).tolist()
+    handles = [(m.new_cache(), [])]
+    out = m.prefill(first, handles[0][0])
+    handles[0][1].extend(first)
+    _close(out, m.forward(first)[-1])
+    for _ in range(60):
+        i = int(rng.integers(len(handles)))
+        cache, toks = handles[i]
+        op = rng.choice(["decode", "decode", "prefill", "fork", "truncate"])
+        if op == "fork" and len(handles) < 6:
+            handles.append((cache.fork(), list(toks)))
+            continue
+        if op == "truncate" and len(toks) > 1:
+            n = int(rng.integers(1, len(toks)))
+            cache.truncate(n)
+            del toks[n:]
+            continue
+        new = rng.integers(0, V, size=1 if op != "prefill" else int(rng.integers(2, 20))).tolist()
+        if len(toks) + len(new) > ctx:
+            continue
+        got = m.decode(new[0], cache) if len(new) == 1 else m.prefill(new, cache)
+        toks.extend(new)
+        assert cache.token_ids == toks and len(cache) == len(toks)
+        _close(got, m.forward(toks)[-1])
+    # Every handle still reproduces its own sequence after all the sharing and copying.
+    for cache, toks in handles:
+        for layer in range(m.config.n_layers):
+            assert cache.keys(layer).shape == (m.config.n_kv_heads, len(toks), m.config.head_dim)
+
+
+def test_fork_copies_no_token_and_diverges_copy_on_write(checkpoint):
+    m = decodelab.load(checkpoint(LONG_LLAMA))
+    ids = np.random.default_rng(0).integers(0, 512, size=1000).tolist()
+    base = m.new_cache()
+    m.prefill(ids, base)
+    before = m.memory_report()["float32"]["blocks_in_use"]
+    fork = base.fork()
+    assert m.memory_report()["float32"]["blocks_in_use"] == before  # no block was copied
+    assert fork.block_table == base.block_table and fork.shared_blocks == len(base.block_table)
+    a = m.decode(7, base)
+    b = m.decode(9, fork)
+    # Only the partly filled last block (1000 % 16 = 8 tokens) was copied, once.
+    assert m.memory_report()["float32"]["blocks_in_use"] == before + 1
+    assert base.block_table[:-1] == fork.block_table[:-1] and base.block_table[-1] != fork.block_table[-1]
+    _close(a, m.forward(ids + [7])[-1])
+    _close(b, m.forward(ids + [9])[-1])
+    np.testing.assert_array_equal(base.keys(0)[:, :1000], fork.keys(0)[:, :1000])
+
+
+def test_four_forks_use_far_less_than_four_caches(checkpoint):
+    m = decodelab.load(checkpoint(LONG_LLAMA))
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, 512, size=1000).tolist()
+    single = m.new_cache()
+    m.prefill(ids, single)
+    for t in rng.integers(0, 512, size=100).tolist():
+        m.decode(t, single)
+    single_bytes = single.nbytes
+    del single
+    base = m.new_cache()
+    m.prefill(ids, base)
+    forks = [base.fork() for _ in range(4)]
+    for f in forks:
+        for t in rng.integers(0, 512, size=100).tolist():
+            m.decode(t, f)
+    report = m.memory_report()["float32"]
+    in_use = report["bytes_in_use"]
+    # 63 prompt blocks shared + per fork one copied block and 6 new ones = 91 blocks, against
+    # 4 x 69 = 276 for four separate caches.
+    assert in_use == (63 + 4 * 7) * report["block_bytes"]
+    assert in_use < 0.4 * 4 * single_bytes
+    assert report["bytes_referenced"] == base.nbytes + sum(f.nbytes for f in forks)
+
+
+@pytest.mark.parametrize("shape", ["gpt2-124m", "llama-110m"])
+def test_nbytes_equals_formula(checkpoint, shape):
+    m = decodelab.load(checkpoint(shape))
+    c = m.config
+    for dtype, size in (("float32", 4), ("bfloat16", 2)):
+        cache = m.new_cache(dtype=dtype)
+        m.prefill(list(range(64)), cache)
+        assert cache.nbytes == 2 * c.n_layers * c.n_kv_heads * c.head_dim * 64 * size
+        m.decode(1, cache)  # the 65th token opens a new block of 16
+        assert cache.nbytes == 2 * c.n_layers * c.n_kv_heads * c.head_dim * 80 * size
+    if shape == "gpt2-124m":
+        assert (c.n_layers, c.n_kv_heads, c.head_dim) == (12, 12, 64)
+    else:
+        assert (c.n_layers, c.n_kv_heads, c.head_dim) == (12, 4, 64)
+
+
+def test_memory_report_counts_shared_blocks_once(checkpoint):
+    m = decodelab.load(checkpoint("llama-tiny"))
+    a = m.new_cache()
+    m.prefill(list(range(48)), a)
+    b = a.fork()
+    r = m.memory_report()["float32"]
+    assert r["blocks_shared"] == 3 and r["bytes_in_use"] == 3 * r["block_bytes"]
+    assert r["bytes_referenced"] == a.nbytes + b.nbytes == 2 * r["bytes_in_use"]
+    del a, b
+    r = m.memory_report()["float32"]
+    assert r["blocks_in_use"] == 0 and r["blocks_allocated"] >= 3  # freed blocks are kept for reuse
+
+
+def test_generate_reuses_the_cached_prefix(stories):
+    prefix = stories.tokenizer.encode("Once upon a time, there was a little girl named Lily. She loved to play")
+    cache = stories.new_cache()
+    stories.prefill(prefix, cache)
+    g = stories.generate(prefix + stories.tokenizer.encode(" outside", add_special_tokens=False),
+                         max_new_tokens=30, cache=cache)
+    fresh = stories.generate(g.prompt_token_ids, max_new_tokens=30)
+    assert g.reused_prompt_tokens == len(prefix) and g.token_ids == fresh.token_ids
+    assert cache.token_ids == g.prompt_token_ids + g.token_ids[:-1]
+    # A prompt that departs from the cache keeps the common prefix and prefills the rest.
+    other = prefix[:5] + stories.tokenizer.encode(" dog", add_special_tokens=False)
+    g2 = stories.generate(other, max_new_tokens=20, cache=cache)
+    assert g2.reused_prompt_tokens == 5
+    assert g2.token_ids == stories.generate(other, max_new_tokens=20).token_ids
+    # The same prompt again: everything but the last token is reused.
+    g3 = stories.generate(other, max_new_tokens=20, cache=cache)
+    assert g3.reused_prompt_tokens == len(other) - 1 and g3.token_ids == g2.token_ids
+
+
+def test_capacity_error_and_growth(checkpoint):
+    m = decodelab.load(checkpoint("llama-tiny"))
+    c = m.new_cache(capacity=20)
+    m.prefill(list(range(20)), c)
+    with pytest.raises(ValueError, match="exceed the cache capacity of 20 .*grow=True"):
+        m.decode(1, c)
+    g = m.new_cache(capacity=20, grow=True)
+    m.prefill(list(range(20)), g)
+    m.decode(1, g)
+    assert g.capacity == 40 and len(g) == 21
+    m.prefill(list(range(100)), g)
+    assert g.capacity == 128  # doubled to 160, held at the context window
+    with pytest.raises(ValueError, match="exceed the context window of 128"):
+        m.prefill(list(range(8)), g)
+    with pytest.raises(ValueError, match="more than the cache capacity of 20"):
+        m.generate([1, 2, 3], max_new_tokens=30, cache=m.new_cache(capacity=20))
+
+
+def test_bf16_cache_logit_error_is_small(checkpoint):
+    m = decodelab.load(checkpoint("llama-tiny"))
+    ids = np.random.default_rng(3).integers(0, 512, size=100).tolist()
+    full = m.forward(ids)
+    c = m.new_cache(dtype="bfloat16")
+    rows = [m.prefill(ids[:1], c)] + [m.decode(t, c) for t in ids[1:]]
+    err = np.abs(np.stack(rows) - full).max()
+    assert 0 < err < 1e-2  # bf16 keys/values: a small but real change
+    assert c.dtype == "bfloat16" and c.block(0).dtype == np.uint16
+
+
+def test_views(checkpoint):
+    m = decodelab.load(checkpoint("llama-tiny"))
+    c = m.new_cache()
+    m.prefill(list(range(10)), c)
+    k = c.keys(1)
+    blk = c.block(0)
+    assert blk.shape == (2, 2, 2, 16, 16) and not blk.flags.writeable
+    assert np.shares_memory(k, blk)  # one block: keys() is a view of it
+    np.testing.assert_array_equal(k, blk[1, 0, :, :10, :])
+    m.prefill(list(range(10)), c)  # 20 tokens: two blocks, keys() gathers a copy
+    k2 = c.keys(1)
+    assert k2.shape == (2, 20, 16) and not np.shares_memory(k2, c.block(0))
+    np.testing.assert_array_equal(k2[:, 16:], c.block(1)[1, 0, :, :4, :])
+    with pytest.raises(IndexError, match=r"block 2 is out of range \[0, 2\)"):
+        c.block(2)
+
+
+def test_truncate_and_clear(checkpoint):
+    m = decodelab.load(checkpoint("gpt2-tiny"))
+    c = m.new_cache()
+    ids = list(range(100, 140))
+    m.prefill(ids, c)
+    with pytest.raises(ValueError, match=r"truncate\(41\) is outside \[0, 40\]"):
+        c.truncate(41)
+    with pytest.raises(ValueError, match=r"truncate\(-1\)"):
+        c.truncate(-1)
+    c.truncate(17)
+    assert len(c) == 17 and len(c.block_table) == 2 and c.token_ids == ids[:17]
+    _close(m.decode(5, c), m.forward(ids[:17] + [5])[-1])
+    c.clear()
+    assert len(c) == 0 and c.nbytes == 0
+    _close(m.prefill([3, 4], c), m.forward([3, 4])[-1])
+
+
+def test_repr_tells_what_the_cache_holds(checkpoint):
+    m = decodelab.load(checkpoint("llama-tiny"))
+    c = m.new_cache(capacity=64)
+    m.prefill(list(range(20)), c)
+    f = c.fork()
+    r = repr(f)
+    assert "20/64 tokens" in r and "2 layers x 2 kv heads x head_dim 16" in r and "float32" in r
+    assert "2 blocks of 16 (2 shared)" in r and f"{f.nbytes} bytes" in r
+
+
+def test_bad_cache_dtype(checkpoint):
+    m = decodelab.load(checkpoint("llama-tiny"))
+    with pytest.raises(ValueError, match="cache dtype must be 'float32' or 'bfloat16', got 'int8'"):
+        m.new_cache(dtype="int8")
+    with pytest.raises(ValueError, match="decode takes one token id"):
+        m.decode([1, 2], m.new_cache())
