@@ -20,6 +20,8 @@ namespace py = pybind11;
 
 namespace decodelab {
 
+py::dict generate_result_dict(const GenerateResult& r);
+
 namespace {
 
 using TensorTuple = std::tuple<std::string, std::string, std::vector<int64_t>, int, uint64_t, uint64_t>;
@@ -253,24 +255,30 @@ the first write into a shared block copies that block (copy-on-write).
           py::arg("tokens"), py::arg("cache"), py::arg("all_logits"),
           "Run tokens through the model, appending them to the cache; logits (rows, vocab).")
       .def(
-          "generate_greedy",
+          "generate",
           [](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& prompt,
-             int max_new_tokens, const std::vector<int32_t>& eos_ids, KVCache& cache) {
+             Chain& chain, int max_new_tokens, const std::vector<int32_t>& eos_ids, KVCache& cache, uint64_t sequence,
+             int logprobs, bool logprobs_processed, int trace, int trace_top) {
             std::vector<int32_t> ids = to_ids(prompt);
             e.check_tokens(ids.data(), static_cast<int>(ids.size()), cache);
+            DecodeOptions o;
+            o.max_new_tokens = max_new_tokens;
+            o.eos_ids = eos_ids;
+            o.sequence = sequence;
+            o.logprobs = logprobs;
+            o.logprobs_processed = logprobs_processed;
+            o.trace = trace;
+            o.trace_top = trace_top;
             GenerateResult r;
             {
               py::gil_scoped_release nogil;
-              r = generate_greedy(e, cache, ids, max_new_tokens, eos_ids, poll_signals);
+              r = generate(e, cache, ids, chain, o, poll_signals);
             }
-            py::dict d;
-            d["token_ids"] = r.token_ids;
-            d["finish_reason"] = r.finish_reason;
-            d["prefill_seconds"] = r.prefill_seconds;
-            d["decode_seconds"] = r.decode_seconds;
-            return d;
+            return generate_result_dict(r);
           },
-          py::arg("prompt"), py::arg("max_new_tokens"), py::arg("eos_ids"), py::arg("cache"));
+          py::arg("prompt"), py::arg("chain"), py::arg("max_new_tokens"), py::arg("eos_ids"), py::arg("cache"),
+          py::arg("sequence") = 0, py::arg("logprobs") = -1, py::arg("logprobs_processed") = false,
+          py::arg("trace") = 0, py::arg("trace_top") = 20);
 }
 
 }  // namespace decodelab

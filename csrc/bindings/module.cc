@@ -6,10 +6,12 @@ namespace py = pybind11;
 namespace decodelab {
 void register_model(py::module_& m);
 void register_device(py::module_& m);
+void register_sampling(py::module_& m);
 }  // namespace decodelab
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "decodelab C++ core: weights, kernels, KV cache and decode loops";
   decodelab::register_device(m);
+  decodelab::register_sampling(m);
   decodelab::register_model(m);
 }

@@ -6,13 +6,20 @@
 """
 from ._native import _core
 from .config import ModelConfig
-from .model import Generation, Model, load
+from . import samplers
+from .model import Generation, Model, TokenLogprob, load
+from .trace import StageSummary, StepTrace, Trace
 from .tokenizer import HFTokenizer, Llama2cTokenizer, Tokenizer
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Generation",
+    "StageSummary",
+    "StepTrace",
+    "TokenLogprob",
+    "Trace",
+    "samplers",
     "HFTokenizer",
     "Llama2cTokenizer",
     "Model",

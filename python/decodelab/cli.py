@@ -10,7 +10,9 @@ def _generate(args) -> int:
     from .model import load
 
     model = load(args.model, threads=args.threads, tokenizer=args.tokenizer)
-    g = model.generate(args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature)
+    opts = {k: getattr(args, k) for k in ("top_k", "top_p", "min_p", "repetition_penalty") if getattr(args, k) is not None}
+    g = model.generate(args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
+                       order=args.order, **opts)
     print(args.prompt + g.text)
     print(f"[{g.prompt_tokens} prompt tokens, {g.generated_tokens} generated, finish_reason={g.finish_reason}; "
           f"prefill {g.prefill_tokens_per_second:.1f} tok/s, decode {g.decode_tokens_per_second:.1f} tok/s]",
@@ -42,7 +44,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     g.add_argument("--model", required=True, help="Hugging Face folder or llama2.c .bin")
     g.add_argument("--tokenizer", default=None, help="tokenizer path (default: found beside the model)")
     g.add_argument("--max-new-tokens", type=int, default=128)
-    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-k", dest="top_k", type=int, default=None)
+    g.add_argument("--top-p", dest="top_p", type=float, default=None)
+    g.add_argument("--min-p", dest="min_p", type=float, default=None)
+    g.add_argument("--repetition-penalty", dest="repetition_penalty", type=float, default=None)
+    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--order", default=None, choices=["hf", "vllm", "llama.cpp"])
     g.add_argument("--threads", type=int, default=None)
     g.add_argument("prompt")
     g.set_defaults(func=_generate)

@@ -3,16 +3,26 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import formats
+from . import formats, samplers
 from ._native import _core
 from .config import ModelConfig, from_hf_dict
 from .tokenizer import Tokenizer, find_tokenizer, load_tokenizer
+from .trace import Trace
 
 Prompt = Union[str, Sequence[int]]
+
+
+@dataclasses.dataclass
+class TokenLogprob:
+    """A generated token's log-probability and the most likely alternatives at that step."""
+
+    token: int
+    logprob: float
+    top: List[Tuple[int, float]]  # (token id, logprob), best first
 
 
 @dataclasses.dataclass
@@ -26,6 +36,10 @@ class Generation:
     prefill_seconds: float
     decode_seconds: float
     reused_prompt_tokens: int = 0  # prompt tokens found in the cache passed in, not prefilled again
+    seed: Optional[int] = None     # the seed of the random stream (reproduces a sampled run)
+    sampler: str = ""              # the chain that chose the tokens
+    logprobs: Optional[List["TokenLogprob"]] = None
+    trace: Optional[Trace] = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -146,55 +160,132 @@ class Model:
             raise ValueError(f"decode takes one token id (int), got {token_id!r}")
         return self._engine.forward(np.asarray([int(token_id)], dtype=np.int64), cache, False)[0]
 
-    def generate(self, prompt: Prompt, *, max_new_tokens: int = 128, temperature: float = 0.0,
-                 eos_token_id: Union[None, int, Sequence[int]] = None, cache=None) -> Generation:
-        """Generate a continuation of ``prompt`` (text or token ids).
+    def generate(self, prompt: Union[Prompt, List[Prompt]], *, max_new_tokens: int = 128,
+                 temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
+                 min_p: Optional[float] = None, typical_p: Optional[float] = None,
+                 repetition_penalty: Optional[float] = None, presence_penalty: Optional[float] = None,
+                 frequency_penalty: Optional[float] = None, no_repeat_ngram_size: Optional[int] = None,
+                 logit_bias: Optional[dict] = None, min_new_tokens: Optional[int] = None,
+                 seed: Optional[int] = None, sampler: Optional[samplers.Sampler] = None,
+                 order: Optional[str] = None, preset: Optional[str] = None,
+                 eos_token_id: Union[None, int, Sequence[int]] = None, cache=None,
+                 logprobs: Optional[int] = None, logprobs_mode: str = "raw",
+                 trace: Union[bool, str] = False):
+        """Generate a continuation of ``prompt`` (text or token ids), or of each prompt in a list
+        (then a list of Generation comes back).
 
-        Decoding is greedy (``temperature=0``); sampling arrives with the sampler objects.
+        Sampling: the familiar keywords (``temperature``, ``top_k``, ``top_p``, ``min_p``,
+        ``typical_p``, ``repetition_penalty``, ``presence_penalty``, ``frequency_penalty``,
+        ``no_repeat_ngram_size``, ``logit_bias``, ``min_new_tokens``) build a Chain in the order of
+        ``order`` ("hf", the default, "vllm" or "llama.cpp"; see ``decodelab.samplers.ORDERS``);
+        ``preset`` starts from a named configuration (``decodelab.samplers.PRESETS``); or pass
+        ``sampler=Chain([...])`` yourself. ``temperature`` 0 (the default) is greedy decoding:
+        penalties still apply, the truncation samplers would not, so giving one is an error. A
+        chain that does not end in a selector gets ``Dist(seed)`` appended. ``seed=None`` draws a
+        fresh seed, reported in ``Generation.seed``; the random stream depends only on (seed,
+        step), so a prompt gives the same tokens alone or inside a list.
+
+        ``logprobs=N``: per generated token its logprob and the N most likely alternatives, under
+        the raw model distribution (``logprobs_mode="raw"``, the default) or the processed one the
+        token was drawn from ("processed"). ``trace=True``: per step, what every sampler stage did
+        (kept tokens, entropy, mass removed, top 20 tokens); ``trace="full"`` also keeps each
+        stage's full logits.
+
         ``eos_token_id``: None uses the model's EOS, an int or a list sets it, ``[]`` never stops
-        on EOS. The whole loop runs in C++ with the GIL released; Ctrl-C stops it cleanly.
-
-        ``cache``: continue from a KV cache. The longest common prefix of the cache's tokens and
-        the prompt is kept and only the rest of the prompt is prefilled
-        (``Generation.reused_prompt_tokens``); the cache is truncated to that prefix first. The
-        cache ends holding the prompt and the generated tokens but the last (never fed back).
+        on EOS. ``cache``: continue from a KV cache (single prompt only): the longest common
+        prefix of its tokens and the prompt is kept and only the rest is prefilled
+        (``Generation.reused_prompt_tokens``). The loop runs in C++ with the GIL released; Ctrl-C
+        stops it cleanly.
         """
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        if not np.isfinite(temperature) or temperature < 0:
-            raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
-        if temperature != 0:
-            raise NotImplementedError("only greedy decoding (temperature=0) is available in this version")
+        if logprobs_mode not in ("raw", "processed"):
+            raise ValueError(f"logprobs_mode must be 'raw' or 'processed', got {logprobs_mode!r}")
+        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, (int, np.integer))
+                                     or not 0 <= logprobs <= self.config.vocab_size):
+            raise ValueError(f"logprobs must be an integer in [0, {self.config.vocab_size}], got {logprobs!r}")
+        if trace not in (False, True, "full"):
+            raise ValueError(f"trace must be False, True or 'full', got {trace!r}")
+        if seed is None:
+            seed = int.from_bytes(os.urandom(8), "little") >> 1
+        eos = self._eos_ids(eos_token_id)
+        chain = self._sampler_chain(sampler, order, preset, seed, eos, dict(
+            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+            repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
+            logit_bias=logit_bias, min_new_tokens=min_new_tokens))
+        run = dict(max_new_tokens=int(max_new_tokens), eos=eos, chain=chain, seed=seed,
+                   logprobs=-1 if logprobs is None else int(logprobs), processed=logprobs_mode == "processed",
+                   trace={False: 0, True: 1, "full": 2}[trace])
+        if isinstance(prompt, list) and prompt and not isinstance(prompt[0], (int, np.integer)):
+            if cache is not None:
+                raise ValueError("cache= takes a single prompt, not a list")
+            return [self._generate_one(p, None, **run) for p in prompt]
+        return self._generate_one(prompt, cache, **run)
+
+    def _sampler_chain(self, sampler, order, preset, seed, eos, options) -> samplers.Chain:
+        given = {k: v for k, v in options.items() if v is not None}
+        if sampler is not None:
+            if given or preset is not None or order is not None:
+                raise ValueError("pass either sampler= or sampling keywords/preset/order, not both: "
+                                 f"got sampler= with {sorted(given) + (['preset'] if preset else [])}")
+            if not isinstance(sampler, samplers.Sampler):
+                raise ValueError(f"sampler must be a decodelab.samplers.Sampler, got {sampler!r}")
+            chain = sampler.clone() if isinstance(sampler, samplers.Chain) else samplers.Chain([sampler.clone()])
+            if not chain.selects:
+                chain = samplers.Chain(chain.stages + [samplers.Dist(seed)])
+            chain.reset()
+            return chain
+        opts = {}
+        if preset is not None:
+            if preset not in samplers.PRESETS:
+                raise ValueError(f"preset must be one of {', '.join(map(repr, samplers.PRESETS))}, got {preset!r}")
+            opts.update(samplers.PRESETS[preset])
+        opts.update(given)
+        opts.setdefault("temperature", 0.0)
+        if opts["temperature"] == 0:
+            warpers = [k for k in ("top_k", "top_p", "min_p", "typical_p") if k in given]
+            if warpers:
+                raise ValueError(f"{', '.join(warpers)} has no effect with temperature=0 (greedy decoding); "
+                                 "set temperature > 0 to sample")
+        return samplers.build_chain(order=order or samplers.DEFAULT_ORDER, seed=seed, eos_token_ids=eos, **opts)
+
+    def _generate_one(self, prompt, cache, *, max_new_tokens, eos, chain, seed, logprobs, processed,
+                      trace) -> Generation:
         ids = self._ids(prompt)
         ctx = self.config.max_position_embeddings
         if len(ids) + max_new_tokens - 1 > ctx:
             raise ValueError(f"prompt of {len(ids)} tokens + max_new_tokens={max_new_tokens} exceeds the "
                              f"context window of {ctx} tokens (at most {ctx - len(ids) + 1} new tokens fit)")
-        eos = self._eos_ids(eos_token_id)
         need = len(ids) + max_new_tokens - 1
+        reused = 0
         if cache is None:
             cache = self._engine.new_cache(max(1, min(ctx, need)), "float32", False)
-            reused = 0
         else:
             if need > cache.capacity and not cache.grows:
                 raise ValueError(f"prompt of {len(ids)} tokens + max_new_tokens={max_new_tokens} needs {need} "
                                  f"cache positions, more than the cache capacity of {cache.capacity}")
-            held = cache.token_ids
-            reused = 0
-            for a, b in zip(held, ids):
+            for a, b in zip(cache.token_ids, ids):
                 if a != b:
                     break
                 reused += 1
             reused = min(reused, len(ids) - 1)  # the last prompt token is run again for its logits
             cache.truncate(reused)
-        r = self._engine.generate_greedy(np.asarray(ids[reused:], dtype=np.int64), int(max_new_tokens), eos, cache)
+        run_chain = chain.clone()
+        r = self._engine.generate(np.asarray(ids[reused:], dtype=np.int64), run_chain._core, max_new_tokens, eos,
+                                  cache, 0, logprobs, processed, trace, 20)
         out = r["token_ids"]
         text = self.tokenizer.decode(out) if self.tokenizer is not None else ""
+        lp = None
+        if logprobs >= 0:
+            lp = [TokenLogprob(token=t, logprob=l, top=list(zip(i, v)))
+                  for t, l, i, v in zip(out, r["logprobs"], r["top_ids"], r["top_logprobs"])]
         return Generation(text=text, token_ids=out, finish_reason=r["finish_reason"], prompt_token_ids=ids,
                           prefill_seconds=r["prefill_seconds"], decode_seconds=r["decode_seconds"],
-                          reused_prompt_tokens=reused)
+                          reused_prompt_tokens=reused, seed=seed, sampler=repr(chain), logprobs=lp,
+                          trace=Trace.from_core(r["trace"]) if trace else None)
 
 
 def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Optional[int] = None,

@@ -1,0 +1,668 @@
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "decodelab/sampling.h"
+
+namespace decodelab {
+
+namespace {
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+uint64_t mix64(uint64_t z) {  // SplitMix64 finaliser
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+bool removed(float x) { return std::isnan(x) || x == kNegInf; }
+
+// Index of the largest logit (NaN ignored, ties to the lowest id), or -1 if none is finite/+inf.
+int argmax(const float* l, int n) {
+  int best = -1;
+  for (int i = 0; i < n; ++i)
+    if (!removed(l[i]) && (best < 0 || l[i] > l[best])) best = i;
+  return best;
+}
+
+void keep_only(float* l, int n, int keep) {
+  for (int i = 0; i < n; ++i)
+    if (i != keep) l[i] = kNegInf;
+}
+
+// Remove every token whose flag is set, but never the most likely one.
+void remove_flagged(float* l, int n, const std::vector<char>& flag) {
+  const int top = argmax(l, n);
+  for (int i = 0; i < n; ++i)
+    if (flag[i] && i != top) l[i] = kNegInf;
+}
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+void check_token_ids(const std::vector<int64_t>& ids, int n, const char* what) {
+  for (int64_t t : ids)
+    if (t < 0 || t >= n)
+      throw std::invalid_argument(std::string(what) + " token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                                  std::to_string(n) + ")");
+}
+
+template <typename Self>
+class Base : public Sampler {
+ public:
+  SamplerPtr clone() const override { return std::make_shared<Self>(static_cast<const Self&>(*this)); }
+};
+
+// ---------------------------------------------------------------------------------------------
+class Temperature : public Base<Temperature> {
+ public:
+  explicit Temperature(double t) : t_(t) {}
+  std::string name() const override { return "temperature(" + num(t_) + ")"; }
+  void apply(float* l, int n, const SampleContext&) override {
+    if (t_ == 0.0) {  // the limit T -> 0: all mass on the most likely token
+      const int top = argmax(l, n);
+      if (top >= 0) keep_only(l, n, top);
+      return;
+    }
+    const float inv = static_cast<float>(1.0 / t_);
+    for (int i = 0; i < n; ++i) l[i] *= inv;
+  }
+
+ private:
+  double t_;
+};
+
+class TopK : public Base<TopK> {
+ public:
+  explicit TopK(int64_t k) : k_(k) {}
+  std::string name() const override { return "top_k(" + std::to_string(k_) + ")"; }
+  void apply(float* l, int n, const SampleContext&) override {
+    if (k_ <= 0 || k_ >= n) return;  // 0 disables, as in transformers
+    buf_.clear();
+    for (int i = 0; i < n; ++i)
+      if (!removed(l[i])) buf_.push_back(l[i]);
+    if (static_cast<int64_t>(buf_.size()) <= k_) return;
+    // The k-th largest value by partial selection; ties with it are kept, as transformers does.
+    std::nth_element(buf_.begin(), buf_.begin() + (k_ - 1), buf_.end(), std::greater<float>());
+    const float kth = buf_[k_ - 1];
+    for (int i = 0; i < n; ++i)
+      if (l[i] < kth) l[i] = kNegInf;
+  }
+
+ private:
+  int64_t k_;
+  std::vector<float> buf_;
+};
+
+// transformers' TopPLogitsWarper: a token is removed when the probability mass of the tokens
+// ranked at or below it is <= 1 - p (compared in float32, as torch does), so the token that
+// crosses p is kept. The mass at or below a token is the total minus the mass ranked above it,
+// so only the head of the distribution is sorted, as far as needed.
+class TopP : public Base<TopP> {
+ public:
+  explicit TopP(double p) : p_(p) {}
+  std::string name() const override { return "top_p(" + num(p_) + ")"; }
+  void apply(float* l, int n, const SampleContext&) override {
+    if (p_ >= 1.0) return;
+    probs_.resize(n);
+    if (!softmax(l, n, probs_.data())) return;
+    idx_.clear();
+    double total = 0.0;
+    for (int i = 0; i < n; ++i) {
+      total += probs_[i];
+      if (!removed(l[i])) idx_.push_back(i);
+    }
+    const float limit = static_cast<float>(1.0 - p_);
+    // Descending probability; among equal ones the higher id first, mirroring an ascending
+    // stable sort read backwards.
+    auto by_prob = [&](int a, int b) { return probs_[a] > probs_[b] || (probs_[a] == probs_[b] && a > b); };
+    size_t k = std::min<size_t>(64, idx_.size());
+    size_t keep = 0;
+    while (true) {
+      std::partial_sort(idx_.begin(), idx_.begin() + k, idx_.end(), by_prob);
+      double above = 0.0;
+      keep = 0;
+      for (size_t j = 0; j < k; ++j) {
+        if (static_cast<float>(total - above) <= limit) break;
+        above += probs_[idx_[j]];
+        ++keep;
+      }
+      if (keep < k || k == idx_.size()) break;
+      k = std::min(idx_.size(), k * 4);
+    }
+    keep = std::max<size_t>(keep, 1);
+    flag_.assign(n, 1);
+    for (size_t j = 0; j < keep; ++j) flag_[idx_[j]] = 0;
+    for (int i = 0; i < n; ++i)
+      if (flag_[i]) l[i] = kNegInf;
+  }
+
+ private:
+  double p_;
+  std::vector<float> probs_;
+  std::vector<int> idx_;
+  std::vector<char> flag_;
+};
+
+class MinP : public Base<MinP> {
+ public:
+  explicit MinP(double p) : p_(p) {}
+  std::string name() const override { return "min_p(" + num(p_) + ")"; }
+  void apply(float* l, int n, const SampleContext&) override {
+    if (p_ <= 0.0) return;
+    probs_.resize(n);
+    if (!softmax(l, n, probs_.data())) return;
+    const float top = *std::max_element(probs_.begin(), probs_.end());
+    const float thr = static_cast<float>(p_) * top;
+    flag_.assign(n, 0);
+    for (int i = 0; i < n; ++i) flag_[i] = probs_[i] < thr;
+    remove_flagged(l, n, flag_);
+  }
+
+ private:
+  double p_;
+  std::vector<float> probs_;
+  std::vector<char> flag_;
+};
+
+// Locally typical sampling (Meister et al. 2022), as transformers' TypicalLogitsWarper: rank by
+// |-log p - H|, keep the smallest set reaching `mass`. Needs a full sort by that distance.
+class TypicalP : public Base<TypicalP> {
+ public:
+  explicit TypicalP(double p) : p_(p) {}
+  std::string name() const override { return "typical_p(" + num(p_) + ")"; }
+  void apply(float* l, int n, const SampleContext&) override {
+    if (p_ >= 1.0) return;
+    probs_.resize(n);
+    if (!softmax(l, n, probs_.data())) return;
+    double H = 0.0;
+    for (int i = 0; i < n; ++i)
+      if (probs_[i] > 0.0f) H -= probs_[i] * std::log(static_cast<double>(probs_[i]));
+    shift_.resize(n);
+    idx_.resize(n);
+    for (int i = 0; i < n; ++i) {
+      shift_[i] = probs_[i] > 0.0f ? std::fabs(-std::log(static_cast<double>(probs_[i])) - H)
+                                   : std::numeric_limits<double>::infinity();
+      idx_[i] = i;
+    }
+    std::stable_sort(idx_.begin(), idx_.end(), [&](int a, int b) { return shift_[a] < shift_[b]; });
+    double cum = 0.0;
+    int last = 0;  // number of tokens with cumulative mass < p, as transformers counts
+    for (int j = 0; j < n; ++j) {
+      cum += probs_[idx_[j]];
+      if (cum < p_) last = j + 1;
+      else break;
+    }
+    last = std::min(last, n - 1);
+    const double cutoff = shift_[idx_[last]];
+    flag_.assign(n, 0);
+    for (int i = 0; i < n; ++i) flag_[i] = shift_[i] > cutoff;
+    flag_[idx_[0]] = 0;  // min_tokens_to_keep = 1, in typicality order
+    for (int i = 0; i < n; ++i)
+      if (flag_[i]) l[i] = kNegInf;
+  }
+
+ private:
+  double p_;
+  std::vector<float> probs_;
+  std::vector<double> shift_;
+  std::vector<int> idx_;
+  std::vector<char> flag_;
+};
+
+// Truncation sampling (Hewitt et al. 2022): epsilon removes p < epsilon; eta removes
+// p < min(eta, sqrt(eta) * exp(-H)). transformers' EpsilonLogitsWarper / EtaLogitsWarper.
+class Cutoff : public Base<Cutoff> {
+ public:
+  Cutoff(double e, bool eta) : e_(e), eta_(eta) {}
+  std::string name() const override { return std::string(eta_ ? "eta_cutoff(" : "epsilon_cutoff(") + num(e_) + ")"; }
+  void apply(float* l, int n, const SampleContext&) override {
+    if (e_ <= 0.0) return;
+    probs_.resize(n);
+    if (!softmax(l, n, probs_.data())) return;
+    float thr = static_cast<float>(e_);  // compared in float32, as torch does
+    if (eta_) thr = std::min(thr, static_cast<float>(std::sqrt(e_) * std::exp(-entropy_of(probs_.data(), n))));
+    flag_.assign(n, 0);
+    for (int i = 0; i < n; ++i) flag_[i] = probs_[i] < thr;
+    remove_flagged(l, n, flag_);
+  }
+
+ private:
+  double e_;
+  bool eta_;
+  std::vector<float> probs_;
+  std::vector<char> flag_;
+};
+
+// Top-n-sigma (Tang et al. 2024; llama.cpp): keep logits >= max - n * std over the candidates.
+class TopNSigma : public Base<TopNSigma> {
+ public:
+  explicit TopNSigma(double n) : n_(n) {}
+  std::string name() const override { return "top_n_sigma(" + num(n_) + ")"; }
+  void apply(float* l, int n, const SampleContext&) override {
+    if (n_ <= 0.0) return;
+    double sum = 0.0, sq = 0.0, mx = -std::numeric_limits<double>::infinity();
+    int cnt = 0;
+    for (int i = 0; i < n; ++i)
+      if (std::isfinite(l[i])) {
+        sum += l[i];
+        sq += static_cast<double>(l[i]) * l[i];
+        mx = std::max(mx, static_cast<double>(l[i]));
+        ++cnt;
+      }
+    if (cnt <= 1) return;
+    const double mean = sum / cnt;
+    const double sd = std::sqrt(std::max(0.0, sq / cnt - mean * mean));
+    const double thr = mx - n_ * sd;
+    for (int i = 0; i < n; ++i)
+      if (std::isfinite(l[i]) && l[i] < thr) l[i] = kNegInf;
+  }
+
+ private:
+  double n_;
+};
+
+// Exclude Top Choices (XTC, llama.cpp): with the given probability, remove every token at or
+// above the threshold except the least likely of them, when at least two are.
+class XTC : public Base<XTC> {
+ public:
+  XTC(double prob, double thr, uint64_t seed) : prob_(prob), thr_(thr), seed_(seed) {}
+  std::string name() const override { return "xtc(" + num(prob_) + ", " + num(thr_) + ")"; }
+  void apply(float* l, int n, const SampleContext& ctx) override {
+    if (prob_ <= 0.0 || thr_ > 0.5) return;
+    if (counter_uniform(seed_, ctx.sequence, ctx.step, 0x787463) >= prob_) return;
+    probs_.resize(n);
+    if (!softmax(l, n, probs_.data())) return;
+    int least = -1, count = 0;
+    for (int i = 0; i < n; ++i)
+      if (probs_[i] >= thr_) {
+        ++count;
+        if (least < 0 || probs_[i] < probs_[least]) least = i;
+      }
+    if (count < 2) return;
+    for (int i = 0; i < n; ++i)
+      if (probs_[i] >= thr_ && i != least) l[i] = kNegInf;
+  }
+
+ private:
+  double prob_, thr_;
+  uint64_t seed_;
+  std::vector<float> probs_;
+};
+
+// CTRL repetition penalty (Keskar et al. 2019), transformers' semantics: every distinct token of
+// the context (prompt included; the last `last_n` tokens if last_n > 0): logit < 0 ? logit * r :
+// logit / r.
+class RepetitionPenalty : public Base<RepetitionPenalty> {
+ public:
+  RepetitionPenalty(double r, int64_t last_n) : r_(r), last_n_(last_n) {}
+  std::string name() const override { return "repetition_penalty(" + num(r_) + ")"; }
+  void apply(float* l, int n, const SampleContext& ctx) override {
+    if (r_ == 1.0) return;
+    seen_.assign(n, 0);
+    const int start = last_n_ > 0 ? std::max<int64_t>(0, ctx.n_tokens - last_n_) : 0;
+    const float r = static_cast<float>(r_);
+    for (int j = start; j < ctx.n_tokens; ++j) {
+      const int t = ctx.tokens[j];
+      if (t < 0 || t >= n || seen_[t]) continue;
+      seen_[t] = 1;
+      l[t] = l[t] < 0 ? l[t] * r : l[t] / r;
+    }
+  }
+
+ private:
+  double r_;
+  int64_t last_n_;
+  std::vector<char> seen_;
+};
+
+// OpenAI / vLLM presence and frequency penalties over the generated tokens only:
+// logit -= frequency * count + presence * (count > 0).
+class CountPenalty : public Base<CountPenalty> {
+ public:
+  CountPenalty(double v, bool presence) : v_(v), presence_(presence) {}
+  std::string name() const override {
+    return std::string(presence_ ? "presence_penalty(" : "frequency_penalty(") + num(v_) + ")";
+  }
+  void apply(float* l, int n, const SampleContext& ctx) override {
+    if (v_ == 0.0) return;
+    counts_.assign(n, 0);
+    for (int j = ctx.n_prompt; j < ctx.n_tokens; ++j) {
+      const int t = ctx.tokens[j];
+      if (t >= 0 && t < n) ++counts_[t];
+    }
+    for (int i = 0; i < n; ++i)
+      if (counts_[i] > 0) l[i] -= static_cast<float>(presence_ ? v_ : v_ * counts_[i]);
+  }
+
+ private:
+  double v_;
+  bool presence_;
+  std::vector<int> counts_;
+};
+
+// transformers' NoRepeatNGramLogitsProcessor: ban every token that would complete an n-gram that
+// already occurs in the context.
+class NoRepeatNGram : public Base<NoRepeatNGram> {
+ public:
+  explicit NoRepeatNGram(int64_t ng) : n_(ng) {}
+  std::string name() const override { return "no_repeat_ngram(" + std::to_string(n_) + ")"; }
+  void apply(float* l, int n, const SampleContext& ctx) override {
+    if (n_ <= 0 || ctx.n_tokens + 1 < n_) return;
+    const int L = ctx.n_tokens;
+    const int m = static_cast<int>(n_) - 1;  // prefix length
+    const int32_t* t = ctx.tokens;
+    for (int i = 0; i + m < L; ++i) {
+      bool match = true;
+      for (int j = 0; j < m && match; ++j) match = t[i + j] == t[L - m + j];
+      if (match && t[i + m] >= 0 && t[i + m] < n) l[t[i + m]] = kNegInf;
+    }
+  }
+
+ private:
+  int64_t n_;
+};
+
+class LogitBias : public Base<LogitBias> {
+ public:
+  explicit LogitBias(std::unordered_map<int64_t, double> b) : b_(std::move(b)) {}
+  std::string name() const override { return "logit_bias(" + std::to_string(b_.size()) + " tokens)"; }
+  void apply(float* l, int n, const SampleContext&) override {
+    for (const auto& kv : b_) {
+      if (kv.first < 0 || kv.first >= n)
+        throw std::invalid_argument("logit_bias token id " + std::to_string(kv.first) +
+                                    " is outside the vocabulary [0, " + std::to_string(n) + ")");
+      l[kv.first] += static_cast<float>(kv.second);
+    }
+  }
+
+ private:
+  std::unordered_map<int64_t, double> b_;
+};
+
+class SuppressTokens : public Base<SuppressTokens> {
+ public:
+  explicit SuppressTokens(std::vector<int64_t> ids) : ids_(std::move(ids)) {}
+  std::string name() const override { return "suppress_tokens(" + std::to_string(ids_.size()) + ")"; }
+  void apply(float* l, int n, const SampleContext&) override {
+    check_token_ids(ids_, n, "suppress_tokens");
+    for (int64_t t : ids_) l[t] = kNegInf;
+  }
+
+ private:
+  std::vector<int64_t> ids_;
+};
+
+class MinNewTokens : public Base<MinNewTokens> {
+ public:
+  MinNewTokens(int64_t m, std::vector<int64_t> eos) : m_(m), eos_(std::move(eos)) {}
+  std::string name() const override { return "min_new_tokens(" + std::to_string(m_) + ")"; }
+  void apply(float* l, int n, const SampleContext& ctx) override {
+    check_token_ids(eos_, n, "min_new_tokens EOS");
+    if (ctx.n_generated() >= m_) return;
+    for (int64_t t : eos_) l[t] = kNegInf;
+  }
+
+ private:
+  int64_t m_;
+  std::vector<int64_t> eos_;
+};
+
+// DRY, "don't repeat yourself" (p-e-w, 2024; llama.cpp): if the context's last tokens repeat an
+// earlier run that was followed by token x, penalise x by multiplier * base^(len - allowed_length)
+// for a run of len >= allowed_length. Runs do not cross sequence-breaker tokens.
+class DRY : public Base<DRY> {
+ public:
+  DRY(double mult, double base, int64_t allowed, std::vector<int64_t> breakers, int64_t last_n)
+      : mult_(mult), base_(base), allowed_(allowed), breakers_(std::move(breakers)), last_n_(last_n) {}
+  std::string name() const override { return "dry(" + num(mult_) + ", " + num(base_) + ")"; }
+  void apply(float* l, int n, const SampleContext& ctx) override {
+    if (mult_ == 0.0 || ctx.n_tokens < 2) return;
+    const int start = last_n_ > 0 ? std::max<int64_t>(0, ctx.n_tokens - last_n_) : 0;
+    const int32_t* t = ctx.tokens + start;
+    const int L = ctx.n_tokens - start;
+    auto is_breaker = [&](int32_t x) { return std::find(breakers_.begin(), breakers_.end(), x) != breakers_.end(); };
+    best_.assign(n, 0);
+    // For each earlier position j, the length of the run ending at j that equals the run ending
+    // at the last token; token t[j + 1] followed that run.
+    for (int j = L - 2; j >= 0; --j) {
+      int len = 0;
+      while (len <= j && t[j - len] == t[L - 1 - len] && !is_breaker(t[j - len])) ++len;
+      const int32_t next = t[j + 1];
+      if (len > 0 && next >= 0 && next < n && !is_breaker(next)) best_[next] = std::max(best_[next], len);
+    }
+    for (int i = 0; i < n; ++i)
+      if (best_[i] >= allowed_ && best_[i] > 0)
+        l[i] -= static_cast<float>(mult_ * std::pow(base_, static_cast<double>(best_[i] - allowed_)));
+  }
+
+ private:
+  double mult_, base_;
+  int64_t allowed_;
+  std::vector<int64_t> breakers_;
+  int64_t last_n_;
+  std::vector<int> best_;
+};
+
+// Draw from softmax(logits) with the counter-based generator: inverse CDF in token-id order.
+int draw(const float* probs, int n, double u) {
+  double total = 0.0;
+  for (int i = 0; i < n; ++i) total += probs[i];
+  const double target = u * total;
+  double cum = 0.0;
+  int last = -1;
+  for (int i = 0; i < n; ++i) {
+    if (probs[i] <= 0.0f) continue;
+    cum += probs[i];
+    last = i;
+    if (cum > target) return i;
+  }
+  return last;
+}
+
+class Greedy : public Base<Greedy> {
+ public:
+  std::string name() const override { return "greedy"; }
+  bool selects() const override { return true; }
+  void apply(float* l, int n, const SampleContext&) override {
+    const int top = argmax(l, n);
+    if (top < 0) throw std::invalid_argument("no candidate token has a finite logit");
+    keep_only(l, n, top);
+  }
+};
+
+class Dist : public Base<Dist> {
+ public:
+  explicit Dist(uint64_t seed) : seed_(seed) {}
+  std::string name() const override { return "dist(seed=" + std::to_string(seed_) + ")"; }
+  bool selects() const override { return true; }
+  void apply(float* l, int n, const SampleContext& ctx) override {
+    probs_.resize(n);
+    if (!softmax(l, n, probs_.data())) throw std::invalid_argument("no candidate token has a finite logit");
+    const int t = draw(probs_.data(), n, counter_uniform(seed_, ctx.sequence, ctx.step, 0x64697374));
+    keep_only(l, n, t);
+  }
+
+ private:
+  uint64_t seed_;
+  std::vector<float> probs_;
+};
+
+// Mirostat 2.0 (Basu et al. 2021), as llama.cpp: keep tokens with surprise -log2 p <= mu
+// (at least the top one), draw from them, then mu -= eta * (surprise of the accepted token - tau).
+class Mirostat : public Base<Mirostat> {
+ public:
+  Mirostat(double tau, double eta, uint64_t seed) : tau_(tau), eta_(eta), seed_(seed), mu_(2 * tau) {}
+  std::string name() const override { return "mirostat_v2(tau=" + num(tau_) + ", eta=" + num(eta_) + ")"; }
+  bool selects() const override { return true; }
+  void apply(float* l, int n, const SampleContext& ctx) override {
+    probs_.resize(n);
+    if (!softmax(l, n, probs_.data())) throw std::invalid_argument("no candidate token has a finite logit");
+    const int top = static_cast<int>(std::max_element(probs_.begin(), probs_.end()) - probs_.begin());
+    for (int i = 0; i < n; ++i)
+      if (i != top && (probs_[i] <= 0.0f || -std::log2(static_cast<double>(probs_[i])) > mu_)) l[i] = kNegInf;
+    softmax(l, n, probs_.data());  // renormalised over the kept tokens
+    const int t = draw(probs_.data(), n, counter_uniform(seed_, ctx.sequence, ctx.step, 0x6d69726f));
+    kept_ = probs_;
+    keep_only(l, n, t);
+  }
+  void accept(int32_t token) override {
+    if (token < 0 || token >= static_cast<int32_t>(kept_.size()) || kept_[token] <= 0.0f) return;
+    mu_ -= eta_ * (-std::log2(static_cast<double>(kept_[token])) - tau_);
+  }
+  void reset() override { mu_ = 2 * tau_; }
+
+ private:
+  double tau_, eta_;
+  uint64_t seed_;
+  double mu_;
+  std::vector<float> probs_, kept_;
+};
+
+void require(bool ok, const std::string& msg) {
+  if (!ok) throw std::invalid_argument(msg);
+}
+bool finite(double v) { return std::isfinite(v); }
+}  // namespace
+
+double counter_uniform(uint64_t seed, uint64_t sequence, uint64_t step, uint64_t salt) {
+  const uint64_t h = mix64(mix64(mix64(mix64(seed) ^ sequence) ^ step) ^ salt);
+  return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
+}
+
+bool softmax(const float* l, int n, float* p) {
+  float mx = kNegInf;
+  bool any = false, posinf = false;
+  for (int i = 0; i < n; ++i) {
+    if (removed(l[i])) continue;
+    any = true;
+    if (l[i] == std::numeric_limits<float>::infinity()) posinf = true;
+    mx = std::max(mx, l[i]);
+  }
+  if (!any) {
+    std::fill(p, p + n, 0.0f);
+    return false;
+  }
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) {
+    float e;
+    if (removed(l[i])) e = 0.0f;
+    else if (posinf) e = l[i] == std::numeric_limits<float>::infinity() ? 1.0f : 0.0f;
+    else e = std::exp(l[i] - mx);
+    p[i] = e;
+    sum += e;
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int i = 0; i < n; ++i) p[i] *= inv;
+  return true;
+}
+
+double entropy_of(const float* p, int n) {
+  double h = 0.0;
+  for (int i = 0; i < n; ++i)
+    if (p[i] > 0.0f) h -= p[i] * std::log(static_cast<double>(p[i]));
+  return h;
+}
+
+SamplerPtr Chain::clone() const {
+  std::vector<SamplerPtr> c;
+  for (const auto& s : stages_) c.push_back(s->clone());
+  return std::make_shared<Chain>(std::move(c));
+}
+
+SamplerPtr make_temperature(double t) {
+  require(finite(t) && t >= 0.0, "temperature must be a finite number >= 0, got " + num(t));
+  return std::make_shared<Temperature>(t);
+}
+SamplerPtr make_top_k(int64_t k) {
+  require(k >= 0, "top_k must be >= 0 (0 disables it), got " + std::to_string(k));
+  return std::make_shared<TopK>(k);
+}
+SamplerPtr make_top_p(double p) {
+  require(finite(p) && p > 0.0 && p <= 1.0, "top_p must be in (0, 1], got " + num(p));
+  return std::make_shared<TopP>(p);
+}
+SamplerPtr make_min_p(double p) {
+  require(finite(p) && p >= 0.0 && p <= 1.0, "min_p must be in [0, 1], got " + num(p));
+  return std::make_shared<MinP>(p);
+}
+SamplerPtr make_typical_p(double p) {
+  require(finite(p) && p > 0.0 && p <= 1.0, "typical_p must be in (0, 1], got " + num(p));
+  return std::make_shared<TypicalP>(p);
+}
+SamplerPtr make_epsilon_cutoff(double e) {
+  require(finite(e) && e >= 0.0 && e < 1.0, "epsilon must be in [0, 1), got " + num(e));
+  return std::make_shared<Cutoff>(e, false);
+}
+SamplerPtr make_eta_cutoff(double e) {
+  require(finite(e) && e >= 0.0 && e < 1.0, "eta must be in [0, 1), got " + num(e));
+  return std::make_shared<Cutoff>(e, true);
+}
+SamplerPtr make_top_n_sigma(double n) {
+  require(finite(n) && n >= 0.0, "top_n_sigma n must be a finite number >= 0 (0 disables it), got " + num(n));
+  return std::make_shared<TopNSigma>(n);
+}
+SamplerPtr make_xtc(double probability, double threshold, uint64_t seed) {
+  require(finite(probability) && probability >= 0.0 && probability <= 1.0,
+          "xtc probability must be in [0, 1], got " + num(probability));
+  require(finite(threshold) && threshold >= 0.0 && threshold <= 1.0,
+          "xtc threshold must be in [0, 1], got " + num(threshold));
+  return std::make_shared<XTC>(probability, threshold, seed);
+}
+SamplerPtr make_repetition_penalty(double r, int64_t last_n) {
+  require(finite(r) && r > 0.0, "repetition_penalty must be a finite number > 0, got " + num(r));
+  require(last_n >= 0, "repetition_penalty last_n must be >= 0 (0: the whole context), got " + std::to_string(last_n));
+  return std::make_shared<RepetitionPenalty>(r, last_n);
+}
+SamplerPtr make_presence_penalty(double v) {
+  require(finite(v) && v >= -2.0 && v <= 2.0, "presence_penalty must be in [-2, 2], got " + num(v));
+  return std::make_shared<CountPenalty>(v, true);
+}
+SamplerPtr make_frequency_penalty(double v) {
+  require(finite(v) && v >= -2.0 && v <= 2.0, "frequency_penalty must be in [-2, 2], got " + num(v));
+  return std::make_shared<CountPenalty>(v, false);
+}
+SamplerPtr make_no_repeat_ngram(int64_t n) {
+  require(n >= 0, "no_repeat_ngram_size must be >= 0 (0 disables it), got " + std::to_string(n));
+  return std::make_shared<NoRepeatNGram>(n);
+}
+SamplerPtr make_logit_bias(const std::unordered_map<int64_t, double>& bias) {
+  for (const auto& kv : bias) {
+    require(kv.first >= 0, "logit_bias token id must be >= 0, got " + std::to_string(kv.first));
+    require(finite(kv.second) || kv.second == -std::numeric_limits<double>::infinity(),
+            "logit_bias for token " + std::to_string(kv.first) + " must be finite or -inf, got " + num(kv.second));
+  }
+  return std::make_shared<LogitBias>(bias);
+}
+SamplerPtr make_suppress_tokens(const std::vector<int64_t>& ids) {
+  for (int64_t t : ids) require(t >= 0, "suppress_tokens token id must be >= 0, got " + std::to_string(t));
+  return std::make_shared<SuppressTokens>(ids);
+}
+SamplerPtr make_min_new_tokens(int64_t m, const std::vector<int64_t>& eos) {
+  require(m >= 0, "min_new_tokens must be >= 0, got " + std::to_string(m));
+  for (int64_t t : eos) require(t >= 0, "min_new_tokens EOS id must be >= 0, got " + std::to_string(t));
+  return std::make_shared<MinNewTokens>(m, eos);
+}
+SamplerPtr make_dry(double mult, double base, int64_t allowed, const std::vector<int64_t>& breakers, int64_t last_n) {
+  require(finite(mult) && mult >= 0.0, "dry multiplier must be a finite number >= 0, got " + num(mult));
+  require(finite(base) && base >= 1.0, "dry base must be a finite number >= 1, got " + num(base));
+  require(allowed >= 1, "dry allowed_length must be >= 1, got " + std::to_string(allowed));
+  require(last_n >= 0, "dry last_n must be >= 0 (0: the whole context), got " + std::to_string(last_n));
+  return std::make_shared<DRY>(mult, base, allowed, breakers, last_n);
+}
+SamplerPtr make_mirostat_v2(double tau, double eta, uint64_t seed) {
+  require(finite(tau) && tau > 0.0, "mirostat tau must be a finite number > 0, got " + num(tau));
+  require(finite(eta) && eta > 0.0 && eta <= 1.0, "mirostat eta must be in (0, 1], got " + num(eta));
+  return std::make_shared<Mirostat>(tau, eta, seed);
+}
+SamplerPtr make_greedy() { return std::make_shared<Greedy>(); }
+SamplerPtr make_dist(uint64_t seed) { return std::make_shared<Dist>(seed); }
+
+}  // namespace decodelab
