@@ -24,12 +24,17 @@ import numpy as np
 from ._native import _core
 
 __all__ = [
-    "Sampler", "Chain", "StageRecord", "probs",
+    "Sampler", "Chain", "StageRecord", "probs", "softmax",
     "Temperature", "TopK", "TopP", "MinP", "TypicalP", "EpsilonCutoff", "EtaCutoff", "TopNSigma", "XTC",
     "RepetitionPenalty", "PresencePenalty", "FrequencyPenalty", "NoRepeatNGram", "LogitBias", "SuppressTokens",
     "MinNewTokens", "DRY", "Mirostat", "Greedy", "Dist",
     "ORDERS", "DEFAULT_ORDER", "PRESETS", "build_chain",
 ]
+
+
+def softmax(logits) -> np.ndarray:
+    """Probabilities of a logits vector under the samplers' conventions (float32)."""
+    return _core.softmax(np.asarray(logits, dtype=np.float32))
 
 
 def probs(logits, digits: int = 3) -> List[float]:
