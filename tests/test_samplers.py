@@ -375,3 +375,13 @@ def test_plot_stages(stories):
     assert len(fig.axes) == 4
     g = stories.generate("Once", max_new_tokens=2, temperature=0.8, seed=0, trace=True)
     assert len(decodelab.plot.stages(g.trace[0]).axes) == 3  # raw, temperature, dist
+
+
+@pytest.mark.parametrize("scale", [0.5, 3.0, 10.0])
+def test_top_p_and_min_p_match_transformers_on_a_gpt2_sized_vocabulary(scale):
+    x = (np.random.default_rng(int(scale * 10)).standard_normal(50257) * scale).astype(np.float32)
+    for p in (0.05, 0.5, 0.9, 0.99):
+        _same(S.TopP(p).apply(x), _hf(hf.TopPLogitsWarper(p), x))
+        _same(S.MinP(p / 10).apply(x), _hf(hf.MinPLogitsWarper(p / 10), x))
+    for k in (1, 40, 1000):
+        _same(S.TopK(k).apply(x), _hf(hf.TopKLogitsWarper(k), x))

@@ -1,5 +1,7 @@
+#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
@@ -24,8 +26,12 @@ bool removed(float x) { return std::isnan(x) || x == kNegInf; }
 // Index of the largest logit (NaN ignored, ties to the lowest id), or -1 if none is finite/+inf.
 int argmax(const float* l, int n) {
   int best = -1;
+  float bv = kNegInf;
   for (int i = 0; i < n; ++i)
-    if (!removed(l[i]) && (best < 0 || l[i] > l[best])) best = i;
+    if (l[i] > bv) {  // NaN and -inf never win
+      bv = l[i];
+      best = i;
+    }
   return best;
 }
 
@@ -103,8 +109,9 @@ class TopK : public Base<TopK> {
 
 // transformers' TopPLogitsWarper: a token is removed when the probability mass of the tokens
 // ranked at or below it is <= 1 - p (compared in float32, as torch does), so the token that
-// crosses p is kept. The mass at or below a token is the total minus the mass ranked above it,
-// so only the head of the distribution is sorted, as far as needed.
+// crosses p is kept. The mass at or below a token is the total minus the mass ranked above it.
+// No full sort: a histogram over the float bits of the probabilities (monotone for positive
+// floats) finds the one bucket where the cumulative mass crosses, and only that bucket is sorted.
 class TopP : public Base<TopP> {
  public:
   explicit TopP(double p) : p_(p) {}
@@ -113,42 +120,53 @@ class TopP : public Base<TopP> {
     if (p_ >= 1.0) return;
     probs_.resize(n);
     if (!softmax(l, n, probs_.data())) return;
-    idx_.clear();
+    constexpr int kShift = 20, kBuckets = 1 << (31 - kShift);  // sign bit is 0 for probabilities
+    hist_.assign(kBuckets, 0.0);
     double total = 0.0;
     for (int i = 0; i < n; ++i) {
       total += probs_[i];
-      if (!removed(l[i])) idx_.push_back(i);
+      hist_[bucket(probs_[i], kShift)] += probs_[i];
     }
     const float limit = static_cast<float>(1.0 - p_);
-    // Descending probability; among equal ones the higher id first, mirroring an ascending
-    // stable sort read backwards.
-    auto by_prob = [&](int a, int b) { return probs_[a] > probs_[b] || (probs_[a] == probs_[b] && a > b); };
-    size_t k = std::min<size_t>(64, idx_.size());
-    size_t keep = 0;
-    while (true) {
-      std::partial_sort(idx_.begin(), idx_.begin() + k, idx_.end(), by_prob);
-      double above = 0.0;
-      keep = 0;
-      for (size_t j = 0; j < k; ++j) {
-        if (static_cast<float>(total - above) <= limit) break;
-        above += probs_[idx_[j]];
-        ++keep;
-      }
-      if (keep < k || k == idx_.size()) break;
-      k = std::min(idx_.size(), k * 4);
+    const double target = total - static_cast<double>(limit);  // mass that must be ranked above
+    double above = 0.0;
+    int b = kBuckets - 1;
+    for (; b > 0; --b) {
+      if (hist_[b] > 0.0 && above + hist_[b] >= target) break;
+      above += hist_[b];
     }
-    keep = std::max<size_t>(keep, 1);
-    flag_.assign(n, 1);
-    for (size_t j = 0; j < keep; ++j) flag_[idx_[j]] = 0;
-    for (int i = 0; i < n; ++i)
-      if (flag_[i]) l[i] = kNegInf;
+    // Tokens of buckets above b are kept, those below b removed; bucket b is decided exactly.
+    idx_.clear();
+    for (int i = 0; i < n; ++i) {
+      const int bi = bucket(probs_[i], kShift);
+      if (bi == b && probs_[i] > 0.0f) idx_.push_back(i);
+      else if (bi < b || probs_[i] <= 0.0f) l[i] = kNegInf;
+    }
+    // Descending probability; among equal ones the higher id first, mirroring an ascending stable
+    // sort read backwards.
+    std::sort(idx_.begin(), idx_.end(),
+              [&](int x, int y) { return probs_[x] > probs_[y] || (probs_[x] == probs_[y] && x > y); });
+    bool any_kept = above > 0.0;
+    for (int j : idx_) {
+      if (static_cast<float>(total - above) <= limit && any_kept) {
+        l[j] = kNegInf;
+      } else {
+        any_kept = true;  // at least the top token stays
+        above += probs_[j];
+      }
+    }
   }
 
  private:
+  static int bucket(float p, int shift) {
+    uint32_t u;
+    std::memcpy(&u, &p, 4);
+    return static_cast<int>(u >> shift);
+  }
   double p_;
   std::vector<float> probs_;
+  std::vector<double> hist_;
   std::vector<int> idx_;
-  std::vector<char> flag_;
 };
 
 class MinP : public Base<MinP> {
@@ -538,28 +556,31 @@ double counter_uniform(uint64_t seed, uint64_t sequence, uint64_t step, uint64_t
 }
 
 bool softmax(const float* l, int n, float* p) {
+  // NaN and -inf fail every comparison, so neither can be the maximum.
+  constexpr float kPosInf = std::numeric_limits<float>::infinity();
   float mx = kNegInf;
-  bool any = false, posinf = false;
-  for (int i = 0; i < n; ++i) {
-    if (removed(l[i])) continue;
-    any = true;
-    if (l[i] == std::numeric_limits<float>::infinity()) posinf = true;
-    mx = std::max(mx, l[i]);
-  }
-  if (!any) {
+  for (int i = 0; i < n; ++i) mx = l[i] > mx ? l[i] : mx;
+  if (mx == kNegInf) {
     std::fill(p, p + n, 0.0f);
     return false;
   }
-  double sum = 0.0;
-  for (int i = 0; i < n; ++i) {
-    float e;
-    if (removed(l[i])) e = 0.0f;
-    else if (posinf) e = l[i] == std::numeric_limits<float>::infinity() ? 1.0f : 0.0f;
-    else e = std::exp(l[i] - mx);
-    p[i] = e;
-    sum += e;
+  float sum = 0.0f;
+  if (mx == kPosInf) {  // +inf logits share all the mass
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < n; ++i) {
+      p[i] = l[i] == kPosInf ? 1.0f : 0.0f;
+      sum += p[i];
+    }
+  } else {
+    // Eigen's vectorised exp; exp(-inf) = 0, and NaN logits are zeroed after.
+    Eigen::Map<const Eigen::ArrayXf> L(l, n);
+    Eigen::Map<Eigen::ArrayXf> P(p, n);
+    P = (L - mx).exp();
+    P = (P == P).select(P, 0.0f);
+    sum = P.sum();
   }
-  const float inv = static_cast<float>(1.0 / sum);
+  const float inv = 1.0f / sum;
+#pragma omp simd
   for (int i = 0; i < n; ++i) p[i] *= inv;
   return true;
 }
