@@ -101,7 +101,9 @@ class Sampler:
         return c
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name})"
+        name = self.name
+        args = name[name.index("(") + 1:-1] if "(" in name else ""
+        return f"{type(self).__name__}({args})"
 
 
 @dataclasses.dataclass
