@@ -21,6 +21,7 @@ namespace py = pybind11;
 namespace decodelab {
 
 py::dict generate_result_dict(const GenerateResult& r);
+py::dict beam_result_dict(const BeamResult& r);
 
 namespace {
 
@@ -198,6 +199,30 @@ the first write into a shared block copies that block (copy-on-write).
                std::to_string(c.shared_blocks()) + " shared), " + std::to_string(c.nbytes()) + " bytes)";
       });
 
+  py::class_<Decoder>(m, "Decoder", "Decode one token per step() call; for streams.")
+      .def(py::init([](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& prompt,
+                       Chain& chain, KVCache& cache, int max_new_tokens, const std::vector<int32_t>& eos_ids,
+                       uint64_t sequence, int logprobs, bool logprobs_processed, int trace, int trace_top) {
+             DecodeOptions o;
+             o.max_new_tokens = max_new_tokens;
+             o.eos_ids = eos_ids;
+             o.sequence = sequence;
+             o.logprobs = logprobs;
+             o.logprobs_processed = logprobs_processed;
+             o.trace = trace;
+             o.trace_top = trace_top;
+             return std::make_unique<Decoder>(e, cache, to_ids(prompt), chain, o);
+           }),
+           py::arg("engine"), py::arg("prompt"), py::arg("chain"), py::arg("cache"), py::arg("max_new_tokens"),
+           py::arg("eos_ids"), py::arg("sequence") = 0, py::arg("logprobs") = -1, py::arg("logprobs_processed") = false,
+           py::arg("trace") = 0, py::arg("trace_top") = 20,
+           // The decoder refers to the engine, chain and cache: keep them alive as long as it lives.
+           py::keep_alive<1, 2>(), py::keep_alive<1, 4>(), py::keep_alive<1, 5>())
+      .def("step", &Decoder::step, py::call_guard<py::gil_scoped_release>(),
+           "Run the model and choose the next token; -1 once finished.")
+      .def_property_readonly("finished", &Decoder::finished)
+      .def("result", [](const Decoder& d) { return generate_result_dict(d.result()); });
+
   py::class_<Transformer, std::shared_ptr<Transformer>>(m, "Engine")
       .def(py::init([](const ModelConfig& cfg, const std::vector<std::string>& files,
                        const std::vector<TensorTuple>& tensors, int n_threads) {
@@ -254,6 +279,34 @@ the first write into a shared block copies that block (copy-on-write).
           },
           py::arg("tokens"), py::arg("cache"), py::arg("all_logits"),
           "Run tokens through the model, appending them to the cache; logits (rows, vocab).")
+      .def(
+          "beam_search",
+          [](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& prompt,
+             Chain& processors, KVCache& cache, int num_beams, int max_new_tokens, double length_penalty,
+             int early_stopping, int num_return_sequences, const std::vector<int32_t>& eos_ids, bool do_sample,
+             uint64_t seed, bool trace) {
+            std::vector<int32_t> ids = to_ids(prompt);
+            e.check_tokens(ids.data(), static_cast<int>(ids.size()), cache);
+            BeamOptions o;
+            o.num_beams = num_beams;
+            o.max_new_tokens = max_new_tokens;
+            o.length_penalty = length_penalty;
+            o.early_stopping = early_stopping;
+            o.num_return_sequences = num_return_sequences;
+            o.eos_ids = eos_ids;
+            o.do_sample = do_sample;
+            o.seed = seed;
+            o.trace = trace;
+            BeamResult r;
+            {
+              py::gil_scoped_release nogil;
+              r = beam_search(e, cache, ids, processors, o, poll_signals);
+            }
+            return beam_result_dict(r);
+          },
+          py::arg("prompt"), py::arg("processors"), py::arg("cache"), py::arg("num_beams"), py::arg("max_new_tokens"),
+          py::arg("length_penalty"), py::arg("early_stopping"), py::arg("num_return_sequences"), py::arg("eos_ids"),
+          py::arg("do_sample"), py::arg("seed"), py::arg("trace"))
       .def(
           "generate",
           [](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& prompt,

@@ -72,6 +72,7 @@ py::dict generate_result_dict(const GenerateResult& r) {
   d["token_ids"] = r.token_ids;
   d["finish_reason"] = r.finish_reason;
   d["prefill_seconds"] = r.prefill_seconds;
+  d["first_token_seconds"] = r.first_token_seconds;
   d["decode_seconds"] = r.decode_seconds;
   d["logprobs"] = r.logprobs;
   d["top_ids"] = r.top_ids;
@@ -90,6 +91,37 @@ py::dict generate_result_dict(const GenerateResult& r) {
     trace.append(s);
   }
   d["trace"] = trace;
+  return d;
+}
+
+py::dict beam_result_dict(const BeamResult& r) {
+  py::dict d;
+  py::list hyps;
+  for (const auto& h : r.hypotheses) {
+    py::dict x;
+    x["token_ids"] = h.token_ids;
+    x["score"] = h.score;
+    x["sum_logprobs"] = h.sum_logprobs;
+    x["finish_reason"] = h.finish_reason;
+    hyps.append(x);
+  }
+  d["hypotheses"] = hyps;
+  py::list ev;
+  for (const auto& e : r.events) {
+    py::dict x;
+    x["step"] = e.step;
+    x["node"] = e.node;
+    x["parent"] = e.parent;
+    x["token"] = e.token;
+    x["sum_logprobs"] = e.sum_logprobs;
+    x["status"] = e.status;
+    ev.append(x);
+  }
+  d["events"] = ev;
+  d["steps"] = r.steps;
+  d["prefill_seconds"] = r.prefill_seconds;
+  d["decode_seconds"] = r.decode_seconds;
+  d["peak_cache_bytes"] = r.peak_cache_bytes;
   return d;
 }
 

@@ -49,118 +49,329 @@ void stage_stats(const float* before, const float* after, int n, int top, StageS
   for (size_t j = 0; j < out.top_ids.size(); ++j) out.top_probs[j] = pa[out.top_ids[j]];
 }
 
-GenerateResult generate(const Transformer& model, KVCache& cache, const std::vector<int32_t>& prompt, Chain& chain,
-                        const DecodeOptions& opts, const std::function<void()>& poll) {
-  using clock = std::chrono::steady_clock;
-  if (opts.max_new_tokens < 0)
-    throw std::invalid_argument("max_new_tokens must be >= 0, got " + std::to_string(opts.max_new_tokens));
-  if (!chain.selects())
+Decoder::Decoder(const Transformer& model, KVCache& cache, std::vector<int32_t> prompt, Chain& chain,
+                 const DecodeOptions& opts)
+    : model_(model), cache_(cache), prompt_(std::move(prompt)), chain_(chain), opts_(opts) {
+  if (opts_.max_new_tokens < 0)
+    throw std::invalid_argument("max_new_tokens must be >= 0, got " + std::to_string(opts_.max_new_tokens));
+  if (!chain_.selects())
     throw std::invalid_argument("the sampler chain must end with a selector (Greedy, Dist or Mirostat)");
-  const int V = model.config().vocab_size;
-  const int64_t total = static_cast<int64_t>(cache.length()) + static_cast<int64_t>(prompt.size()) + opts.max_new_tokens;
-  if (total - 1 > model.config().max_position)
-    throw std::invalid_argument(std::to_string(cache.length() + prompt.size()) + " prompt tokens + max_new_tokens " +
-                                std::to_string(opts.max_new_tokens) + " exceed the context window of " +
-                                std::to_string(model.config().max_position) + " positions");
-  GenerateResult r;
-  r.finish_reason = "length";
-  if (opts.max_new_tokens == 0) return r;
+  const int64_t total = static_cast<int64_t>(cache_.length()) + static_cast<int64_t>(prompt_.size()) +
+                        opts_.max_new_tokens;
+  if (total - 1 > model_.config().max_position)
+    throw std::invalid_argument(std::to_string(cache_.length() + prompt_.size()) + " prompt tokens + max_new_tokens " +
+                                std::to_string(opts_.max_new_tokens) + " exceed the context window of " +
+                                std::to_string(model_.config().max_position) + " positions");
+  model_.check_tokens(prompt_.data(), static_cast<int>(prompt_.size()), cache_);
+  r_.finish_reason = "length";
+}
 
-  std::vector<float> raw(V), work(V), before(V), pb, pa, praw, pproc;
-  const auto& stages = chain.stages();
-  auto t0 = clock::now();
-  model.forward(prompt.data(), static_cast<int>(prompt.size()), cache, raw.data(), false);
-  auto t1 = clock::now();
-  r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-
-  std::vector<int32_t> history(cache.token_ids());  // prompt (with any reused prefix), then output
-  history.reserve(history.size() + opts.max_new_tokens);
-  SampleContext ctx;
-  ctx.n_prompt = static_cast<int>(history.size());
-  ctx.sequence = opts.sequence;
-  r.token_ids.reserve(opts.max_new_tokens);
-
-  for (int step = 0; step < opts.max_new_tokens; ++step) {
-    if (poll) poll();
-    ctx.tokens = history.data();
-    ctx.n_tokens = static_cast<int>(history.size());
-    ctx.step = static_cast<uint64_t>(step);
-    std::copy(raw.begin(), raw.end(), work.begin());
-    StepTrace st;
-    if (opts.trace) {
+int32_t Decoder::step() {
+  using clock = std::chrono::steady_clock;
+  if (finished_) return -1;
+  const int V = model_.config().vocab_size;
+  const auto t0 = clock::now();
+  if (!started_) {
+    started_ = true;
+    if (opts_.max_new_tokens == 0) {
+      finished_ = true;
+      return -1;
+    }
+    raw_.resize(V);
+    work_.resize(V);
+    before_.resize(V);
+    model_.forward(prompt_.data(), static_cast<int>(prompt_.size()), cache_, raw_.data(), false);
+    r_.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    history_ = cache_.token_ids();  // prompt (with any reused prefix), then output
+    history_.reserve(history_.size() + opts_.max_new_tokens);
+    ctx_.n_prompt = static_cast<int>(history_.size());
+    ctx_.sequence = opts_.sequence;
+    r_.token_ids.reserve(opts_.max_new_tokens);
+  } else if (pending_ >= 0) {
+    model_.forward(&pending_, 1, cache_, raw_.data(), false);
+    pending_ = -1;
+  }
+  const auto& stages = chain_.stages();
+  const int step = static_cast<int>(r_.token_ids.size());
+  ctx_.tokens = history_.data();
+  ctx_.n_tokens = static_cast<int>(history_.size());
+  ctx_.step = static_cast<uint64_t>(step);
+  std::copy(raw_.begin(), raw_.end(), work_.begin());
+  StepTrace st;
+  if (opts_.trace) {
+    StageStats s;
+    s.name = "raw";
+    stage_stats(raw_.data(), raw_.data(), V, opts_.trace_top, s, pb_, pa_);
+    if (opts_.trace == 2) s.logits = raw_;
+    st.stages.push_back(std::move(s));
+  }
+  // Every stage but the selector; `work_` then holds the processed distribution.
+  for (size_t i = 0; i + 1 < stages.size(); ++i) {
+    if (opts_.trace) std::copy(work_.begin(), work_.end(), before_.begin());
+    stages[i]->apply(work_.data(), V, ctx_);
+    if (opts_.trace) {
       StageStats s;
-      s.name = "raw";
-      stage_stats(raw.data(), raw.data(), V, opts.trace_top, s, pb, pa);
-      if (opts.trace == 2) s.logits = raw;
+      s.name = stages[i]->name();
+      stage_stats(before_.data(), work_.data(), V, opts_.trace_top, s, pb_, pa_);
+      if (opts_.trace == 2) s.logits = work_;
       st.stages.push_back(std::move(s));
     }
-    // Every stage but the selector; `work` then holds the processed distribution.
-    for (size_t i = 0; i + 1 < stages.size(); ++i) {
-      if (opts.trace) std::copy(work.begin(), work.end(), before.begin());
-      stages[i]->apply(work.data(), V, ctx);
-      if (opts.trace) {
-        StageStats s;
-        s.name = stages[i]->name();
-        stage_stats(before.data(), work.data(), V, opts.trace_top, s, pb, pa);
-        if (opts.trace == 2) s.logits = work;
-        st.stages.push_back(std::move(s));
-      }
-    }
-    const bool need_processed = opts.trace || (opts.logprobs >= 0 && opts.logprobs_processed);
-    if (need_processed) {
-      pproc.resize(V);
-      softmax(work.data(), V, pproc.data());
-    }
-    if (opts.trace) std::copy(work.begin(), work.end(), before.begin());
-    stages.back()->apply(work.data(), V, ctx);
-    int32_t next = -1;
-    for (int i = 0; i < V; ++i)
-      if (!is_removed(work[i])) {
-        next = i;
-        break;
-      }
-    if (next < 0) throw std::invalid_argument("the sampler chain removed every token");
-    chain.accept(next);
-
-    if (opts.trace || opts.logprobs >= 0) {
-      praw.resize(V);
-      softmax(raw.data(), V, praw.data());
-    }
-    if (opts.trace) {
-      StageStats s;
-      s.name = stages.back()->name();
-      stage_stats(before.data(), work.data(), V, opts.trace_top, s, pb, pa);
-      if (opts.trace == 2) s.logits = work;
-      st.stages.push_back(std::move(s));
-      st.token = next;
-      st.rank_raw = rank_of(praw, next);
-      st.logprob_raw = log_of(praw[next]);
-      st.rank_processed = rank_of(pproc, next);
-      st.logprob_processed = log_of(pproc[next]);
-      r.trace.push_back(std::move(st));
-    }
-    if (opts.logprobs >= 0) {
-      const std::vector<float>& dist = opts.logprobs_processed ? pproc : praw;
-      r.logprobs.push_back(log_of(dist[next]));
-      std::vector<int32_t> ids;
-      top_of(dist, opts.logprobs, ids);
-      std::vector<float> lps(ids.size());
-      for (size_t j = 0; j < ids.size(); ++j) lps[j] = log_of(dist[ids[j]]);
-      r.top_ids.push_back(std::move(ids));
-      r.top_logprobs.push_back(std::move(lps));
-    }
-
-    r.token_ids.push_back(next);
-    history.push_back(next);
-    if (std::find(opts.eos_ids.begin(), opts.eos_ids.end(), next) != opts.eos_ids.end()) {
-      r.finish_reason = "stop";
+  }
+  const bool need_processed = opts_.trace || (opts_.logprobs >= 0 && opts_.logprobs_processed);
+  if (need_processed) {
+    pproc_.resize(V);
+    softmax(work_.data(), V, pproc_.data());
+  }
+  if (opts_.trace) std::copy(work_.begin(), work_.end(), before_.begin());
+  stages.back()->apply(work_.data(), V, ctx_);
+  int32_t next = -1;
+  for (int i = 0; i < V; ++i)
+    if (!is_removed(work_[i])) {
+      next = i;
       break;
     }
-    if (step + 1 == opts.max_new_tokens) break;
-    model.forward(&next, 1, cache, raw.data(), false);
+  if (next < 0) throw std::invalid_argument("the sampler chain removed every token");
+  chain_.accept(next);
+
+  if (opts_.trace || opts_.logprobs >= 0) {
+    praw_.resize(V);
+    softmax(raw_.data(), V, praw_.data());
   }
-  r.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
-  return r;
+  if (opts_.trace) {
+    StageStats s;
+    s.name = stages.back()->name();
+    stage_stats(before_.data(), work_.data(), V, opts_.trace_top, s, pb_, pa_);
+    if (opts_.trace == 2) s.logits = work_;
+    st.stages.push_back(std::move(s));
+    st.token = next;
+    st.rank_raw = rank_of(praw_, next);
+    st.logprob_raw = log_of(praw_[next]);
+    st.rank_processed = rank_of(pproc_, next);
+    st.logprob_processed = log_of(pproc_[next]);
+    r_.trace.push_back(std::move(st));
+  }
+  if (opts_.logprobs >= 0) {
+    const std::vector<float>& dist = opts_.logprobs_processed ? pproc_ : praw_;
+    r_.logprobs.push_back(log_of(dist[next]));
+    std::vector<int32_t> ids;
+    top_of(dist, opts_.logprobs, ids);
+    std::vector<float> lps(ids.size());
+    for (size_t j = 0; j < ids.size(); ++j) lps[j] = log_of(dist[ids[j]]);
+    r_.top_ids.push_back(std::move(ids));
+    r_.top_logprobs.push_back(std::move(lps));
+  }
+  r_.token_ids.push_back(next);
+  history_.push_back(next);
+  if (std::find(opts_.eos_ids.begin(), opts_.eos_ids.end(), next) != opts_.eos_ids.end()) {
+    r_.finish_reason = "stop";
+    finished_ = true;
+  } else if (static_cast<int>(r_.token_ids.size()) == opts_.max_new_tokens) {
+    finished_ = true;
+  } else {
+    pending_ = next;  // run through the model at the next step, only if there is one
+  }
+  const double dt = std::chrono::duration<double>(clock::now() - t0).count();
+  if (step == 0) r_.first_token_seconds = dt;
+  else r_.decode_seconds += dt;
+  return next;
+}
+
+GenerateResult generate(const Transformer& model, KVCache& cache, const std::vector<int32_t>& prompt, Chain& chain,
+                        const DecodeOptions& opts, const std::function<void()>& poll) {
+  Decoder d(model, cache, prompt, chain, opts);
+  while (!d.finished()) {
+    if (poll) poll();
+    d.step();
+  }
+  return d.result();
+}
+
+namespace {
+struct Candidate {
+  double score;   // accumulated log-probability
+  int beam;
+  int32_t token;
+};
+}  // namespace
+
+BeamResult beam_search(const Transformer& model, KVCache& prompt_cache, const std::vector<int32_t>& prompt,
+                       Chain& processors, const BeamOptions& o, const std::function<void()>& poll) {
+  using clock = std::chrono::steady_clock;
+  const int V = model.config().vocab_size;
+  const int B = o.num_beams;
+  if (B < 1) throw std::invalid_argument("num_beams must be >= 1, got " + std::to_string(B));
+  if (o.num_return_sequences < 1 || o.num_return_sequences > B)
+    throw std::invalid_argument("num_return_sequences must be in [1, num_beams = " + std::to_string(B) + "], got " +
+                                std::to_string(o.num_return_sequences));
+  if (o.max_new_tokens < 1) throw std::invalid_argument("beam search needs max_new_tokens >= 1");
+  if (processors.selects())
+    throw std::invalid_argument("beam search takes processors only; the beams choose the tokens");
+  const int64_t total = static_cast<int64_t>(prompt_cache.length()) + static_cast<int64_t>(prompt.size()) +
+                        o.max_new_tokens;
+  if (total - 1 > model.config().max_position)
+    throw std::invalid_argument(std::to_string(prompt_cache.length() + prompt.size()) +
+                                " prompt tokens + max_new_tokens " + std::to_string(o.max_new_tokens) +
+                                " exceed the context window of " + std::to_string(model.config().max_position) +
+                                " positions");
+  const int n_eos = static_cast<int>(o.eos_ids.size());
+  const int K = std::max(2, 1 + n_eos) * B;
+  auto is_eos = [&](int32_t t) { return std::find(o.eos_ids.begin(), o.eos_ids.end(), t) != o.eos_ids.end(); };
+  auto pool = prompt_cache.pool_ptr();
+  auto in_use = [&] { return static_cast<uint64_t>(pool->stats().blocks_in_use) * pool->block_bytes(); };
+
+  BeamResult res;
+  struct Beam {
+    std::shared_ptr<KVCache> cache;
+    std::vector<int32_t> tokens;  // generated so far
+    double score = 0.0;
+    int node = -1;
+    std::vector<float> logits;
+  };
+  const auto t0 = clock::now();
+  Beam root;
+  root.cache = prompt_cache.fork();
+  root.logits.resize(V);
+  model.forward(prompt.data(), static_cast<int>(prompt.size()), *root.cache, root.logits.data(), false);
+  res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  res.peak_cache_bytes = in_use();
+  const std::vector<int32_t> prompt_all = root.cache->token_ids();
+  std::vector<Beam> running;
+  running.push_back(std::move(root));
+  std::vector<BeamHypothesis> finished;  // best first, at most B
+  bool unsatisfied = true;               // transformers' is_early_stop_heuristic_unsatisfied
+  int next_node = 0;
+  std::vector<float> lp(V);
+  std::vector<Candidate> cands;
+  std::vector<int32_t> ctx_tokens;
+  const auto t1 = clock::now();
+
+  for (int cur = 0;; ++cur) {  // cur: tokens generated so far
+    if (poll) poll();
+    cands.clear();
+    for (int b = 0; b < static_cast<int>(running.size()); ++b) {
+      Beam& beam = running[b];
+      // log_softmax, then the processors on log-probabilities, as transformers' beam search.
+      softmax(beam.logits.data(), V, lp.data());
+      for (int i = 0; i < V; ++i) lp[i] = lp[i] > 0.0f ? std::log(lp[i]) : -std::numeric_limits<float>::infinity();
+      ctx_tokens = prompt_all;
+      ctx_tokens.insert(ctx_tokens.end(), beam.tokens.begin(), beam.tokens.end());
+      SampleContext ctx;
+      ctx.tokens = ctx_tokens.data();
+      ctx.n_tokens = static_cast<int>(ctx_tokens.size());
+      ctx.n_prompt = static_cast<int>(prompt_all.size());
+      ctx.step = static_cast<uint64_t>(cur);
+      ctx.sequence = static_cast<uint64_t>(b);
+      processors.apply(lp.data(), V, ctx);
+      for (int i = 0; i < V; ++i)
+        if (!is_removed(lp[i])) cands.push_back({beam.score + lp[i], b, i});
+    }
+    const int k = std::min<int>(K, static_cast<int>(cands.size()));
+    if (k == 0) break;
+    if (o.do_sample) {
+      // Sampling K continuations without replacement from softmax(scores): Gumbel top-k, with
+      // the counter-based generator keyed by (seed, candidate index, step).
+      std::vector<std::pair<double, int>> keyed(cands.size());
+      for (size_t c = 0; c < cands.size(); ++c) {
+        const double u = std::max(counter_uniform(o.seed, static_cast<uint64_t>(cands[c].beam) * V + cands[c].token,
+                                                  static_cast<uint64_t>(cur), 0x6265616d),
+                                  1e-300);
+        keyed[c] = {cands[c].score - std::log(-std::log(u)), static_cast<int>(c)};
+      }
+      std::partial_sort(keyed.begin(), keyed.begin() + k, keyed.end(),
+                        [](const auto& a, const auto& b) { return a.first > b.first; });
+      std::vector<Candidate> picked(k);
+      for (int j = 0; j < k; ++j) picked[j] = cands[keyed[j].second];
+      cands.swap(picked);
+    } else {
+      // Highest accumulated log-probability first; ties to the lower flat index (beam, token).
+      std::partial_sort(cands.begin(), cands.begin() + k, cands.end(), [&](const Candidate& a, const Candidate& b) {
+        if (a.score != b.score) return a.score > b.score;
+        return static_cast<int64_t>(a.beam) * V + a.token < static_cast<int64_t>(b.beam) * V + b.token;
+      });
+    }
+    cands.resize(k);
+    const int gen_len = cur + 1;
+    std::vector<char> hits(k);
+    bool all_hit = true;
+    for (int j = 0; j < k; ++j) {
+      hits[j] = is_eos(cands[j].token) || gen_len >= o.max_new_tokens;
+      all_hit = all_hit && hits[j];
+    }
+    std::vector<std::string> status(k, "pruned");
+    // Finished hypotheses: stopped candidates among the first B, unless the set is closed.
+    const bool full_and_final = static_cast<int>(finished.size()) == B && o.early_stopping == 1;
+    if (!full_and_final && unsatisfied) {
+      for (int j = 0; j < std::min(k, B); ++j) {
+        if (!hits[j]) continue;
+        BeamHypothesis h;
+        h.token_ids = running[cands[j].beam].tokens;
+        h.token_ids.push_back(cands[j].token);
+        h.sum_logprobs = cands[j].score;
+        h.score = cands[j].score / std::pow(static_cast<double>(gen_len), o.length_penalty);
+        h.finish_reason = is_eos(cands[j].token) ? "stop" : "length";
+        // Insert keeping the best B; an equal score does not displace an earlier hypothesis.
+        auto pos = std::upper_bound(finished.begin(), finished.end(), h.score,
+                                    [](double s, const BeamHypothesis& x) { return s > x.score; });
+        if (static_cast<int>(pos - finished.begin()) < B) {
+          finished.insert(pos, std::move(h));
+          status[j] = "finished";
+          if (static_cast<int>(finished.size()) > B) finished.pop_back();
+        } else {
+          status[j] = "rejected";
+        }
+      }
+    }
+    for (int j = 0; j < k; ++j)
+      if (hits[j] && status[j] == "pruned") status[j] = "rejected";
+    // Running beams for the next step: the best B candidates that did not stop.
+    std::vector<int> chosen;
+    for (int j = 0; j < k && static_cast<int>(chosen.size()) < B; ++j)
+      if (!hits[j]) {
+        chosen.push_back(j);
+        status[j] = "running";
+      }
+    std::vector<int> node_ids(k);
+    for (int j = 0; j < k; ++j) {
+      node_ids[j] = next_node++;
+      if (o.trace)
+        res.events.push_back({cur, node_ids[j], running[cands[j].beam].node, cands[j].token, cands[j].score, status[j]});
+    }
+    res.steps = gen_len;
+    // Early-stop heuristic (transformers' _check_early_stop_heuristic).
+    if (!chosen.empty()) {
+      const double best_len = (o.early_stopping == -1 && o.length_penalty > 0.0) ? o.max_new_tokens : gen_len;
+      const double best_possible = cands[chosen[0]].score / std::pow(best_len, o.length_penalty);
+      const double worst_finished = static_cast<int>(finished.size()) == B ? finished.back().score : -1.0e9;
+      unsatisfied = unsatisfied && best_possible > worst_finished;
+    }
+    const bool closed = static_cast<int>(finished.size()) == B && o.early_stopping == 1;
+    if (!unsatisfied || closed || all_hit || chosen.empty()) break;
+
+    std::vector<Beam> next;
+    next.reserve(chosen.size());
+    for (int j : chosen) {
+      const Beam& parent = running[cands[j].beam];
+      Beam child;
+      child.cache = parent.cache->fork();  // shares every block of the parent
+      child.tokens = parent.tokens;
+      child.tokens.push_back(cands[j].token);
+      child.score = cands[j].score;
+      child.node = node_ids[j];
+      child.logits.resize(V);
+      next.push_back(std::move(child));
+    }
+    running.clear();  // parents release their blocks; children keep the shared ones
+    for (Beam& child : next) {
+      const int32_t t = child.tokens.back();
+      model.forward(&t, 1, *child.cache, child.logits.data(), false);
+    }
+    running.swap(next);
+    res.peak_cache_bytes = std::max(res.peak_cache_bytes, in_use());
+  }
+  res.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+  const int n = std::min<int>(o.num_return_sequences, static_cast<int>(finished.size()));
+  res.hypotheses.assign(finished.begin(), finished.begin() + n);
+  return res;
 }
 
 }  // namespace decodelab

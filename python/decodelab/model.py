@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
-from typing import List, Optional, Sequence, Tuple, Union
+import time
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -11,6 +13,7 @@ from . import formats, samplers
 from ._native import _core
 from .config import ModelConfig, from_hf_dict
 from .tokenizer import Tokenizer, find_tokenizer, load_tokenizer
+from .beam import BeamTree
 from .trace import Trace
 
 Prompt = Union[str, Sequence[int]]
@@ -23,6 +26,16 @@ class TokenLogprob:
     token: int
     logprob: float
     top: List[Tuple[int, float]]  # (token id, logprob), best first
+
+
+@dataclasses.dataclass
+class GeneratedSequence:
+    """One of several returned sequences (beams, or n samples)."""
+
+    token_ids: List[int]
+    text: str
+    score: float          # beams: sum_logprobs / length ** length_penalty; samples: sum of raw logprobs
+    finish_reason: str
 
 
 @dataclasses.dataclass
@@ -40,6 +53,20 @@ class Generation:
     sampler: str = ""              # the chain that chose the tokens
     logprobs: Optional[List["TokenLogprob"]] = None
     trace: Optional[Trace] = None
+    first_token_seconds: float = 0.0  # prefill + choosing the first token
+    sequences: List["GeneratedSequence"] = dataclasses.field(default_factory=list)  # best first
+    beam_tree: Optional[BeamTree] = None
+    stop_reason: Union[None, int, str] = None  # the EOS id or stop string that ended the text
+    peak_cache_bytes: Optional[int] = None     # beam search: K/V blocks in use at the peak
+
+    @property
+    def time_to_first_token(self) -> float:
+        return self.first_token_seconds
+
+    @property
+    def time_per_output_token(self) -> float:
+        steps = len(self.token_ids) - 1
+        return self.decode_seconds / steps if steps > 0 else float("nan")
 
     @property
     def prompt_tokens(self) -> int:
@@ -56,7 +83,15 @@ class Generation:
 
     @property
     def prefill_tokens_per_second(self) -> float:
-        return self.prompt_tokens / self.prefill_seconds if self.prefill_seconds > 0 else float("nan")
+        n = self.prompt_tokens - self.reused_prompt_tokens
+        return n / self.prefill_seconds if self.prefill_seconds > 0 else float("nan")
+
+    @property
+    def timings(self) -> dict:
+        return {"prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated_tokens,
+                "time_to_first_token": self.time_to_first_token, "time_per_output_token": self.time_per_output_token,
+                "prefill_tokens_per_second": self.prefill_tokens_per_second,
+                "decode_tokens_per_second": self.decode_tokens_per_second}
 
 
 def _default_threads() -> int:
@@ -166,64 +201,143 @@ class Model:
                  repetition_penalty: Optional[float] = None, presence_penalty: Optional[float] = None,
                  frequency_penalty: Optional[float] = None, no_repeat_ngram_size: Optional[int] = None,
                  logit_bias: Optional[dict] = None, min_new_tokens: Optional[int] = None,
-                 seed: Optional[int] = None, sampler: Optional[samplers.Sampler] = None,
-                 order: Optional[str] = None, preset: Optional[str] = None,
-                 eos_token_id: Union[None, int, Sequence[int]] = None, cache=None,
-                 logprobs: Optional[int] = None, logprobs_mode: str = "raw",
-                 trace: Union[bool, str] = False):
+                 seed: Optional[int] = None, sampler=None, order: Optional[str] = None, preset: Optional[str] = None,
+                 eos_token_id: Union[None, int, Sequence[int]] = None, stop: Union[None, str, Sequence[str]] = None,
+                 include_stop_str_in_output: bool = False, n: int = 1, num_beams: int = 1,
+                 length_penalty: float = 1.0, early_stopping: Union[bool, str] = False,
+                 num_return_sequences: Optional[int] = None, cache=None, logprobs: Optional[int] = None,
+                 logprobs_mode: str = "raw", trace: Union[bool, str] = False):
         """Generate a continuation of ``prompt`` (text or token ids), or of each prompt in a list
-        (then a list of Generation comes back).
+        (then a list of Generation comes back, equal to the one-by-one results).
 
         Sampling: the familiar keywords (``temperature``, ``top_k``, ``top_p``, ``min_p``,
         ``typical_p``, ``repetition_penalty``, ``presence_penalty``, ``frequency_penalty``,
         ``no_repeat_ngram_size``, ``logit_bias``, ``min_new_tokens``) build a Chain in the order of
         ``order`` ("hf", the default, "vllm" or "llama.cpp"; see ``decodelab.samplers.ORDERS``);
         ``preset`` starts from a named configuration (``decodelab.samplers.PRESETS``); or pass
-        ``sampler=Chain([...])`` yourself. ``temperature`` 0 (the default) is greedy decoding:
-        penalties still apply, the truncation samplers would not, so giving one is an error. A
-        chain that does not end in a selector gets ``Dist(seed)`` appended. ``seed=None`` draws a
-        fresh seed, reported in ``Generation.seed``; the random stream depends only on (seed,
-        step), so a prompt gives the same tokens alone or inside a list.
+        ``sampler=Chain([...])`` yourself (with a list of prompts, a list of samplers gives each
+        prompt its own). ``temperature`` 0 (the default) is greedy decoding: penalties still
+        apply, the truncation samplers would not, so giving one is an error. A chain that does not
+        end in a selector gets ``Dist(seed)`` appended. ``seed=None`` draws a fresh seed, reported
+        in ``Generation.seed``; the random stream depends only on (seed, sample, step), so a
+        prompt gives the same tokens alone or inside a list.
 
-        ``logprobs=N``: per generated token its logprob and the N most likely alternatives, under
-        the raw model distribution (``logprobs_mode="raw"``, the default) or the processed one the
-        token was drawn from ("processed"). ``trace=True``: per step, what every sampler stage did
-        (kept tokens, entropy, mass removed, top 20 tokens); ``trace="full"`` also keeps each
-        stage's full logits.
+        Stopping: ``eos_token_id`` (None: the model's; an int or a list; ``[]``: never on EOS),
+        ``max_new_tokens``, ``min_new_tokens``, and ``stop`` strings, matched across token
+        boundaries and cut from the text unless ``include_stop_str_in_output``.
+        ``Generation.finish_reason`` is "stop" or "length", ``stop_reason`` the EOS id or string.
 
-        ``eos_token_id``: None uses the model's EOS, an int or a list sets it, ``[]`` never stops
-        on EOS. ``cache``: continue from a KV cache (single prompt only): the longest common
-        prefix of its tokens and the prompt is kept and only the rest is prefilled
-        (``Generation.reused_prompt_tokens``). The loop runs in C++ with the GIL released; Ctrl-C
-        stops it cleanly.
+        Several sequences: ``num_beams > 1`` runs beam search as transformers does
+        (``length_penalty``, ``early_stopping`` True / False / "never", ``num_return_sequences``;
+        with ``temperature > 0`` the beams sample); ``n > 1`` draws n samples that share one
+        prefill. ``Generation.sequences`` lists them best first; ``text`` and ``token_ids`` are the
+        best one's. Beams and samples share the prompt's KV blocks through forked caches.
+
+        Looking inside: ``logprobs=N`` gives per token its logprob and the N most likely
+        alternatives, under the raw distribution (``logprobs_mode="raw"``) or the processed one
+        the token was drawn from ("processed"); ``trace=True`` records what every sampler stage
+        did (``trace="full"`` keeps full logits), and for beam search the beam tree
+        (``Generation.beam_tree``). ``cache``: continue from a KV cache (single prompt only): the
+        common prefix is reused, only the rest prefilled. The loop runs in C++ with the GIL
+        released; Ctrl-C stops it cleanly and leaves the model usable.
         """
+        opts = self._options(dict(
+            max_new_tokens=max_new_tokens, seed=seed, sampler=sampler, order=order, preset=preset,
+            eos_token_id=eos_token_id, stop=stop, include_stop_str_in_output=include_stop_str_in_output, n=n,
+            num_beams=num_beams, length_penalty=length_penalty, early_stopping=early_stopping,
+            num_return_sequences=num_return_sequences, logprobs=logprobs, logprobs_mode=logprobs_mode, trace=trace),
+            dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+                 repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+                 frequency_penalty=frequency_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
+                 logit_bias=logit_bias, min_new_tokens=min_new_tokens))
+        if isinstance(prompt, list) and prompt and not isinstance(prompt[0], (int, np.integer)):
+            if cache is not None:
+                raise ValueError("cache= takes a single prompt, not a list")
+            chains = opts.pop("chains")
+            if len(chains) == 1:
+                chains = chains * len(prompt)
+            elif len(chains) != len(prompt):
+                raise ValueError(f"got {len(chains)} samplers for {len(prompt)} prompts")
+            return [self._generate_one(p, None, chain=c, **opts) for p, c in zip(prompt, chains)]
+        chains = opts.pop("chains")
+        if len(chains) != 1:
+            raise ValueError("a list of samplers needs a list of prompts")
+        return self._generate_one(prompt, cache, chain=chains[0], **opts)
+
+    def stream(self, prompt: Prompt, **options) -> Iterator[str]:
+        """Yield the generated text in pieces as it is decoded; takes generate()'s options
+        (not beams or n). Each piece is valid UTF-8 text: bytes of a character split across tokens
+        are held back until it is complete, and so is any text that could be the start of a stop
+        string. The pieces join to exactly ``generate(prompt, **options).text``. Stopping the
+        iteration (or Ctrl-C) ends the generation cleanly; the model stays usable."""
+        cache = options.pop("cache", None)
+        opts = self._options({k: v for k, v in options.items() if k in _RUN_KEYS},
+                             {k: v for k, v in options.items() if k not in _RUN_KEYS})
+        if opts["num_beams"] > 1 or opts["n"] > 1:
+            raise ValueError("stream() produces one sequence: num_beams and n must be 1")
+        chains = opts.pop("chains")
+        if len(chains) != 1:
+            raise ValueError("stream() takes one sampler")
+        ids = self._ids(prompt)
+        cache, reused = self._prepare_cache(ids, cache, opts["max_new_tokens"])
+        return self._stream(ids, cache, reused, chain=chains[0], **opts)
+
+    # -- option handling ------------------------------------------------------------------
+    def _options(self, run: dict, sampling: dict) -> dict:
+        max_new_tokens = run.get("max_new_tokens", 128)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        if logprobs_mode not in ("raw", "processed"):
-            raise ValueError(f"logprobs_mode must be 'raw' or 'processed', got {logprobs_mode!r}")
+        logprobs, mode, trace = run.get("logprobs"), run.get("logprobs_mode", "raw"), run.get("trace", False)
+        if mode not in ("raw", "processed"):
+            raise ValueError(f"logprobs_mode must be 'raw' or 'processed', got {mode!r}")
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, (int, np.integer))
                                      or not 0 <= logprobs <= self.config.vocab_size):
             raise ValueError(f"logprobs must be an integer in [0, {self.config.vocab_size}], got {logprobs!r}")
         if trace not in (False, True, "full"):
             raise ValueError(f"trace must be False, True or 'full', got {trace!r}")
+        n = run.get("n", 1)
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"n must be an integer >= 1, got {n!r}")
+        num_beams = run.get("num_beams", 1)
+        if isinstance(num_beams, bool) or not isinstance(num_beams, (int, np.integer)) or num_beams < 1:
+            raise ValueError(f"num_beams must be an integer >= 1, got {num_beams!r}")
+        nrs = run.get("num_return_sequences")
+        if nrs is not None and (isinstance(nrs, bool) or not isinstance(nrs, (int, np.integer))
+                                or not 1 <= nrs <= num_beams):
+            raise ValueError(f"num_return_sequences must be in [1, num_beams = {num_beams}], got {nrs!r}")
+        if num_beams > 1 and n > 1:
+            raise ValueError("use num_beams or n, not both")
+        if num_beams > 1 and logprobs is not None:
+            raise ValueError("logprobs are not recorded in beam search; scores are in Generation.sequences")
+        es = run.get("early_stopping", False)
+        if es not in (True, False, "never"):
+            raise ValueError(f"early_stopping must be True, False or 'never', got {es!r}")
+        lp = run.get("length_penalty", 1.0)
+        if isinstance(lp, bool) or not isinstance(lp, (int, float)) or not math.isfinite(lp):
+            raise ValueError(f"length_penalty must be a finite number, got {lp!r}")
+        stop = run.get("stop")
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        for st in stops:
+            if not isinstance(st, str) or not st:
+                raise ValueError(f"stop strings must be non-empty str, got {st!r}")
+        if stops and self.tokenizer is None:
+            raise ValueError("stop strings need a tokenizer")
+        seed = run.get("seed")
         if seed is None:
             seed = int.from_bytes(os.urandom(8), "little") >> 1
-        eos = self._eos_ids(eos_token_id)
-        chain = self._sampler_chain(sampler, order, preset, seed, eos, dict(
-            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
-            repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
-            frequency_penalty=frequency_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
-            logit_bias=logit_bias, min_new_tokens=min_new_tokens))
-        run = dict(max_new_tokens=int(max_new_tokens), eos=eos, chain=chain, seed=seed,
-                   logprobs=-1 if logprobs is None else int(logprobs), processed=logprobs_mode == "processed",
-                   trace={False: 0, True: 1, "full": 2}[trace])
-        if isinstance(prompt, list) and prompt and not isinstance(prompt[0], (int, np.integer)):
-            if cache is not None:
-                raise ValueError("cache= takes a single prompt, not a list")
-            return [self._generate_one(p, None, **run) for p in prompt]
-        return self._generate_one(prompt, cache, **run)
+        eos = self._eos_ids(run.get("eos_token_id"))
+        sampler = run.get("sampler")
+        samplers_in = sampler if isinstance(sampler, (list, tuple)) else [sampler]
+        chains = [self._sampler_chain(sm, run.get("order"), run.get("preset"), seed, eos, sampling)
+                  for sm in samplers_in]
+        return dict(max_new_tokens=int(max_new_tokens), eos=eos, chains=chains, seed=seed,
+                    logprobs=-1 if logprobs is None else int(logprobs), processed=mode == "processed",
+                    trace={False: 0, True: 1, "full": 2}[trace], stops=stops,
+                    include_stop=bool(run.get("include_stop_str_in_output", False)), n=int(n),
+                    num_beams=int(num_beams), length_penalty=float(lp),
+                    early_stopping={True: 1, False: 0, "never": -1}[es], num_return_sequences=int(nrs or 1))
 
     def _sampler_chain(self, sampler, order, preset, seed, eos, options) -> samplers.Chain:
         given = {k: v for k, v in options.items() if v is not None}
@@ -252,40 +366,180 @@ class Model:
                                  "set temperature > 0 to sample")
         return samplers.build_chain(order=order or samplers.DEFAULT_ORDER, seed=seed, eos_token_ids=eos, **opts)
 
-    def _generate_one(self, prompt, cache, *, max_new_tokens, eos, chain, seed, logprobs, processed,
-                      trace) -> Generation:
-        ids = self._ids(prompt)
+    def _prepare_cache(self, ids: List[int], cache, max_new_tokens: int):
+        """The cache to decode into and how many prompt tokens it already holds."""
         ctx = self.config.max_position_embeddings
         if len(ids) + max_new_tokens - 1 > ctx:
             raise ValueError(f"prompt of {len(ids)} tokens + max_new_tokens={max_new_tokens} exceeds the "
                              f"context window of {ctx} tokens (at most {ctx - len(ids) + 1} new tokens fit)")
         need = len(ids) + max_new_tokens - 1
-        reused = 0
         if cache is None:
-            cache = self._engine.new_cache(max(1, min(ctx, need)), "float32", False)
-        else:
-            if need > cache.capacity and not cache.grows:
-                raise ValueError(f"prompt of {len(ids)} tokens + max_new_tokens={max_new_tokens} needs {need} "
-                                 f"cache positions, more than the cache capacity of {cache.capacity}")
-            for a, b in zip(cache.token_ids, ids):
-                if a != b:
-                    break
-                reused += 1
-            reused = min(reused, len(ids) - 1)  # the last prompt token is run again for its logits
-            cache.truncate(reused)
-        run_chain = chain.clone()
-        r = self._engine.generate(np.asarray(ids[reused:], dtype=np.int64), run_chain._core, max_new_tokens, eos,
+            return self._engine.new_cache(max(1, min(ctx, need)), "float32", False), 0
+        if need > cache.capacity and not cache.grows:
+            raise ValueError(f"prompt of {len(ids)} tokens + max_new_tokens={max_new_tokens} needs {need} "
+                             f"cache positions, more than the cache capacity of {cache.capacity}")
+        reused = 0
+        for a, b in zip(cache.token_ids, ids):
+            if a != b:
+                break
+            reused += 1
+        reused = min(reused, len(ids) - 1)  # the last prompt token is run again for its logits
+        cache.truncate(reused)
+        return cache, reused
+
+    def _decode_text(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(ids) if self.tokenizer is not None else ""
+
+    # -- the decode paths --------------------------------------------------------------------
+    def _generate_one(self, prompt, cache, *, chain, max_new_tokens, eos, seed, logprobs, processed, trace, stops,
+                      include_stop, n, num_beams, length_penalty, early_stopping, num_return_sequences) -> Generation:
+        ids = self._ids(prompt)
+        if num_beams > 1:
+            return self._beam(ids, cache, chain, max_new_tokens, eos, seed, trace, num_beams, length_penalty,
+                              early_stopping, num_return_sequences, stops)
+        if n > 1:
+            return self._samples(ids, cache, chain, max_new_tokens, eos, seed, logprobs, processed, trace, stops,
+                                 include_stop, n)
+        cache, reused = self._prepare_cache(ids, cache, max_new_tokens)
+        kw = dict(chain=chain, max_new_tokens=max_new_tokens, eos=eos, seed=seed, logprobs=logprobs,
+                  processed=processed, trace=trace, stops=stops, include_stop=include_stop)
+        if stops:
+            # Stop strings need the text after every token: run the stream and keep its result.
+            it = self._stream(ids, cache, reused, **kw)
+            while True:
+                try:
+                    next(it)
+                except StopIteration as done:
+                    return done.value
+        r = self._engine.generate(np.asarray(ids[reused:], dtype=np.int64), chain.clone()._core, max_new_tokens, eos,
                                   cache, 0, logprobs, processed, trace, 20)
+        return self._generation(ids, reused, r, chain, seed, logprobs, trace, text=self._decode_text(r["token_ids"]))
+
+    def _generation(self, ids, reused, r, chain, seed, logprobs, trace, *, text, finish_reason=None,
+                    stop_reason=None) -> Generation:
         out = r["token_ids"]
-        text = self.tokenizer.decode(out) if self.tokenizer is not None else ""
         lp = None
         if logprobs >= 0:
             lp = [TokenLogprob(token=t, logprob=l, top=list(zip(i, v)))
                   for t, l, i, v in zip(out, r["logprobs"], r["top_ids"], r["top_logprobs"])]
-        return Generation(text=text, token_ids=out, finish_reason=r["finish_reason"], prompt_token_ids=ids,
+        fr = finish_reason or r["finish_reason"]
+        if stop_reason is None and fr == "stop" and out:
+            stop_reason = out[-1]
+        score = float(sum(r["logprobs"])) if r["logprobs"] else float("nan")
+        return Generation(text=text, token_ids=out, finish_reason=fr, prompt_token_ids=ids,
                           prefill_seconds=r["prefill_seconds"], decode_seconds=r["decode_seconds"],
-                          reused_prompt_tokens=reused, seed=seed, sampler=repr(chain), logprobs=lp,
-                          trace=Trace.from_core(r["trace"]) if trace else None)
+                          first_token_seconds=r["first_token_seconds"], reused_prompt_tokens=reused, seed=seed,
+                          sampler=repr(chain), logprobs=lp, trace=Trace.from_core(r["trace"]) if trace else None,
+                          stop_reason=stop_reason,
+                          sequences=[GeneratedSequence(token_ids=out, text=text, score=score, finish_reason=fr)])
+
+    def _stream(self, ids, cache, reused, *, chain, max_new_tokens, eos, seed, logprobs, processed, trace, stops,
+                include_stop, sequence: int = 0, **_):
+        """Generator of text pieces; its return value (StopIteration.value) is the Generation."""
+        dec = _core.Decoder(self._engine, np.asarray(ids[reused:], dtype=np.int64), chain.clone()._core, cache,
+                            max_new_tokens, eos, sequence, logprobs, processed, trace, 20)
+        tokens: List[int] = []
+        emitted = 0
+        text = ""
+        stop_hit = None
+        longest = max((len(s) for s in stops), default=0)
+        while True:
+            t = dec.step()
+            if t < 0:
+                break
+            tokens.append(t)
+            if self.tokenizer is None:
+                continue
+            text = self.tokenizer.decode(tokens)
+            if stops:
+                start = max(0, emitted - longest)
+                hits = [(text.find(s, start), s) for s in stops]
+                hits = [(i, s) for i, s in hits if i >= 0]
+                if hits:
+                    i, s = min(hits)
+                    stop_hit = s
+                    text = text[:i + len(s)] if include_stop else text[:i]
+                    break
+            safe = len(text)
+            while safe > emitted and text[safe - 1] == "\ufffd":  # a character still incomplete
+                safe -= 1
+            for s in stops:  # a suffix that may grow into a stop string
+                for k in range(min(len(s) - 1, safe - emitted), 0, -1):
+                    if text[safe - k:safe] == s[:k]:
+                        safe -= k
+                        break
+            if safe > emitted:
+                yield text[emitted:safe]
+                emitted = safe
+        if len(text) > emitted:
+            yield text[emitted:]
+        r = dec.result()
+        r["token_ids"] = tokens
+        fr = "stop" if stop_hit is not None else r["finish_reason"]
+        return self._generation(ids, reused, r, chain, seed, logprobs, trace, text=text, finish_reason=fr,
+                                stop_reason=stop_hit)
+
+    def _samples(self, ids, cache, chain, max_new_tokens, eos, seed, logprobs, processed, trace, stops,
+                 include_stop, n) -> Generation:
+        base, reused = self._prepare_cache(ids, cache, max_new_tokens)
+        # One prefill of all but the last prompt token; each sample forks it and runs that token.
+        t0 = time.perf_counter()
+        if len(ids) - 1 > reused:
+            self._engine.forward(np.asarray(ids[reused:-1], dtype=np.int64), base, False)
+        prefill = time.perf_counter() - t0
+        shared = len(ids) - 1
+        results = []
+        for i in range(n):
+            c = base.fork()
+            kw = dict(chain=chain, max_new_tokens=max_new_tokens, eos=eos, seed=seed, logprobs=max(logprobs, 0),
+                      processed=processed, trace=trace, stops=stops, include_stop=include_stop, sequence=i)
+            it = self._stream(ids, c, shared, **kw)
+            while True:
+                try:
+                    next(it)
+                except StopIteration as done:
+                    results.append(done.value)
+                    break
+        results.sort(key=lambda g: -g.sequences[0].score)
+        best = results[0]
+        best.sequences = [g.sequences[0] for g in results]
+        best.prefill_seconds += prefill
+        best.reused_prompt_tokens = reused
+        if logprobs < 0:
+            best.logprobs = None
+        return best
+
+    def _beam(self, ids, cache, chain, max_new_tokens, eos, seed, trace, num_beams, length_penalty, early_stopping,
+              num_return_sequences, stops) -> Generation:
+        if stops:
+            raise ValueError("stop strings are not supported with beam search; use eos_token_id")
+        cache, reused = self._prepare_cache(ids, cache, max_new_tokens)
+        selector = chain.stages[-1]
+        processors = samplers.Chain([s.clone() for s in chain.stages[:-1]])
+        do_sample = not isinstance(selector, samplers.Greedy)
+        if isinstance(selector, samplers.Mirostat):
+            raise ValueError("Mirostat cannot drive beam search")
+        r = self._engine.beam_search(np.asarray(ids[reused:], dtype=np.int64), processors._core, cache, num_beams,
+                                     max_new_tokens, length_penalty, early_stopping, num_return_sequences, eos,
+                                     do_sample, seed, bool(trace))
+        seqs = [GeneratedSequence(token_ids=h["token_ids"], text=self._decode_text(h["token_ids"]), score=h["score"],
+                                  finish_reason=h["finish_reason"]) for h in r["hypotheses"]]
+        best = seqs[0]
+        return Generation(text=best.text, token_ids=best.token_ids, finish_reason=best.finish_reason,
+                          prompt_token_ids=ids, prefill_seconds=r["prefill_seconds"],
+                          decode_seconds=r["decode_seconds"], first_token_seconds=r["prefill_seconds"],
+                          reused_prompt_tokens=reused, seed=seed if do_sample else None,
+                          sampler=f"beam_search(num_beams={num_beams}, length_penalty={length_penalty}, "
+                                  f"early_stopping={ {1: True, 0: False, -1: 'never'}[early_stopping]!r}, "
+                                  f"processors={processors!r}, sample={do_sample})",
+                          sequences=seqs, beam_tree=BeamTree(r["events"], self.tokenizer) if trace else None,
+                          stop_reason=best.token_ids[-1] if best.finish_reason == "stop" else None,
+                          peak_cache_bytes=r["peak_cache_bytes"])
+
+
+_RUN_KEYS = {"max_new_tokens", "seed", "sampler", "order", "preset", "eos_token_id", "stop",
+             "include_stop_str_in_output", "n", "num_beams", "length_penalty", "early_stopping",
+             "num_return_sequences", "logprobs", "logprobs_mode", "trace"}
 
 
 def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Optional[int] = None,

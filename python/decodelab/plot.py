@@ -38,3 +38,42 @@ def stages(records: Sequence, *, tokenizer=None, top: int = 10, title: Optional[
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def beam_tree(tree, *, tokenizer=None, max_steps: Optional[int] = None, title: Optional[str] = None):
+    """Draw a BeamTree: x is the step, each candidate a point labelled with its token; kept beams
+    in blue, finished hypotheses in green, stopped-but-rejected in orange, pruned in gray.
+    Returns the matplotlib Figure."""
+    import matplotlib.pyplot as plt
+
+    tok = tokenizer if tokenizer is not None else getattr(tree, "_tokenizer", None)
+    events = [e for e in tree.events if max_steps is None or e.step < max_steps]
+    colors = {"running": "tab:blue", "finished": "tab:green", "rejected": "tab:orange", "pruned": "lightgray"}
+    steps = sorted({e.step for e in events})
+    pos = {-1: (-1, 0.0)}
+    for st in steps:
+        col = sorted([e for e in events if e.step == st], key=lambda e: -e.sum_logprobs)
+        for i, e in enumerate(col):
+            pos[e.node] = (st, -i)
+    width = max(6, 1.3 * (len(steps) + 1))
+    height = max(3, 0.45 * max(sum(1 for e in events if e.step == s) for s in steps) + 1)
+    fig, ax = plt.subplots(figsize=(width, height))
+    for e in events:
+        x, y = pos[e.node]
+        if e.parent in pos:
+            px, py = pos[e.parent]
+            ax.plot([px, x], [py, y], color=colors[e.status], lw=1.5 if e.status != "pruned" else 0.6, zorder=1)
+        ax.scatter([x], [y], color=colors[e.status], s=25, zorder=2)
+        label = _label(e.token, tok) if tok is not None else str(e.token)
+        ax.annotate(f"{label} ({e.sum_logprobs:.1f})", (x, y), textcoords="offset points", xytext=(4, 3),
+                    fontsize=7, color="black" if e.status != "pruned" else "gray")
+    ax.scatter([-1], [0], color="black", s=30)
+    ax.annotate("prompt", (-1, 0), textcoords="offset points", xytext=(4, 3), fontsize=8)
+    ax.set_xlabel("step")
+    ax.set_yticks([])
+    for name, c in colors.items():
+        ax.plot([], [], color=c, label=name)
+    ax.legend(loc="lower left", fontsize=7)
+    ax.set_title(title or "beam search: candidates per step, best at the top")
+    fig.tight_layout()
+    return fig

@@ -50,16 +50,89 @@ struct GenerateResult {
   std::vector<int32_t> token_ids;   // generated tokens, the stopping EOS included
   std::string finish_reason;        // "stop" (EOS) or "length"
   double prefill_seconds = 0.0;
-  double decode_seconds = 0.0;
+  double first_token_seconds = 0.0;  // prefill + choosing the first token
+  double decode_seconds = 0.0;       // every later step
   std::vector<float> logprobs;                     // per token, when asked for
   std::vector<std::vector<int32_t>> top_ids;       // per token, top-N alternatives
   std::vector<std::vector<float>> top_logprobs;
   std::vector<StepTrace> trace;
 };
 
-// Prefill `prompt` (the tokens not yet in `cache`) and decode with `chain`, which must end in a
-// selector (Greedy, Dist, Mirostat). `poll` runs once per step and may throw (Ctrl-C).
+// One sequence decoded a token at a time: the first step() prefills `prompt` (the tokens not yet
+// in `cache`), each step() returns the next token, or -1 once finished. `chain` must end in a
+// selector (Greedy, Dist, Mirostat). generate() runs the loop in C++; a Python stream drives
+// step() itself.
+class Decoder {
+ public:
+  Decoder(const Transformer& model, KVCache& cache, std::vector<int32_t> prompt, Chain& chain,
+          const DecodeOptions& opts);
+  int32_t step();
+  bool finished() const { return finished_; }
+  const GenerateResult& result() const { return r_; }
+
+ private:
+  const Transformer& model_;
+  KVCache& cache_;
+  std::vector<int32_t> prompt_;
+  Chain& chain_;
+  DecodeOptions opts_;
+  GenerateResult r_;
+  std::vector<float> raw_, work_, before_, pb_, pa_, praw_, pproc_;
+  std::vector<int32_t> history_;
+  SampleContext ctx_;
+  bool started_ = false;
+  bool finished_ = false;
+  int32_t pending_ = -1;  // the last token, not yet run through the model
+};
+
 GenerateResult generate(const Transformer& model, KVCache& cache, const std::vector<int32_t>& prompt, Chain& chain,
                         const DecodeOptions& opts, const std::function<void()>& poll);
+
+// Beam search as transformers' generate(num_beams=...) does it (generation/utils.py
+// _beam_search): each step takes the top (1 + n_eos, at least 2) x num_beams continuations of
+// all running beams by accumulated log-probability, keeps the best num_beams that did not stop
+// as running beams, and offers those among the first num_beams that stopped (EOS or max length)
+// to the finished set, scored sum_logprobs / generated_length ** length_penalty. Beams share
+// their common prefix through forked caches.
+struct BeamOptions {
+  int num_beams = 4;
+  int max_new_tokens = 0;
+  double length_penalty = 1.0;
+  int early_stopping = 0;   // 1: True, 0: False (heuristic), -1: "never"
+  int num_return_sequences = 1;
+  std::vector<int32_t> eos_ids;
+  bool do_sample = false;   // draw continuations instead of taking the top ones
+  uint64_t seed = 0;
+  bool trace = false;
+};
+
+struct BeamHypothesis {
+  std::vector<int32_t> token_ids;
+  double score = 0.0;          // sum_logprobs / length ** length_penalty
+  double sum_logprobs = 0.0;
+  std::string finish_reason;   // "stop" or "length"
+};
+
+// One candidate considered at one step, for the beam tree.
+struct BeamEvent {
+  int step = 0;
+  int node = -1;          // id of the new node (candidate)
+  int parent = -1;        // id of the node it extends (-1: the prompt)
+  int32_t token = -1;
+  double sum_logprobs = 0.0;
+  std::string status;     // "running", "pruned", "finished", "rejected" (stopped, not kept)
+};
+
+struct BeamResult {
+  std::vector<BeamHypothesis> hypotheses;  // best first, num_return_sequences of them
+  std::vector<BeamEvent> events;
+  int steps = 0;
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
+  uint64_t peak_cache_bytes = 0;  // blocks in use at the peak, shared blocks counted once
+};
+
+BeamResult beam_search(const Transformer& model, KVCache& prompt_cache, const std::vector<int32_t>& prompt,
+                       Chain& processors, const BeamOptions& opts, const std::function<void()>& poll);
 
 }  // namespace decodelab
