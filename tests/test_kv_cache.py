@@ -218,3 +218,24 @@ def test_bad_cache_dtype(checkpoint):
         m.new_cache(dtype="int8")
     with pytest.raises(ValueError, match="decode takes one token id"):
         m.decode([1, 2], m.new_cache())
+
+
+@pytest.mark.parametrize("shape", ["llama-tiny", "gpt2-tiny"])
+def test_decode_batch_equals_one_by_one(checkpoint, shape):
+    m = decodelab.load(checkpoint(shape))
+    rng = np.random.default_rng(4)
+    seqs = [rng.integers(0, 512, size=n).tolist() for n in (3, 17, 40)]
+    caches = []
+    for s in seqs:
+        c = m.new_cache()
+        m.prefill(s, c)
+        caches.append(c)
+    caches.append(caches[1].fork())  # a fork shares blocks with its parent: copy-on-write per row
+    seqs.append(list(seqs[1]))
+    nxt = [5, 6, 7, 8]
+    got = m.decode_batch(nxt, caches)
+    for i, (s, t) in enumerate(zip(seqs, nxt)):
+        _close(got[i], m.forward(s + [t])[-1], atol=1e-4)
+        assert caches[i].token_ids == s + [t]
+    with pytest.raises(ValueError, match="a cache appears twice"):
+        m.decode_batch([1, 2], [caches[0], caches[0]])

@@ -280,6 +280,22 @@ the first write into a shared block copies that block (copy-on-write).
           py::arg("tokens"), py::arg("cache"), py::arg("all_logits"),
           "Run tokens through the model, appending them to the cache; logits (rows, vocab).")
       .def(
+          "decode_batch",
+          [](const Transformer& e, const std::vector<int32_t>& tokens, const std::vector<KVCache*>& caches) {
+            if (tokens.size() != caches.size())
+              throw std::invalid_argument("decode_batch: " + std::to_string(tokens.size()) + " tokens for " +
+                                          std::to_string(caches.size()) + " caches");
+            py::array_t<float> out({static_cast<py::ssize_t>(tokens.size()),
+                                    static_cast<py::ssize_t>(e.config().vocab_size)});
+            float* dst = out.mutable_data();
+            {
+              py::gil_scoped_release nogil;
+              e.decode_batch(tokens.data(), static_cast<int>(tokens.size()), caches.data(), dst);
+            }
+            return out;
+          },
+          py::arg("tokens"), py::arg("caches"))
+      .def(
           "beam_search",
           [](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& prompt,
              Chain& processors, KVCache& cache, int num_beams, int max_new_tokens, double length_penalty,

@@ -243,6 +243,7 @@ BeamResult beam_search(const Transformer& model, KVCache& prompt_cache, const st
   std::vector<float> lp(V);
   std::vector<Candidate> cands;
   std::vector<int32_t> ctx_tokens;
+  std::vector<float> batch_logits;
   const auto t1 = clock::now();
 
   for (int cur = 0;; ++cur) {  // cur: tokens generated so far
@@ -361,10 +362,17 @@ BeamResult beam_search(const Transformer& model, KVCache& prompt_cache, const st
       next.push_back(std::move(child));
     }
     running.clear();  // parents release their blocks; children keep the shared ones
+    // All beams advance in one batched step: the weights are read once, not once per beam.
+    std::vector<int32_t> toks;
+    std::vector<KVCache*> caches;
     for (Beam& child : next) {
-      const int32_t t = child.tokens.back();
-      model.forward(&t, 1, *child.cache, child.logits.data(), false);
+      toks.push_back(child.tokens.back());
+      caches.push_back(child.cache.get());
     }
+    batch_logits.resize(static_cast<size_t>(next.size()) * V);
+    model.decode_batch(toks.data(), static_cast<int>(next.size()), caches.data(), batch_logits.data());
+    for (size_t j = 0; j < next.size(); ++j)
+      std::copy(batch_logits.begin() + j * V, batch_logits.begin() + (j + 1) * V, next[j].logits.begin());
     running.swap(next);
     res.peak_cache_bytes = std::max(res.peak_cache_bytes, in_use());
   }

@@ -145,71 +145,111 @@ std::shared_ptr<BlockPool> Transformer::pool(KVDType dtype) const {
 void Transformer::forward(const int32_t* tokens, int T, KVCache& cache, float* logits, bool all_logits) const {
   check_tokens(tokens, T, cache);
   cache.prepare_append(T);
+  KVCache* c = &cache;
+  run(tokens, T, &c, &T, 1, logits, all_logits);
+}
+
+void Transformer::decode_batch(const int32_t* tokens, int B, KVCache* const* caches, float* logits) const {
+  if (B < 1) throw std::invalid_argument("decode_batch needs at least one sequence");
+  for (int b = 0; b < B; ++b) {
+    check_tokens(tokens + b, 1, *caches[b]);
+    for (int a = 0; a < b; ++a)
+      if (caches[a] == caches[b]) throw std::invalid_argument("decode_batch: a cache appears twice");
+  }
+  for (int b = 0; b < B; ++b) caches[b]->prepare_append(1);
+  std::vector<int> rows(B, 1);
+  run(tokens, B, caches, rows.data(), B, logits, false);
+}
+
+// Rows are grouped in segments: segment s has rows[s] consecutive tokens of one sequence,
+// continuing caches[s]. Linear layers run on all rows at once (the weights are read once for the
+// batch); RoPE, the cache writes and attention run per segment at its own positions.
+void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, const int* rows, int n_seg,
+                      float* logits, bool all_logits) const {
   omp_set_num_threads(n_threads_);
   const int D = cfg_.dim, NH = cfg_.n_heads, KVH = cfg_.n_kv_heads, HD = cfg_.head_dim;
   const int QD = NH * HD, KVD = KVH * HD;
-  const int p0 = cache.length();
-  const int* table = cache.block_table().data();
-  BlockPool& pool = cache.pool();
-  Workspace& ws = cache.workspace();
-  ws.reserve(cfg_, T, p0 + T, n_threads_);
+  std::vector<int> first(n_seg), p0(n_seg);
+  int max_ctx = 0;
+  for (int s = 0, r = 0; s < n_seg; r += rows[s], ++s) {
+    first[s] = r;
+    p0[s] = caches[s]->length();
+    max_ctx = std::max(max_ctx, p0[s] + rows[s]);
+  }
+  Workspace& ws = caches[0]->workspace();
+  ws.reserve(cfg_, R, max_ctx, n_threads_);
   float* x = ws.x.data();
   float* h = ws.h.data();
 
-  for (int t = 0; t < T; ++t) {
-    std::memcpy(x + static_cast<size_t>(t) * D, tok_embed_ + static_cast<size_t>(tokens[t]) * D, D * sizeof(float));
-    if (pos_embed_) add_inplace(x + static_cast<size_t>(t) * D, pos_embed_ + static_cast<size_t>(p0 + t) * D, D);
-  }
+  for (int s = 0; s < n_seg; ++s)
+    for (int t = 0; t < rows[s]; ++t) {
+      const int r = first[s] + t;
+      std::memcpy(x + static_cast<size_t>(r) * D, tok_embed_ + static_cast<size_t>(tokens[r]) * D, D * sizeof(float));
+      if (pos_embed_) add_inplace(x + static_cast<size_t>(r) * D, pos_embed_ + static_cast<size_t>(p0[s] + t) * D, D);
+    }
 
   for (int li = 0; li < cfg_.n_layers; ++li) {
     const Layer& l = layers_[li];
-    norm(x, l.norm1_w, l.norm1_b, T, h);
+    norm(x, l.norm1_w, l.norm1_b, R, h);
     float* q = ws.q.data();
     float* k = ws.k.data();
     float* v = ws.v.data();
     if (cfg_.is_llama()) {
-      linear(h, T, l.q, q);
-      linear(h, T, l.k, k);
-      linear(h, T, l.v, v);
-      rope(q, T, NH, HD, p0, rope_cos_.data(), rope_sin_.data(), cfg_.rope_interleaved);
-      rope(k, T, KVH, HD, p0, rope_cos_.data(), rope_sin_.data(), cfg_.rope_interleaved);
+      linear(h, R, l.q, q);
+      linear(h, R, l.k, k);
+      linear(h, R, l.v, v);
     } else {
       float* qkv = ws.qkv.data();
-      linear(h, T, l.qkv, qkv);
-      for (int t = 0; t < T; ++t) {
-        const float* row = qkv + static_cast<size_t>(t) * (QD + 2 * KVD);
-        std::memcpy(q + static_cast<size_t>(t) * QD, row, QD * sizeof(float));
-        std::memcpy(k + static_cast<size_t>(t) * KVD, row + QD, KVD * sizeof(float));
-        std::memcpy(v + static_cast<size_t>(t) * KVD, row + QD + KVD, KVD * sizeof(float));
+      linear(h, R, l.qkv, qkv);
+      for (int r = 0; r < R; ++r) {
+        const float* row = qkv + static_cast<size_t>(r) * (QD + 2 * KVD);
+        std::memcpy(q + static_cast<size_t>(r) * QD, row, QD * sizeof(float));
+        std::memcpy(k + static_cast<size_t>(r) * KVD, row + QD, KVD * sizeof(float));
+        std::memcpy(v + static_cast<size_t>(r) * KVD, row + QD + KVD, KVD * sizeof(float));
       }
     }
-    store_kv(k, v, pool, table, li, T, p0);
-    attention_paged(q, pool, table, li, T, p0, NH, ws.att.data(), ws.scores.data(), p0 + T, n_threads_);
-    linear(ws.att.data(), T, l.o, h);
-    add_inplace(x, h, static_cast<size_t>(T) * D);
+    for (int s = 0; s < n_seg; ++s) {
+      float* qs = q + static_cast<size_t>(first[s]) * QD;
+      float* ks = k + static_cast<size_t>(first[s]) * KVD;
+      float* vs = v + static_cast<size_t>(first[s]) * KVD;
+      if (cfg_.is_llama()) {
+        rope(qs, rows[s], NH, HD, p0[s], rope_cos_.data(), rope_sin_.data(), cfg_.rope_interleaved);
+        rope(ks, rows[s], KVH, HD, p0[s], rope_cos_.data(), rope_sin_.data(), cfg_.rope_interleaved);
+      }
+      BlockPool& pool = caches[s]->pool();
+      const int* table = caches[s]->block_table().data();
+      store_kv(ks, vs, pool, table, li, rows[s], p0[s]);
+      attention_paged(qs, pool, table, li, rows[s], p0[s], NH, ws.att.data() + static_cast<size_t>(first[s]) * QD,
+                      ws.scores.data(), max_ctx, n_threads_);
+    }
+    linear(ws.att.data(), R, l.o, h);
+    add_inplace(x, h, static_cast<size_t>(R) * D);
 
-    norm(x, l.norm2_w, l.norm2_b, T, h);
-    const size_t nh = static_cast<size_t>(T) * cfg_.hidden_dim;
+    norm(x, l.norm2_w, l.norm2_b, R, h);
+    const size_t nh = static_cast<size_t>(R) * cfg_.hidden_dim;
     if (cfg_.is_llama()) {
-      linear(h, T, l.gate, ws.ff_a.data());
-      linear(h, T, l.up, ws.ff_b.data());
+      linear(h, R, l.gate, ws.ff_a.data());
+      linear(h, R, l.up, ws.ff_b.data());
       silu_mul(ws.ff_a.data(), ws.ff_b.data(), ws.ff_a.data(), nh);
     } else {
-      linear(h, T, l.fc, ws.ff_a.data());
+      linear(h, R, l.fc, ws.ff_a.data());
       gelu_tanh_inplace(ws.ff_a.data(), nh);
     }
-    linear(ws.ff_a.data(), T, l.down, h);
-    add_inplace(x, h, static_cast<size_t>(T) * D);
+    linear(ws.ff_a.data(), R, l.down, h);
+    add_inplace(x, h, static_cast<size_t>(R) * D);
   }
 
-  cache.commit_append(tokens, T);
+  for (int s = 0; s < n_seg; ++s) caches[s]->commit_append(tokens + first[s], rows[s]);
   if (all_logits) {
-    norm(x, final_w_, final_b_, T, h);
-    linear(h, T, lm_head_, logits);
+    norm(x, final_w_, final_b_, R, h);
+    linear(h, R, lm_head_, logits);
   } else {
-    const float* last = x + static_cast<size_t>(T - 1) * D;
-    norm(last, final_w_, final_b_, 1, h);
-    linear(h, 1, lm_head_, logits);
+    // The last row of each segment, gathered, then one head matmul over them.
+    for (int s = 0; s < n_seg; ++s) {
+      const int last = first[s] + rows[s] - 1;
+      norm(x + static_cast<size_t>(last) * D, final_w_, final_b_, 1, h + static_cast<size_t>(s) * D);
+    }
+    linear(h, n_seg, lm_head_, logits);
   }
 }
 

@@ -195,6 +195,15 @@ class Model:
             raise ValueError(f"decode takes one token id (int), got {token_id!r}")
         return self._engine.forward(np.asarray([int(token_id)], dtype=np.int64), cache, False)[0]
 
+    def decode_batch(self, token_ids: Sequence[int], caches: Sequence) -> np.ndarray:
+        """One decode step for several sequences at once: token i continues caches[i] (distinct
+        caches of this model, any lengths). Returns logits (len, vocab); the weights are read once
+        for the whole batch, which is how beam search advances its beams."""
+        for t in token_ids:
+            if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
+                raise ValueError(f"decode_batch takes token ids (int), got {t!r}")
+        return self._engine.decode_batch([int(t) for t in token_ids], list(caches))
+
     def generate(self, prompt: Union[Prompt, List[Prompt]], *, max_new_tokens: int = 128,
                  temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
                  min_p: Optional[float] = None, typical_p: Optional[float] = None,

@@ -27,6 +27,10 @@ class Transformer {
   // Throws, leaving the cache as it was, when the tokens do not fit or are out of range.
   void forward(const int32_t* tokens, int T, KVCache& cache, float* logits, bool all_logits) const;
 
+  // One decode step for B sequences at once, token b continuing caches[b] (distinct caches of
+  // this model, any lengths); logits (B, vocab). The weights are read once for the whole batch.
+  void decode_batch(const int32_t* tokens, int B, KVCache* const* caches, float* logits) const;
+
   // Throws unless the cache belongs to this model and each id is in the vocabulary.
   void check_tokens(const int32_t* tokens, int T, const KVCache& cache) const;
 
@@ -50,6 +54,8 @@ class Transformer {
     Linear down;
   };
   void norm(const float* x, const float* w, const float* b, int T, float* y) const;
+  void run(const int32_t* tokens, int R, KVCache* const* caches, const int* rows, int n_seg, float* logits,
+           bool all_logits) const;
 
   ModelConfig cfg_;
   std::shared_ptr<WeightStore> weights_;
