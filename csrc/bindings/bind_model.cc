@@ -59,6 +59,19 @@ KVDType parse_kv_dtype(const std::string& s) {
   throw std::invalid_argument("cache dtype must be 'float32' or 'bfloat16', got '" + s + "'");
 }
 
+DecodeOptions decode_options(int max_new_tokens, const std::vector<int32_t>& eos_ids, uint64_t sequence, int logprobs,
+                             bool logprobs_processed, int trace, int trace_top) {
+  DecodeOptions o;
+  o.max_new_tokens = max_new_tokens;
+  o.eos_ids = eos_ids;
+  o.sequence = sequence;
+  o.logprobs = logprobs;
+  o.logprobs_processed = logprobs_processed;
+  o.trace = trace;
+  o.trace_top = trace_top;
+  return o;
+}
+
 int checked_layer(const KVCache& c, int layer) {
   const int n = c.pool().n_layers();
   if (layer < 0 || layer >= n)
@@ -203,15 +216,9 @@ the first write into a shared block copies that block (copy-on-write).
       .def(py::init([](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& prompt,
                        Chain& chain, KVCache& cache, int max_new_tokens, const std::vector<int32_t>& eos_ids,
                        uint64_t sequence, int logprobs, bool logprobs_processed, int trace, int trace_top) {
-             DecodeOptions o;
-             o.max_new_tokens = max_new_tokens;
-             o.eos_ids = eos_ids;
-             o.sequence = sequence;
-             o.logprobs = logprobs;
-             o.logprobs_processed = logprobs_processed;
-             o.trace = trace;
-             o.trace_top = trace_top;
-             return std::make_unique<Decoder>(e, cache, to_ids(prompt), chain, o);
+             return std::make_unique<Decoder>(
+                 e, cache, to_ids(prompt), chain,
+                 decode_options(max_new_tokens, eos_ids, sequence, logprobs, logprobs_processed, trace, trace_top));
            }),
            py::arg("engine"), py::arg("prompt"), py::arg("chain"), py::arg("cache"), py::arg("max_new_tokens"),
            py::arg("eos_ids"), py::arg("sequence") = 0, py::arg("logprobs") = -1, py::arg("logprobs_processed") = false,
@@ -330,14 +337,8 @@ the first write into a shared block copies that block (copy-on-write).
              int logprobs, bool logprobs_processed, int trace, int trace_top) {
             std::vector<int32_t> ids = to_ids(prompt);
             e.check_tokens(ids.data(), static_cast<int>(ids.size()), cache);
-            DecodeOptions o;
-            o.max_new_tokens = max_new_tokens;
-            o.eos_ids = eos_ids;
-            o.sequence = sequence;
-            o.logprobs = logprobs;
-            o.logprobs_processed = logprobs_processed;
-            o.trace = trace;
-            o.trace_top = trace_top;
+            const DecodeOptions o =
+                decode_options(max_new_tokens, eos_ids, sequence, logprobs, logprobs_processed, trace, trace_top);
             GenerateResult r;
             {
               py::gil_scoped_release nogil;
