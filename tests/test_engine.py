@@ -121,7 +121,7 @@ def test_timings_reported(stories):
 def test_fp32_weights_are_used_in_place(checkpoint, stories):
     m = decodelab.load(checkpoint("llama-tiny"))
     assert m.weight_bytes["converted"] == 0 and m.weight_bytes["mapped"] > 0
-    assert stories.weight_bytes == {"mapped": 1056540, "converted": 0}
+    assert stories.weight_bytes == {"mapped": 1056540, "converted": 0, "quantized": 0}
     # bf16 weights are converted to fp32 once: every parameter, 4 bytes each.
     b = decodelab.load(checkpoint("llama-tiny", dtype="bfloat16"))
     n_params = sum(t.size for t in decodelab.testing.random_weights("llama-tiny")[1].values())

@@ -131,6 +131,9 @@ py::dict pool_stats(const std::shared_ptr<BlockPool>& p) {
 }  // namespace
 
 void register_device(py::module_& m) {
+  m.def("read_bandwidth", &read_bandwidth, py::arg("nbytes"), py::arg("n_threads"), py::arg("repeats") = 5,
+        py::call_guard<py::gil_scoped_release>(),
+        "Best read bandwidth in bytes/s summing an nbytes buffer: the memory bound of a decode step.");
   m.def("built_with_cuda", &built_with_cuda, "True when this build has the CUDA path.");
   m.def("cuda_device_count", &cuda_device_count, "Visible CUDA devices; RuntimeError in a build without CUDA.");
 }
@@ -232,7 +235,7 @@ the first write into a shared block copies that block (copy-on-write).
 
   py::class_<Transformer, std::shared_ptr<Transformer>>(m, "Engine")
       .def(py::init([](const ModelConfig& cfg, const std::vector<std::string>& files,
-                       const std::vector<TensorTuple>& tensors, int n_threads) {
+                       const std::vector<TensorTuple>& tensors, int n_threads, const std::string& weight_dtype) {
              std::vector<TensorInfo> infos;
              infos.reserve(tensors.size());
              for (const auto& t : tensors) {
@@ -240,10 +243,27 @@ the first write into a shared block copies that block (copy-on-write).
                std::tie(i.name, i.dtype, i.shape, i.file, i.offset, i.nbytes) = t;
                infos.push_back(std::move(i));
              }
+             WeightType wt;
+             if (weight_dtype == "float32") wt = WeightType::F32;
+             else if (weight_dtype == "bfloat16") wt = WeightType::BF16;
+             else if (weight_dtype == "int8") wt = WeightType::I8;
+             else
+               throw std::invalid_argument("dtype must be 'float32', 'bfloat16' or 'int8', got '" + weight_dtype + "'");
              auto store = std::make_shared<WeightStore>(files, infos);
-             return std::make_shared<Transformer>(cfg, store, n_threads);
+             py::gil_scoped_release nogil;
+             return std::make_shared<Transformer>(cfg, store, n_threads, wt);
            }),
-           py::arg("config"), py::arg("files"), py::arg("tensors"), py::arg("n_threads"))
+           py::arg("config"), py::arg("files"), py::arg("tensors"), py::arg("n_threads"),
+           py::arg("weight_dtype") = "float32")
+      .def_property_readonly("weight_dtype", [](const Transformer& e) {
+        switch (e.weight_type()) {
+          case WeightType::F32: return "float32";
+          case WeightType::BF16: return "bfloat16";
+          default: return "int8";
+        }
+      })
+      .def_property_readonly("quantized_bytes", &Transformer::quantized_bytes,
+                             "Bytes of the bf16 / int8 copies of the linear layers (0 in float32).")
       .def_property("n_threads", &Transformer::n_threads, &Transformer::set_n_threads)
       .def_property_readonly("config", &Transformer::config)
       .def_property_readonly(

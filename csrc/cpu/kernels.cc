@@ -1,5 +1,6 @@
 #include "decodelab/kernels.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <Eigen/Core>
@@ -25,29 +26,207 @@ void matvec_out_major(const float* x, const Linear& L, float* y) {
   for (int o = 0; o < L.out; ++o) y[o] = dot(L.w + static_cast<size_t>(o) * L.in, x, L.in);
 }
 
-// y (out) = x W for W (in, out): each thread owns a block of output columns and streams the
-// weight rows' slices of that block.
+// y (out) = x W for W (in, out): each thread streams a contiguous range of weight rows into its
+// own partial sum of y (an axpy per row), and the partial sums are added at the end. Every weight
+// byte is read once, sequentially.
 void matvec_in_major(const float* x, const Linear& L, float* y) {
-  constexpr int kBlock = 64;
-  const int n_blocks = (L.out + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
-  for (int blk = 0; blk < n_blocks; ++blk) {
-    const int j0 = blk * kBlock;
-    const int len = std::min(kBlock, L.out - j0);
-    float acc[kBlock] = {0};
-    for (int i = 0; i < L.in; ++i) {
-      const float xi = x[i];
-      const float* row = L.w + static_cast<size_t>(i) * L.out + j0;
-#pragma omp simd
-      for (int j = 0; j < len; ++j) acc[j] += xi * row[j];
-    }
-    std::copy(acc, acc + len, y + j0);
+  const int nt = std::max(1, std::min(omp_get_max_threads(), L.in / 64));
+  thread_local std::vector<float> partial;  // the calling thread's; workers use the pointer
+  partial.resize(static_cast<size_t>(nt) * L.out);
+  float* part = partial.data();
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num();
+    const int i0 = static_cast<int>(static_cast<int64_t>(L.in) * t / nt);
+    const int i1 = static_cast<int>(static_cast<int64_t>(L.in) * (t + 1) / nt);
+    Vec acc(part + static_cast<size_t>(t) * L.out, L.out);
+    acc.setZero();
+    for (int i = i0; i < i1; ++i) acc += x[i] * ConstVec(L.w + static_cast<size_t>(i) * L.out, L.out);
   }
+  Vec out(y, L.out);
+  out = ConstVec(part, L.out);
+  for (int t = 1; t < nt; ++t) out += ConstVec(part + static_cast<size_t>(t) * L.out, L.out);
 }
 }  // namespace
 
+#if defined(__AVX2__)
+static inline float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+#endif
+
+// y (out) = W x for bf16 W (out, in): weights widened to fp32 in registers (AVX-512 or AVX2).
+static void matvec_bf16(const float* x, const Linear& L, float* y) {
+#pragma omp parallel for schedule(static)
+  for (int o = 0; o < L.out; ++o) {
+    const uint16_t* w = L.w_bf16 + static_cast<size_t>(o) * L.in;
+    int i = 0;
+    float acc = 0.0f;
+#ifdef __AVX512F__
+    __m512 a = _mm512_setzero_ps();
+    for (; i + 16 <= L.in; i += 16) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i));
+      const __m512 wf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+      a = _mm512_fmadd_ps(wf, _mm512_loadu_ps(x + i), a);
+    }
+    acc = _mm512_reduce_add_ps(a);
+#elif defined(__AVX2__) && defined(__FMA__)
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    for (; i + 16 <= L.in; i += 16) {
+      const __m256i h0 = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
+      const __m256i h1 = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8)));
+      a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h0, 16)), _mm256_loadu_ps(x + i), a0);
+      a1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h1, 16)), _mm256_loadu_ps(x + i + 8), a1);
+    }
+    acc = hsum256(_mm256_add_ps(a0, a1));
+#endif
+    for (; i < L.in; ++i) acc += bf16_to_f32(w[i]) * x[i];
+    y[o] = acc;
+  }
+}
+
+// y (out) = scale * (W x) for int8 W (out, in).
+static void matvec_i8(const float* x, const Linear& L, float* y) {
+#pragma omp parallel for schedule(static)
+  for (int o = 0; o < L.out; ++o) {
+    const int8_t* w = L.w_i8 + static_cast<size_t>(o) * L.in;
+    int i = 0;
+    float acc = 0.0f;
+#ifdef __AVX512F__
+    __m512 a = _mm512_setzero_ps();
+    for (; i + 16 <= L.in; i += 16) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i));
+      const __m512 wf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+      a = _mm512_fmadd_ps(wf, _mm512_loadu_ps(x + i), a);
+    }
+    acc = _mm512_reduce_add_ps(a);
+#elif defined(__AVX2__) && defined(__FMA__)
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    for (; i + 16 <= L.in; i += 16) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i));
+      const __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+      const __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)));
+      a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), a0);
+      a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), a1);
+    }
+    acc = hsum256(_mm256_add_ps(a0, a1));
+#endif
+    for (; i < L.in; ++i) acc += static_cast<float>(w[i]) * x[i];
+    y[o] = acc * L.scales[o];
+  }
+}
+
+// Several rows with reduced-precision weights: widen the matrix to fp32 in a reused scratch and
+// run the fp32 matmul (prefill is compute-bound; the widening reads the weights once).
+static void matmul_widened(const float* x, int T, const Linear& L, float* y) {
+  thread_local std::vector<float> wide;  // the calling thread's; OpenMP workers use the pointer
+  wide.resize(static_cast<size_t>(L.out) * L.in);
+  float* base = wide.data();
+#pragma omp parallel for schedule(static)
+  for (int o = 0; o < L.out; ++o) {
+    float* d = base + static_cast<size_t>(o) * L.in;
+    if (L.type == WeightType::BF16) {
+      const uint16_t* w = L.w_bf16 + static_cast<size_t>(o) * L.in;
+      for (int i = 0; i < L.in; ++i) d[i] = bf16_to_f32(w[i]);
+    } else {
+      const int8_t* w = L.w_i8 + static_cast<size_t>(o) * L.in;
+      const float sc = L.scales[o];
+      for (int i = 0; i < L.in; ++i) d[i] = sc * static_cast<float>(w[i]);
+    }
+  }
+  matmul_onednn(x, T, L.in, base, L.out, false, y);
+}
+
+void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q) {
+  if (type == WeightType::F32) return;
+  const size_t n = static_cast<size_t>(L.out) * L.in;
+  auto at = [&](int o, int i) {
+    return L.in_major ? L.w[static_cast<size_t>(i) * L.out + o] : L.w[static_cast<size_t>(o) * L.in + i];
+  };
+  if (type == WeightType::BF16) {
+    q.bf16.resize(n);
+#pragma omp parallel for schedule(static)
+    for (int o = 0; o < L.out; ++o)
+      for (int i = 0; i < L.in; ++i) q.bf16[static_cast<size_t>(o) * L.in + i] = f32_to_bf16(at(o, i));
+    L.w_bf16 = q.bf16.data();
+  } else {
+    q.i8.resize(n);
+    q.scales.resize(L.out);
+#pragma omp parallel for schedule(static)
+    for (int o = 0; o < L.out; ++o) {
+      float mx = 0.0f;
+      for (int i = 0; i < L.in; ++i) mx = std::max(mx, std::fabs(at(o, i)));
+      const float scale = mx > 0.0f ? mx / 127.0f : 1.0f;
+      q.scales[o] = scale;
+      for (int i = 0; i < L.in; ++i)
+        q.i8[static_cast<size_t>(o) * L.in + i] = static_cast<int8_t>(std::lrint(at(o, i) / scale));
+    }
+    L.w_i8 = q.i8.data();
+    L.scales = q.scales.data();
+  }
+  L.type = type;
+  L.in_major = false;
+  L.w = nullptr;  // the fp32 weights are no longer read
+}
+
+double read_bandwidth(size_t nbytes, int n_threads, int repeats) {
+  const size_t n = std::max<size_t>(nbytes / sizeof(float), 1024);
+  std::vector<float> buf(n);
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+  for (size_t i = 0; i < n; ++i) buf[i] = static_cast<float>(i & 1023);
+  double best = 0.0;
+  volatile float sink = 0.0f;
+  for (int r = 0; r < repeats; ++r) {
+    float total = 0.0f;
+    const double t0 = omp_get_wtime();
+#pragma omp parallel for num_threads(n_threads) schedule(static) reduction(+ : total)
+    for (int c = 0; c < n_threads; ++c) {
+      const size_t lo = n * c / n_threads, hi = n * (c + 1) / n_threads;
+      const float* p = buf.data();
+      size_t i = lo;
+      float part = 0.0f;
+#ifdef __AVX512F__
+      // Four independent accumulators keep the loads, not the adds, the limit.
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (; i + 64 <= hi; i += 64) {
+        a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p + i));
+        a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 16));
+        a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 32));
+        a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 48));
+      }
+      part = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+#elif defined(__AVX2__)
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (; i + 32 <= hi; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
+      }
+      part = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+#endif
+      for (; i < hi; ++i) part += p[i];
+      total += part;
+    }
+    const double dt = omp_get_wtime() - t0;
+    sink = sink + total;
+    best = std::max(best, static_cast<double>(n * sizeof(float)) / dt);
+  }
+  return best;
+}
+
 void linear(const float* x, int T, const Linear& L, float* y) {
-  if (T == 1) {
+  if (L.type != WeightType::F32) {
+    if (T == 1) {
+      if (L.type == WeightType::BF16) matvec_bf16(x, L, y);
+      else matvec_i8(x, L, y);
+    } else {
+      matmul_widened(x, T, L, y);
+    }
+  } else if (T == 1) {
     if (L.in_major)
       matvec_in_major(x, L, y);
     else

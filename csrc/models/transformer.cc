@@ -34,8 +34,9 @@ void ModelConfig::validate() const {
   if (is_gpt2()) require(n_kv_heads == n_heads && n_heads * head_dim == dim, "GPT-2 needs n_heads * head_dim == hidden size");
 }
 
-Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> weights, int n_threads)
-    : cfg_(cfg), weights_(std::move(weights)), n_threads_(1) {
+Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> weights, int n_threads,
+                         WeightType weight_type)
+    : cfg_(cfg), weights_(std::move(weights)), n_threads_(1), weight_type_(weight_type) {
   cfg_.validate();
   set_n_threads(n_threads);
   auto& W = *weights_;
@@ -102,6 +103,21 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
   }
   lm_head_.in = cfg_.dim;
   lm_head_.out = cfg_.vocab_size;
+  if (weight_type_ != WeightType::F32) {
+    omp_set_num_threads(n_threads_);
+    std::vector<Linear*> all{&lm_head_};
+    for (Layer& l : layers_)
+      for (Linear* x : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.fc, &l.down})
+        if (x->w) all.push_back(x);
+    quantized_.resize(all.size());
+    for (size_t i = 0; i < all.size(); ++i) quantize_linear(*all[i], weight_type_, quantized_[i]);
+  }
+}
+
+uint64_t Transformer::quantized_bytes() const {
+  uint64_t n = 0;
+  for (const auto& q : quantized_) n += q.bf16.size() * 2 + q.i8.size() + q.scales.size() * 4;
+  return n;
 }
 
 void Transformer::set_n_threads(int n) {

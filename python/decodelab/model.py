@@ -128,7 +128,13 @@ class Model:
     def weight_bytes(self) -> dict:
         """``mapped``: bytes of the memory-mapped files; ``converted``: bytes of fp32 copies made
         at load (f16/bf16 stored weights). fp32 checkpoints are used in place: converted is 0."""
-        return {"mapped": self._engine.mapped_bytes, "converted": self._engine.owned_bytes}
+        return {"mapped": self._engine.mapped_bytes, "converted": self._engine.owned_bytes,
+                "quantized": self._engine.quantized_bytes}
+
+    @property
+    def dtype(self) -> str:
+        """The precision of the linear layers' weights: float32, bfloat16 or int8."""
+        return self._engine.weight_dtype
 
     # -- token handling -------------------------------------------------------------------
     def _ids(self, prompt: Prompt) -> List[int]:
@@ -555,12 +561,16 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
          tokenizer: Union[None, str, os.PathLike, Tokenizer] = None) -> Model:
     """Load a Hugging Face folder (config.json + safetensors) or a llama2.c ``.bin`` checkpoint.
 
-    Weights are memory-mapped; fp32, bf16 and f16 stored weights load and compute in fp32.
+    Weights are memory-mapped; fp32, bf16 and f16 stored weights load. ``dtype`` is the precision
+    the linear layers and the output head are kept and read in: "float32" (exact), "bfloat16"
+    (half the bytes per decode step), or "int8" (weight-only, one scale per output channel; a
+    quarter of the bytes). Activations, norms, attention and accumulation stay fp32.
     ``tokenizer`` overrides the tokenizer found beside the weights (a path or a Tokenizer).
     """
     path = os.fspath(path)
-    if dtype not in ("float32", "fp32"):
-        raise ValueError(f"dtype must be 'float32' (compute precision), got {dtype!r}")
+    dtype = {"fp32": "float32", "bf16": "bfloat16"}.get(dtype, dtype)
+    if dtype not in ("float32", "bfloat16", "int8"):
+        raise ValueError(f"dtype must be 'float32', 'bfloat16' or 'int8', got {dtype!r}")
     n_threads = _default_threads() if threads is None else int(threads)
     if not 1 <= n_threads <= 1024:
         raise ValueError(f"threads must be in [1, 1024], got {threads}")
@@ -583,7 +593,7 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
         config, tensors = formats.read_llama2c(path)
         files = [path]
         tok_dir = os.path.dirname(os.path.abspath(path))
-    engine = _core.Engine(config.to_core(), files, tensors, n_threads)
+    engine = _core.Engine(config.to_core(), files, tensors, n_threads, dtype)
     if tokenizer is None:
         tok = find_tokenizer(tok_dir, config.vocab_size)
     elif isinstance(tokenizer, Tokenizer):

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "decodelab/kv_cache.h"
 
@@ -9,13 +11,33 @@ namespace decodelab {
 
 // A linear layer y = x W^T + b. Weights are stored either (out, in), as torch.nn.Linear does,
 // or (in, out), as GPT-2's Conv1D does; both are used in place, without a transposed copy.
+enum class WeightType { F32, BF16, I8 };
+
+// Reduced-precision weights are always (out, in): bf16, or int8 with one fp32 scale per output
+// row (symmetric, scale = max|w| / 127). Activations stay fp32.
 struct Linear {
   const float* w = nullptr;
   const float* b = nullptr;  // (out) or null
   int in = 0;
   int out = 0;
   bool in_major = false;     // true: w is (in, out)
+  WeightType type = WeightType::F32;
+  const uint16_t* w_bf16 = nullptr;
+  const int8_t* w_i8 = nullptr;
+  const float* scales = nullptr;  // (out), int8 only
 };
+
+// Owned reduced-precision copy of a linear layer's weights.
+struct QuantizedWeights {
+  std::vector<uint16_t> bf16;
+  std::vector<int8_t> i8;
+  std::vector<float> scales;
+};
+// Converts `layer` (fp32, either layout) to `type`, filling `store` and pointing the layer at it.
+void quantize_linear(Linear& layer, WeightType type, QuantizedWeights& store);
+
+// Best read bandwidth (bytes / s) over `repeats` passes summing an `nbytes` buffer on n_threads.
+double read_bandwidth(size_t nbytes, int n_threads, int repeats);
 
 // y (T, out) = x (T, in) W^T + b. One row runs a matrix-vector kernel that reads the weights
 // once; several rows run a oneDNN matmul.

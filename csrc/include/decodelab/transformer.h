@@ -15,7 +15,11 @@ namespace decodelab {
 
 class Transformer {
  public:
-  Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> weights, int n_threads);
+  // weight_type: the precision the linear layers (and the output head) are kept and read in.
+  Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> weights, int n_threads,
+              WeightType weight_type = WeightType::F32);
+  WeightType weight_type() const { return weight_type_; }
+  uint64_t quantized_bytes() const;
 
   const ModelConfig& config() const { return cfg_; }
   const WeightStore& weights() const { return *weights_; }
@@ -67,6 +71,8 @@ class Transformer {
   Linear lm_head_;                     // (vocab, dim)
   std::vector<Layer> layers_;
   std::vector<float> rope_cos_, rope_sin_;  // (max_position, head_dim/2)
+  WeightType weight_type_ = WeightType::F32;
+  std::vector<QuantizedWeights> quantized_;  // one per quantized linear layer
   mutable std::mutex pools_mu_;
   mutable std::shared_ptr<BlockPool> pools_[2];  // by KVDType
 };

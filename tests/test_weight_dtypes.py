@@ -1,0 +1,79 @@
+"""bfloat16 and int8 weights: the engine computes exactly what fp32 does on the rounded weights."""
+import numpy as np
+import pytest
+
+import decodelab
+from decodelab import testing
+
+
+def _bf16_round(w):
+    u = w.astype(np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16
+    return u.astype(np.uint32).view(np.float32)
+
+
+def _int8_round(w, in_major):
+    m = w.T if in_major else w  # per output channel
+    scale = np.abs(m).max(axis=1, keepdims=True) / 127.0
+    scale[scale == 0] = 1.0
+    q = np.rint(m / scale).clip(-127, 127) * scale
+    return (q.T if in_major else q).astype(np.float32)
+
+
+LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "c_attn", "c_proj", "c_fc",
+          "lm_head")
+
+
+@pytest.mark.parametrize("shape", ["llama-tiny", "gpt2-tiny", "llama-tiny-tied"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "int8"])
+def test_reduced_weights_equal_fp32_on_rounded_weights(tmp_path, shape, dtype):
+    cfg, tensors = testing.random_weights(shape, seed=3)
+    src = testing.write_hf_folder(str(tmp_path / "src"), cfg, tensors)
+    rounded = {}
+    for name, t in tensors.items():
+        if any(k in name for k in LINEAR) and t.ndim == 2:
+            rounded[name] = _bf16_round(t) if dtype == "bfloat16" else _int8_round(t, in_major=cfg["model_type"] == "gpt2")
+        else:
+            rounded[name] = t
+    head = "transformer.wte.weight" if cfg["model_type"] == "gpt2" else "model.embed_tokens.weight"
+    tied = cfg.get("tie_word_embeddings", False)
+    ref_dir = testing.write_hf_folder(str(tmp_path / "ref"), cfg, rounded)
+    ids = np.random.default_rng(0).integers(0, cfg["vocab_size"], size=40).tolist()
+    got_model = decodelab.load(src, dtype=dtype)
+    assert got_model.dtype == dtype
+    if tied:
+        # The tied head is rounded as a (vocab, hidden) linear while the embedding lookup stays
+        # fp32: the fp32 twin is an untied checkpoint with the rounded head.
+        untied_cfg = dict(cfg, tie_word_embeddings=False)
+        untied = dict(rounded)
+        untied["lm_head.weight"] = (_bf16_round(tensors[head]) if dtype == "bfloat16"
+                                    else _int8_round(tensors[head], in_major=False))
+        ref_dir = testing.write_hf_folder(str(tmp_path / "ref_untied"), untied_cfg, untied)
+    ref = decodelab.load(ref_dir)
+    want = ref.forward(ids)
+    np.testing.assert_allclose(got_model.forward(ids), want, rtol=0, atol=2e-5)
+    cache = got_model.new_cache()
+    rows = [got_model.prefill(ids[:20], cache)] + [got_model.decode(t, cache) for t in ids[20:]]
+    np.testing.assert_allclose(np.stack(rows), want[19:], rtol=0, atol=2e-5)
+
+
+def test_reduced_weights_cost_and_accuracy_on_stories260k(stories_bin):
+    text_ids = decodelab.load(stories_bin).tokenizer.encode(
+        "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, "
+        "she saw a big red ball. She wanted to play with it, but it was too high. Lily's mom said, \"Lily, let's "
+        "go to the park.\" Lily was happy and they played all day.")
+    out = {}
+    for dtype in ("float32", "bfloat16", "int8"):
+        m = decodelab.load(stories_bin, dtype=dtype)
+        logits = m.forward(text_ids).astype(np.float64)
+        logp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) \
+            - logits.max(1, keepdims=True)
+        nll = -np.mean([logp[i, t] for i, t in enumerate(text_ids[1:])])
+        out[dtype] = (logits, float(np.exp(nll)), m.weight_bytes["quantized"])
+    f32 = out["float32"][0]
+    assert np.abs(out["bfloat16"][0] - f32).max() < 0.5
+    assert np.abs(out["int8"][0] - f32).max() < 1.0
+    # Perplexity on a fixed text moves by a few percent at most.
+    assert abs(out["bfloat16"][1] / out["float32"][1] - 1) < 0.02
+    assert abs(out["int8"][1] / out["float32"][1] - 1) < 0.05
+    assert out["int8"][2] < out["bfloat16"][2]
