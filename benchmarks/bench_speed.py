@@ -1,0 +1,252 @@
+"""Speed, side by side: decodelab against transformers (torch CPU) and CTranslate2 on the same
+checkpoints, thread count and precision, with the memory-bandwidth bound of decoding.
+
+    python benchmarks/bench_speed.py [--models gpt2-124m llama-110m stories260K] [--json bench_speed.json]
+
+Each (engine, model, precision) runs in its own process so that peak RSS is its own. Per row:
+prefill tokens/s (one prompt of --prompt tokens), decode tokens/s (batch 1, --decode tokens, EOS
+off), time to first token, peak RSS, and batched decode throughput (greedy, batch 1 / 4 / 16,
+--batch-steps tokens each). The bound column is the bandwidth probe (GB/s, measured in the same
+run) divided by the bytes of weights one decode step reads. llama.cpp rows appear when
+llama-cpp-python is importable (it has no wheel on PyPI; build it from source to include it).
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = os.environ.get("DECODELAB_MODELS", os.path.join(ROOT, "..", "shared", "models"))
+
+
+# --- checkpoints -------------------------------------------------------------------------------------
+
+def prepare(name, tmp):
+    """A Hugging Face folder with a tokenizer.json (CTranslate2 needs token strings)."""
+    from decodelab import testing
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    out = os.path.join(tmp, name)
+    if os.path.exists(out):
+        return out
+    if name == "stories260K":
+        testing.convert_llama2c(os.path.join(MODELS, "stories260K", "stories260K.bin"), out)
+    elif name.startswith("gpt2"):
+        testing.write_checkpoint(out, name, tokenizer_dir=os.path.join(MODELS, "gpt2-tokenizer"))
+        return out
+    else:
+        testing.write_checkpoint(out, name)
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    # A word-level vocabulary "t0" .. "tN" so that engines which speak in token strings can run
+    # the model; speed does not depend on the strings.
+    tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(cfg["vocab_size"])}, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(os.path.join(out, "tokenizer.json"))
+    json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "t0", "bos_token": "t1",
+               "eos_token": "t2"}, open(os.path.join(out, "tokenizer_config.json"), "w"))
+    return out
+
+
+def weight_bytes_per_step(folder, dtype):
+    """Bytes of weights one batch-1 decode step reads: every linear layer and the head, once."""
+    cfg = json.load(open(os.path.join(folder, "config.json")))
+    per = {"float32": 4, "bfloat16": 2, "int8": 1}[dtype]
+    if cfg["model_type"] == "gpt2":
+        D, L, V = cfg["n_embd"], cfg["n_layer"], cfg["vocab_size"]
+        n = L * (D * 3 * D + D * D + 2 * D * 4 * D) + V * D
+    else:
+        D, L, V, H = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"], cfg["intermediate_size"]
+        hd = cfg.get("head_dim", D // cfg["num_attention_heads"])
+        q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+        n = L * (D * q + 2 * D * kv + q * D + 3 * D * H) + V * D
+    return n * per
+
+
+# --- workers: one engine, one model, one precision -----------------------------------------------------
+
+def timed(fn):
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def work_decodelab(folder, dtype, a):
+    import decodelab
+
+    m = decodelab.load(folder, dtype=dtype, threads=a.threads)
+    V = m.config.vocab_size
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(3, V, size=a.prompt).tolist()
+    m.generate(prompt[:8], max_new_tokens=4, eos_token_id=[])  # warm-up
+    g = m.generate(prompt, max_new_tokens=a.decode, eos_token_id=[])
+    res = {"prefill_tok_s": a.prompt / g.prefill_seconds, "decode_tok_s": g.decode_tokens_per_second,
+           "ttft_s": g.time_to_first_token}
+    for B in (1, 4, 16):
+        caches = []
+        for b in range(B):
+            c = m.new_cache()
+            m.prefill(rng.integers(3, V, size=32).tolist(), c)
+            caches.append(c)
+        toks = [5] * B
+        t0 = time.perf_counter()
+        for _ in range(a.batch_steps):
+            logits = m.decode_batch(toks, caches)
+            toks = [int(x) for x in logits.argmax(1)]
+        res[f"batch{B}_tok_s"] = B * a.batch_steps / (time.perf_counter() - t0)
+    return res
+
+
+def work_transformers(folder, dtype, a):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(a.threads)
+    tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    m = AutoModelForCausalLM.from_pretrained(folder, dtype=tdt).eval()
+    V = m.config.vocab_size
+    rng = np.random.default_rng(0)
+    prompt = torch.tensor([rng.integers(3, V, size=a.prompt).tolist()])
+
+    def gen(ids, n):
+        with torch.no_grad():
+            m.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n, min_new_tokens=n,
+                       eos_token_id=None, pad_token_id=0)
+
+    gen(prompt[:, :8], 4)
+    t1 = timed(lambda: gen(prompt, 1))
+    tn = timed(lambda: gen(prompt, a.decode))
+    res = {"prefill_tok_s": a.prompt / t1, "decode_tok_s": (a.decode - 1) / (tn - t1), "ttft_s": t1}
+    for B in (1, 4, 16):
+        ids = torch.tensor(rng.integers(3, V, size=(B, 32)))
+        t = timed(lambda: gen(ids, a.batch_steps)) - timed(lambda: gen(ids, 1))
+        res[f"batch{B}_tok_s"] = B * (a.batch_steps - 1) / t
+    return res
+
+
+def work_ctranslate2(folder, dtype, a):
+    import ctranslate2
+    from tokenizers import Tokenizer
+
+    ct = folder + f".ct2-{dtype}"
+    if not os.path.exists(ct):
+        ctranslate2.converters.TransformersConverter(folder).convert(ct, quantization=None, force=True)
+    g = ctranslate2.Generator(ct, device="cpu", compute_type=dtype, intra_threads=a.threads)
+    tok = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    V = tok.get_vocab_size()
+    rng = np.random.default_rng(0)
+
+    def strings(ids):
+        return [tok.id_to_token(int(i)) for i in ids]
+
+    prompt = strings(rng.integers(3, V, size=a.prompt))
+
+    def gen(batch, n):
+        g.generate_batch(batch, max_length=n, min_length=n, sampling_topk=1, include_prompt_in_result=False,
+                         end_token=[])
+
+    gen([prompt[:8]], 4)
+    t1 = timed(lambda: gen([prompt], 1))
+    tn = timed(lambda: gen([prompt], a.decode))
+    res = {"prefill_tok_s": a.prompt / t1, "decode_tok_s": (a.decode - 1) / (tn - t1), "ttft_s": t1}
+    for B in (1, 4, 16):
+        batch = [strings(rng.integers(3, V, size=32)) for _ in range(B)]
+        t = timed(lambda: gen(batch, a.batch_steps)) - timed(lambda: gen(batch, 1))
+        res[f"batch{B}_tok_s"] = B * (a.batch_steps - 1) / t
+    return res
+
+
+WORKERS = {"decodelab": work_decodelab, "transformers": work_transformers, "ctranslate2": work_ctranslate2}
+CONFIGS = [("decodelab", "float32"), ("decodelab", "bfloat16"), ("decodelab", "int8"),
+           ("transformers", "float32"), ("transformers", "bfloat16"),
+           ("ctranslate2", "float32"), ("ctranslate2", "int8")]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", nargs="+", default=["gpt2-124m", "llama-110m", "stories260K"])
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--decode", type=int, default=128)
+    ap.add_argument("--batch-steps", type=int, default=32)
+    ap.add_argument("--json", default="bench_speed.json")
+    ap.add_argument("--tmp", default=None, help="folder for the checkpoints (default: a temporary one)")
+    ap.add_argument("--worker", nargs=3, metavar=("ENGINE", "FOLDER", "DTYPE"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        engine, folder, dtype = a.worker
+        res = WORKERS[engine](folder, dtype, a)
+        res["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps(res))
+        return
+
+    from decodelab import _core
+
+    bw = _core.read_bandwidth(256 << 20, a.threads, 5)
+    rows = []
+    tmp_ctx = tempfile.TemporaryDirectory() if a.tmp is None else None
+    tmp = a.tmp or tmp_ctx.name
+    os.makedirs(tmp, exist_ok=True)
+    for name in a.models:
+        folder = prepare(name, tmp)
+        prompt = min(a.prompt, 256) if name == "stories260K" else a.prompt
+        for engine, dtype in CONFIGS:
+            cmd = [sys.executable, __file__, "--worker", engine, folder, dtype, "--threads", str(a.threads),
+                   "--prompt", str(prompt), "--decode", str(a.decode), "--batch-steps", str(a.batch_steps)]
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            row = {"model": name, "engine": engine, "dtype": dtype, "threads": a.threads, "prompt": prompt}
+            if p.returncode != 0:
+                row["error"] = (p.stderr.strip().splitlines() or ["failed"])[-1][:200]
+            else:
+                row.update(json.loads(p.stdout.strip().splitlines()[-1]))
+                row["decode_bound_tok_s"] = bw / weight_bytes_per_step(folder, dtype)
+            rows.append(row)
+            print(f"  {name} {engine} {dtype}: " + (row.get("error") or f"decode {row['decode_tok_s']:.1f} tok/s"),
+                  file=sys.stderr, flush=True)
+    cols = [("prefill tok/s", "prefill_tok_s", "{:.0f}"), ("decode tok/s", "decode_tok_s", "{:.1f}"),
+            ("bound", "decode_bound_tok_s", "{:.1f}"), ("ttft ms", "ttft_s", "{:.1f}"),
+            ("RSS MiB", "peak_rss_mib", "{:.0f}"), ("b1 tok/s", "batch1_tok_s", "{:.1f}"),
+            ("b4 tok/s", "batch4_tok_s", "{:.1f}"), ("b16 tok/s", "batch16_tok_s", "{:.1f}")]
+    print(f"read bandwidth probe: {bw / 1e9:.1f} GB/s ({a.threads} threads, 256 MiB)")
+    head = f"{'model':<12} {'engine':<13} {'dtype':<9}" + "".join(f"{c[0]:>14}" for c in cols)
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        line = f"{r['model']:<12} {r['engine']:<13} {r['dtype']:<9}"
+        if "error" in r:
+            print(line + "  error: " + r["error"])
+            continue
+        for _, key, fmt in cols:
+            v = r[key] * 1e3 if key == "ttft_s" else r[key]
+            line += f"{fmt.format(v):>14}"
+        print(line)
+    # Ratios: decodelab against the best peer at the same precision class.
+    print("\nratios (decodelab / best peer at the same precision; >1 means decodelab is faster)")
+    for name in a.models:
+        for ours_dt, peer_dts in (("float32", ["float32"]), ("bfloat16", ["bfloat16"]), ("int8", ["int8"])):
+            ours = next((r for r in rows if r["model"] == name and r["engine"] == "decodelab"
+                         and r["dtype"] == ours_dt and "error" not in r), None)
+            peers = [r for r in rows if r["model"] == name and r["engine"] != "decodelab" and r["dtype"] in peer_dts
+                     and "error" not in r]
+            if not ours or not peers:
+                continue
+            parts = []
+            for key, label in (("prefill_tok_s", "prefill"), ("decode_tok_s", "decode"), ("batch16_tok_s", "b16")):
+                best = max(peers, key=lambda r: r[key])
+                parts.append(f"{label} {ours[key] / best[key]:.2f}x vs {best['engine']}")
+            frac = ours["decode_tok_s"] / ours["decode_bound_tok_s"]
+            print(f"  {name:<12} {ours_dt:<9} " + ", ".join(parts) + f", decode at {frac:.0%} of the bound")
+    with open(a.json, "w") as f:
+        json.dump({"argv": sys.argv, "read_bandwidth_bytes_s": bw, "rows": rows}, f, indent=2)
+    print(f"wrote {a.json}")
+    if tmp_ctx:
+        tmp_ctx.cleanup()
+
+
+if __name__ == "__main__":
+    main()
