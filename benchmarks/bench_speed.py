@@ -37,9 +37,6 @@ def prepare(name, tmp):
         return out
     if name == "stories260K":
         testing.convert_llama2c(os.path.join(MODELS, "stories260K", "stories260K.bin"), out)
-    elif name.startswith("gpt2"):
-        testing.write_checkpoint(out, name, tokenizer_dir=os.path.join(MODELS, "gpt2-tokenizer"))
-        return out
     else:
         testing.write_checkpoint(out, name)
     cfg = json.load(open(os.path.join(out, "config.json")))

@@ -119,8 +119,31 @@ static void matvec_i8(const float* x, const Linear& L, float* y) {
   }
 }
 
-// Several rows with reduced-precision weights: widen the matrix to fp32 in a reused scratch and
-// run the fp32 matmul (prefill is compute-bound; the widening reads the weights once).
+// A few rows (batched decode) with reduced-precision weights: each thread widens one weight row
+// at a time into registers-sized scratch and takes its dot product with every activation row, so
+// the weights are read once for the whole batch.
+static void matvec_rows_widened(const float* x, int T, const Linear& L, float* y) {
+#pragma omp parallel
+  {
+    std::vector<float> row(L.in);
+#pragma omp for schedule(static)
+    for (int o = 0; o < L.out; ++o) {
+      if (L.type == WeightType::BF16) {
+        const uint16_t* w = L.w_bf16 + static_cast<size_t>(o) * L.in;
+        for (int i = 0; i < L.in; ++i) row[i] = bf16_to_f32(w[i]);
+      } else {
+        const int8_t* w = L.w_i8 + static_cast<size_t>(o) * L.in;
+        const float sc = L.scales[o];
+        for (int i = 0; i < L.in; ++i) row[i] = sc * static_cast<float>(w[i]);
+      }
+      for (int t = 0; t < T; ++t)
+        y[static_cast<size_t>(t) * L.out + o] = dot(row.data(), x + static_cast<size_t>(t) * L.in, L.in);
+    }
+  }
+}
+
+// Many rows (prefill) with reduced-precision weights: widen the matrix to fp32 in a reused scratch
+// and run the fp32 matmul (prefill is compute-bound; the widening reads the weights once).
 static void matmul_widened(const float* x, int T, const Linear& L, float* y) {
   thread_local std::vector<float> wide;  // the calling thread's; OpenMP workers use the pointer
   wide.resize(static_cast<size_t>(L.out) * L.in);
@@ -223,6 +246,8 @@ void linear(const float* x, int T, const Linear& L, float* y) {
     if (T == 1) {
       if (L.type == WeightType::BF16) matvec_bf16(x, L, y);
       else matvec_i8(x, L, y);
+    } else if (T <= 16) {
+      matvec_rows_widened(x, T, L, y);
     } else {
       matmul_widened(x, T, L, y);
     }
