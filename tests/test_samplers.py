@@ -72,6 +72,14 @@ def test_greedy_ties_nan_and_inf():
         S.Dist(0).apply([-np.inf, -np.inf])
 
 
+def test_removed_tokens_have_exactly_zero_probability():
+    x = S.TopK(2).apply(np.log([0.5, 0.2, 0.2, 0.1]).astype(np.float32) * 3)
+    p = S.softmax(x)
+    assert (p[~kept(x)] == 0).all() and p.sum() == pytest.approx(1.0)
+    recs = S.Chain([S.TopK(1), S.Dist(0)]).trace(np.arange(50, dtype=np.float32))
+    assert recs[1].top_probs[1:] == [0.0] * (len(recs[1].top_probs) - 1)
+
+
 def test_everything_filtered_keeps_the_top_token():
     x = np.log([0.4, 0.35, 0.25])
     for s in (S.MinP(1.0), S.EpsilonCutoff(0.99), S.EtaCutoff(0.99), S.TopP(1e-6), S.TypicalP(1e-6),

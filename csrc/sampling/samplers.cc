@@ -572,11 +572,12 @@ bool softmax(const float* l, int n, float* p) {
       sum += p[i];
     }
   } else {
-    // Eigen's vectorised exp; exp(-inf) = 0, and NaN logits are zeroed after.
+    // Eigen's vectorised exp. It clamps very negative inputs, so exp(-inf) comes out as a tiny
+    // denormal rather than 0: removed tokens (-inf or NaN) are set to exactly 0 after.
     Eigen::Map<const Eigen::ArrayXf> L(l, n);
     Eigen::Map<Eigen::ArrayXf> P(p, n);
     P = (L - mx).exp();
-    P = (P == P).select(P, 0.0f);
+    P = (L > kNegInf).select(P, 0.0f);
     sum = P.sum();
   }
   const float inv = 1.0f / sum;

@@ -25,12 +25,15 @@ def stages(records: Sequence, *, tokenizer=None, top: int = 10, title: Optional[
     n = len(recs)
     fig, axes = plt.subplots(1, n, figsize=(2.8 * n, 0.35 * top + 1.6), sharex=True, squeeze=False)
     for ax, r in zip(axes[0], recs):
-        ids = list(r.top_ids)[:top]
-        ps = list(r.top_probs)[:top]
-        kept = [p > 0 for p in ps]
-        ax.barh(range(len(ids))[::-1], ps, color=["tab:blue" if k else "lightgray" for k in kept])
-        ax.set_yticks(range(len(ids))[::-1])
+        # Only tokens still in the running: removed ones have probability 0 and no bar.
+        pairs = [(t, p) for t, p in zip(r.top_ids, r.top_probs) if p > 0][:top]
+        ids = [t for t, _ in pairs]
+        ps = [p for _, p in pairs]
+        ypos = list(range(len(ids)))
+        ax.barh(ypos, ps, color="tab:blue")
+        ax.set_yticks(ypos)
         ax.set_yticklabels([_label(t, tokenizer) for t in ids], fontsize=8)
+        ax.set_ylim(top - 0.5, -0.5)  # the most likely token at the top
         ax.set_title(f"{r.name}\n{r.n_kept} kept, H={r.entropy:.2f}", fontsize=9)
         ax.set_xlim(0, 1)
         ax.set_xlabel("probability", fontsize=8)

@@ -1,0 +1,31 @@
+"""Every teaching notebook runs top to bottom from a clean state and draws its figures."""
+import glob
+import os
+import time
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat", reason="notebook tests need nbformat (in the test extra)")
+nbclient = pytest.importorskip("nbclient", reason="notebook tests need nbclient (in the test extra)")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
+
+
+def test_there_are_notebooks():
+    assert len(NOTEBOOKS) == 8
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_notebook_runs_and_draws(path, tmp_path):
+    nb = nbformat.read(path, as_version=4)
+    # Committed notebooks carry no outputs.
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in nb.cells if c.cell_type == "code")
+    assert "What to try next" in nb.cells[-1].source
+    t0 = time.perf_counter()
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": os.path.dirname(path)}}).execute()
+    images = sum(1 for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                 if "image/png" in o.get("data", {}))
+    assert images >= 1, "the notebook drew no figure"
+    print(f"{os.path.basename(path)}: {time.perf_counter() - t0:.1f} s, {images} figures")
