@@ -287,20 +287,29 @@ void layernorm(const float* x, const float* w, const float* b, int T, int dim, f
   }
 }
 
+// Elementwise activations through Eigen's vectorised tanh / exp, in chunks spread over threads.
 void gelu_tanh_inplace(float* x, size_t n) {
   const float c = std::sqrt(2.0f / static_cast<float>(M_PI));
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (size_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    x[i] = 0.5f * v * (1.0f + std::tanh(c * (v + 0.044715f * v * v * v)));
+  constexpr size_t kChunk = 16384;
+  const long n_chunks = static_cast<long>((n + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static) if (n_chunks > 1)
+  for (long ch = 0; ch < n_chunks; ++ch) {
+    const size_t lo = static_cast<size_t>(ch) * kChunk, len = std::min(kChunk, n - lo);
+    Eigen::Map<Eigen::ArrayXf> v(x + lo, static_cast<Eigen::Index>(len));
+    v = 0.5f * v * (1.0f + (c * (v + 0.044715f * v * v * v)).tanh());
   }
 }
 
 void silu_mul(const float* gate, const float* up, float* out, size_t n) {
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (size_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  constexpr size_t kChunk = 16384;
+  const long n_chunks = static_cast<long>((n + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static) if (n_chunks > 1)
+  for (long ch = 0; ch < n_chunks; ++ch) {
+    const size_t lo = static_cast<size_t>(ch) * kChunk, len = std::min(kChunk, n - lo);
+    const auto L = static_cast<Eigen::Index>(len);
+    Eigen::Map<const Eigen::ArrayXf> g(gate + lo, L), u(up + lo, L);
+    Eigen::Map<Eigen::ArrayXf> o(out + lo, L);
+    o = g / (1.0f + (-g).exp()) * u;
   }
 }
 
