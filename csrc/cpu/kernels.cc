@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "decodelab/bf16.h"
 
@@ -15,6 +16,7 @@ namespace decodelab {
 
 namespace {
 using ConstVec = Eigen::Map<const Eigen::VectorXf>;
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Vec = Eigen::Map<Eigen::VectorXf>;
 
 float dot(const float* a, const float* b, int n) { return ConstVec(a, n).dot(ConstVec(b, n)); }
@@ -364,10 +366,19 @@ void attention_paged_impl(const float* q, const BlockPool& pool, const int* tabl
       for (int b = 0; b < n_blocks; ++b) {
         const E* kb = reinterpret_cast<const E*>(pool.data(table[b])) + pool.slab(layer, 0, kh);
         const int rows = std::min(bs, n_ctx - b * bs);
-        for (int r = 0; r < rows; ++r) {
-          const float s = dot_kv(qh, kb + static_cast<size_t>(r) * hd, hd) * scale;
-          sc[b * bs + r] = s;
-          mx = std::max(mx, s);
+        if constexpr (std::is_same_v<E, float>) {
+          // Scores of a whole block at once: (rows, head_dim) keys times the query.
+          Eigen::Map<const RowMatrix> K(kb, rows, hd);
+          Vec s(sc + b * bs, rows);
+          s.noalias() = K * ConstVec(qh, hd);
+          s *= scale;
+          mx = std::max(mx, s.maxCoeff());
+        } else {
+          for (int r = 0; r < rows; ++r) {
+            const float s = dot_kv(qh, kb + static_cast<size_t>(r) * hd, hd) * scale;
+            sc[b * bs + r] = s;
+            mx = std::max(mx, s);
+          }
         }
       }
       float sum = 0.0f;
@@ -381,13 +392,20 @@ void attention_paged_impl(const float* q, const BlockPool& pool, const int* tabl
       for (int b = 0; b < n_blocks; ++b) {
         const E* vb = reinterpret_cast<const E*>(pool.data(table[b])) + pool.slab(layer, 1, kh);
         const int rows = std::min(bs, n_ctx - b * bs);
-        for (int r = 0; r < rows; ++r) {
-          const float p = sc[b * bs + r] * inv;
-          const E* vr = vb + static_cast<size_t>(r) * hd;
+        if constexpr (std::is_same_v<E, float>) {
+          // o += V_block^T p_block, with p normalised at the end.
+          Eigen::Map<const RowMatrix> Vb(vb, rows, hd);
+          Vec(o, hd).noalias() += Vb.transpose() * ConstVec(sc + b * bs, rows);
+        } else {
+          for (int r = 0; r < rows; ++r) {
+            const float p = sc[b * bs + r];
+            const E* vr = vb + static_cast<size_t>(r) * hd;
 #pragma omp simd
-          for (int i = 0; i < hd; ++i) o[i] += p * load(vr, i);
+            for (int i = 0; i < hd; ++i) o[i] += p * load(vr, i);
+          }
         }
       }
+      Vec(o, hd) *= inv;
     }
   }
 }
