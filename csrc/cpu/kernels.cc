@@ -21,10 +21,14 @@ using Vec = Eigen::Map<Eigen::VectorXf>;
 
 float dot(const float* a, const float* b, int n) { return ConstVec(a, n).dot(ConstVec(b, n)); }
 
+// Below this many weights a matrix-vector product is faster on one thread than the cost of
+// waking the others (a few microseconds per parallel region): small models decode serially.
+bool worth_threads(const Linear& L) { return static_cast<int64_t>(L.in) * L.out >= (1 << 16); }
+
 // y (out) = W x for W (out, in): each thread owns a range of output rows, reading its weight
 // rows once, contiguously.
 void matvec_out_major(const float* x, const Linear& L, float* y) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(L))
   for (int o = 0; o < L.out; ++o) y[o] = dot(L.w + static_cast<size_t>(o) * L.in, x, L.in);
 }
 
@@ -32,7 +36,7 @@ void matvec_out_major(const float* x, const Linear& L, float* y) {
 // own partial sum of y (an axpy per row), and the partial sums are added at the end. Every weight
 // byte is read once, sequentially.
 void matvec_in_major(const float* x, const Linear& L, float* y) {
-  const int nt = std::max(1, std::min(omp_get_max_threads(), L.in / 64));
+  const int nt = worth_threads(L) ? std::max(1, std::min(omp_get_max_threads(), L.in / 64)) : 1;
   thread_local std::vector<float> partial;  // the calling thread's; workers use the pointer
   partial.resize(static_cast<size_t>(nt) * L.out);
   float* part = partial.data();
@@ -62,7 +66,7 @@ static inline float hsum256(__m256 v) {
 
 // y (out) = W x for bf16 W (out, in): weights widened to fp32 in registers (AVX-512 or AVX2).
 static void matvec_bf16(const float* x, const Linear& L, float* y) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(L))
   for (int o = 0; o < L.out; ++o) {
     const uint16_t* w = L.w_bf16 + static_cast<size_t>(o) * L.in;
     int i = 0;
@@ -92,7 +96,7 @@ static void matvec_bf16(const float* x, const Linear& L, float* y) {
 
 // y (out) = scale * (W x) for int8 W (out, in).
 static void matvec_i8(const float* x, const Linear& L, float* y) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(L))
   for (int o = 0; o < L.out; ++o) {
     const int8_t* w = L.w_i8 + static_cast<size_t>(o) * L.in;
     int i = 0;
@@ -125,7 +129,7 @@ static void matvec_i8(const float* x, const Linear& L, float* y) {
 // at a time into registers-sized scratch and takes its dot product with every activation row, so
 // the weights are read once for the whole batch.
 static void matvec_rows_widened(const float* x, int T, const Linear& L, float* y) {
-#pragma omp parallel
+#pragma omp parallel if (worth_threads(L))
   {
     std::vector<float> row(L.in);
 #pragma omp for schedule(static)
@@ -354,7 +358,8 @@ void attention_paged_impl(const float* q, const BlockPool& pool, const int* tabl
   const int n_kv = pool.n_kv_heads(), hd = pool.head_dim(), bs = pool.block_size();
   const int group = n_heads / n_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(n_threads)
+  const int64_t work = static_cast<int64_t>(T) * n_heads * (p0 + T) * hd;  // multiply-adds, roughly
+#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(n_threads) if (work >= (1 << 16))
   for (int t = 0; t < T; ++t) {
     for (int h = 0; h < n_heads; ++h) {
       float* sc = scratch + static_cast<size_t>(omp_get_thread_num()) * stride;
