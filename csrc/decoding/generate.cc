@@ -225,16 +225,18 @@ BeamResult beam_search(const Transformer& model, KVCache& prompt_cache, const st
     std::vector<int32_t> tokens;  // generated so far
     double score = 0.0;
     int node = -1;
-    std::vector<float> logits;
   };
+  // Row b of `logits` holds the next-token logits of running[b]; the next step's rows are
+  // written into `next_logits` and the buffers swapped, so no step allocates them anew.
+  std::vector<float> logits(V), next_logits;
+  Workspace ws;  // forks are new cache objects each step; the batched step reuses this scratch
   const auto t0 = clock::now();
   Beam root;
   root.cache = prompt_cache.fork();
-  root.logits.resize(V);
-  model.forward(prompt.data(), static_cast<int>(prompt.size()), *root.cache, root.logits.data(), false);
+  model.forward(prompt.data(), static_cast<int>(prompt.size()), *root.cache, logits.data(), false);
   res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   res.peak_cache_bytes = in_use();
-  const std::vector<int32_t> prompt_all = root.cache->token_ids();
+  const int n_prompt_all = root.cache->length();
   std::vector<Beam> running;
   running.push_back(std::move(root));
   std::vector<BeamHypothesis> finished;  // best first, at most B
@@ -242,8 +244,6 @@ BeamResult beam_search(const Transformer& model, KVCache& prompt_cache, const st
   int next_node = 0;
   std::vector<float> lp(V);
   std::vector<Candidate> cands;
-  std::vector<int32_t> ctx_tokens;
-  std::vector<float> batch_logits;
   const auto t1 = clock::now();
 
   for (int cur = 0;; ++cur) {  // cur: tokens generated so far
@@ -252,14 +252,14 @@ BeamResult beam_search(const Transformer& model, KVCache& prompt_cache, const st
     for (int b = 0; b < static_cast<int>(running.size()); ++b) {
       Beam& beam = running[b];
       // log_softmax, then the processors on log-probabilities, as transformers' beam search.
-      softmax(beam.logits.data(), V, lp.data());
+      softmax(logits.data() + static_cast<size_t>(b) * V, V, lp.data());
       for (int i = 0; i < V; ++i) lp[i] = lp[i] > 0.0f ? std::log(lp[i]) : -std::numeric_limits<float>::infinity();
-      ctx_tokens = prompt_all;
-      ctx_tokens.insert(ctx_tokens.end(), beam.tokens.begin(), beam.tokens.end());
+      // The beam's cache holds its whole context: the prompt and every token it generated.
+      const std::vector<int32_t>& context = beam.cache->token_ids();
       SampleContext ctx;
-      ctx.tokens = ctx_tokens.data();
-      ctx.n_tokens = static_cast<int>(ctx_tokens.size());
-      ctx.n_prompt = static_cast<int>(prompt_all.size());
+      ctx.tokens = context.data();
+      ctx.n_tokens = static_cast<int>(context.size());
+      ctx.n_prompt = n_prompt_all;
       ctx.step = static_cast<uint64_t>(cur);
       ctx.sequence = static_cast<uint64_t>(b);
       processors.apply(lp.data(), V, ctx);
@@ -358,7 +358,6 @@ BeamResult beam_search(const Transformer& model, KVCache& prompt_cache, const st
       child.tokens.push_back(cands[j].token);
       child.score = cands[j].score;
       child.node = node_ids[j];
-      child.logits.resize(V);
       next.push_back(std::move(child));
     }
     running.clear();  // parents release their blocks; children keep the shared ones
@@ -369,10 +368,9 @@ BeamResult beam_search(const Transformer& model, KVCache& prompt_cache, const st
       toks.push_back(child.tokens.back());
       caches.push_back(child.cache.get());
     }
-    batch_logits.resize(static_cast<size_t>(next.size()) * V);
-    model.decode_batch(toks.data(), static_cast<int>(next.size()), caches.data(), batch_logits.data());
-    for (size_t j = 0; j < next.size(); ++j)
-      std::copy(batch_logits.begin() + j * V, batch_logits.begin() + (j + 1) * V, next[j].logits.begin());
+    next_logits.resize(static_cast<size_t>(next.size()) * V);
+    model.decode_batch(toks.data(), static_cast<int>(next.size()), caches.data(), next_logits.data(), &ws);
+    logits.swap(next_logits);
     running.swap(next);
     res.peak_cache_bytes = std::max(res.peak_cache_bytes, in_use());
   }

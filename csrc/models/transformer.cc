@@ -162,10 +162,11 @@ void Transformer::forward(const int32_t* tokens, int T, KVCache& cache, float* l
   check_tokens(tokens, T, cache);
   cache.prepare_append(T);
   KVCache* c = &cache;
-  run(tokens, T, &c, &T, 1, logits, all_logits);
+  run(tokens, T, &c, &T, 1, logits, all_logits, cache.workspace());
 }
 
-void Transformer::decode_batch(const int32_t* tokens, int B, KVCache* const* caches, float* logits) const {
+void Transformer::decode_batch(const int32_t* tokens, int B, KVCache* const* caches, float* logits,
+                               Workspace* ws) const {
   if (B < 1) throw std::invalid_argument("decode_batch needs at least one sequence");
   for (int b = 0; b < B; ++b) {
     check_tokens(tokens + b, 1, *caches[b]);
@@ -174,14 +175,14 @@ void Transformer::decode_batch(const int32_t* tokens, int B, KVCache* const* cac
   }
   for (int b = 0; b < B; ++b) caches[b]->prepare_append(1);
   std::vector<int> rows(B, 1);
-  run(tokens, B, caches, rows.data(), B, logits, false);
+  run(tokens, B, caches, rows.data(), B, logits, false, ws ? *ws : caches[0]->workspace());
 }
 
 // Rows are grouped in segments: segment s has rows[s] consecutive tokens of one sequence,
 // continuing caches[s]. Linear layers run on all rows at once (the weights are read once for the
 // batch); RoPE, the cache writes and attention run per segment at its own positions.
 void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, const int* rows, int n_seg,
-                      float* logits, bool all_logits) const {
+                      float* logits, bool all_logits, Workspace& ws) const {
   omp_set_num_threads(n_threads_);
   const int D = cfg_.dim, NH = cfg_.n_heads, KVH = cfg_.n_kv_heads, HD = cfg_.head_dim;
   const int QD = NH * HD, KVD = KVH * HD;
@@ -192,7 +193,6 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
     p0[s] = caches[s]->length();
     max_ctx = std::max(max_ctx, p0[s] + rows[s]);
   }
-  Workspace& ws = caches[0]->workspace();
   ws.reserve(cfg_, R, max_ctx, n_threads_);
   float* x = ws.x.data();
   float* h = ws.h.data();

@@ -180,10 +180,6 @@ def read_llama2c(path: str) -> Tuple[ModelConfig, List[TensorEntry]]:
     return cfg, tensors
 
 
-def is_llama2c_file(path: str) -> bool:
-    return os.path.isfile(path) and not path.endswith((".json", ".safetensors"))
-
-
 def load_json(path: str) -> Dict:
     try:
         with open(path, encoding="utf-8") as f:

@@ -33,7 +33,9 @@ class Transformer {
 
   // One decode step for B sequences at once, token b continuing caches[b] (distinct caches of
   // this model, any lengths); logits (B, vocab). The weights are read once for the whole batch.
-  void decode_batch(const int32_t* tokens, int B, KVCache* const* caches, float* logits) const;
+  // `ws`: scratch to use instead of caches[0]'s (for callers whose caches are short-lived).
+  void decode_batch(const int32_t* tokens, int B, KVCache* const* caches, float* logits,
+                    Workspace* ws = nullptr) const;
 
   // Throws unless the cache belongs to this model and each id is in the vocabulary.
   void check_tokens(const int32_t* tokens, int T, const KVCache& cache) const;
@@ -59,7 +61,7 @@ class Transformer {
   };
   void norm(const float* x, const float* w, const float* b, int T, float* y) const;
   void run(const int32_t* tokens, int R, KVCache* const* caches, const int* rows, int n_seg, float* logits,
-           bool all_logits) const;
+           bool all_logits, Workspace& ws) const;
 
   ModelConfig cfg_;
   std::shared_ptr<WeightStore> weights_;
