@@ -271,7 +271,8 @@ the first write into a shared block copies that block (copy-on-write).
           "Bytes of the memory-mapped weight files.")
       .def_property_readonly(
           "owned_bytes", [](const Transformer& e) { return e.weights().owned_bytes(); },
-          "Bytes of weights converted into owned fp32 buffers (f16/bf16 or unaligned data); 0 when every "
+          "Bytes of weights converted into owned fp32 buffers (f16/bf16 or unaligned data, GPT-2 Conv1D weights "
+          "transposed for fp32 decode); 0 when every "
           "weight is used in place from the mapping.")
       .def(
           "new_cache",

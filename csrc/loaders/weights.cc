@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -156,6 +157,43 @@ const float* WeightStore::f32(const std::string& name, const std::vector<int64_t
     }
   }
   return dst;
+}
+
+const float* WeightStore::f32_transposed(const std::string& name, const std::vector<int64_t>& shape) {
+  if (shape.size() != 2) throw std::invalid_argument("tensor '" + name + "': only matrices can be transposed");
+  const size_t owned_before = owned_.size();
+  const float* src = f32(name, shape);  // checks name, dtype and shape; may convert into owned_
+  const int64_t R = shape[0], C = shape[1];
+  std::vector<float> out(static_cast<size_t>(R) * C);
+  float* dst = out.data();
+  // Blocked so that both the rows read and the rows written stay in cache.
+  constexpr int64_t kB = 64;
+#pragma omp parallel for schedule(static) collapse(2)
+  for (int64_t r0 = 0; r0 < R; r0 += kB)
+    for (int64_t c0 = 0; c0 < C; c0 += kB)
+      for (int64_t r = r0; r < std::min(R, r0 + kB); ++r)
+        for (int64_t c = c0; c < std::min(C, c0 + kB); ++c) dst[c * R + r] = src[r * C + c];
+  if (owned_.size() > owned_before) {  // the fp32 conversion is no longer needed
+    owned_bytes_ -= owned_.back().size() * sizeof(float);
+    owned_.pop_back();
+  }
+  owned_.push_back(std::move(out));
+  owned_bytes_ += owned_.back().size() * sizeof(float);
+  release(name);
+  return owned_.back().data();
+}
+
+void WeightStore::release(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return;
+  const TensorInfo& t = it->second.info;
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (page <= 0) return;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(files_[t.file]->data() + t.offset);
+  const uintptr_t hi = lo + t.nbytes;
+  // Only pages that lie wholly inside the tensor: a neighbour sharing a page keeps it.
+  const uintptr_t a = (lo + page - 1) / page * page, b = hi / page * page;
+  if (b > a) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
 }
 
 }  // namespace decodelab

@@ -43,12 +43,22 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
   const int64_t D = cfg_.dim, V = cfg_.vocab_size, H = cfg_.hidden_dim;
   const int64_t QD = static_cast<int64_t>(cfg_.n_heads) * cfg_.head_dim;
   const int64_t KVD = static_cast<int64_t>(cfg_.n_kv_heads) * cfg_.head_dim;
+  std::vector<std::string> linear_names;  // fp32 sources of the weights quantized below
   auto lin = [&](const std::string& name, int64_t in, int64_t out, bool in_major, bool bias) {
     Linear l;
     l.in = static_cast<int>(in);
     l.out = static_cast<int>(out);
-    l.in_major = in_major;
-    l.w = W.f32(name + ".weight", in_major ? std::vector<int64_t>{in, out} : std::vector<int64_t>{out, in});
+    if (in_major && weight_type_ == WeightType::F32) {
+      // GPT-2's Conv1D (in, out): an (out, in) copy lets batch-1 decode read each weight row once
+      // with one dot product per output, the layout Llama weights already have. Quantized types
+      // are converted to (out, in) from the mapping directly.
+      omp_set_num_threads(n_threads_);
+      l.w = W.f32_transposed(name + ".weight", {in, out});
+    } else {
+      l.in_major = in_major;
+      l.w = W.f32(name + ".weight", in_major ? std::vector<int64_t>{in, out} : std::vector<int64_t>{out, in});
+      linear_names.push_back(name + ".weight");
+    }
     if (bias) l.b = W.f32(name + ".bias", {out});
     return l;
   };
@@ -111,6 +121,12 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
         if (x->w) all.push_back(x);
     quantized_.resize(all.size());
     for (size_t i = 0; i < all.size(); ++i) quantize_linear(*all[i], weight_type_, quantized_[i]);
+    // The fp32 mapping of quantized weights is not read again: drop it from the resident set.
+    for (const auto& name : linear_names) W.release(name);
+    // A tied head is also the embedding table, whose rows are then read one per token.
+    W.release(!cfg_.tie_word_embeddings ? "lm_head.weight"
+              : cfg_.is_llama()         ? "model.embed_tokens.weight"
+                                        : "transformer.wte.weight");
   }
 }
 

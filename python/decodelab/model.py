@@ -127,7 +127,10 @@ class Model:
     @property
     def weight_bytes(self) -> dict:
         """``mapped``: bytes of the memory-mapped files; ``converted``: bytes of fp32 copies made
-        at load (f16/bf16 stored weights). fp32 checkpoints are used in place: converted is 0."""
+        at load (f16/bf16 stored weights, and GPT-2's Conv1D matrices, stored (in, out), transposed
+        to (out, in) for fp32 decode); fp32 Llama checkpoints are used in place: converted is 0.
+        ``quantized``: bytes of bf16/int8 weights (``load(dtype=...)``); the fp32 pages they came
+        from are dropped from the resident set after conversion."""
         return {"mapped": self._engine.mapped_bytes, "converted": self._engine.owned_bytes,
                 "quantized": self._engine.quantized_bytes}
 

@@ -56,6 +56,15 @@ class WeightStore {
   // owned by the store.
   const float* f32(const std::string& name, const std::vector<int64_t>& shape);
 
+  // Tensor `name` of shape (rows, cols) as an owned fp32 copy of shape (cols, rows). GPT-2 stores
+  // its Conv1D weights (in, out); a matrix-vector product reads (out, in) rows faster.
+  const float* f32_transposed(const std::string& name, const std::vector<int64_t>& shape);
+
+  // Tell the kernel that the mapped pages of tensor `name` will not be read soon (after a
+  // converted copy was made): they leave the process's resident set and come back from the page
+  // cache if they are read again. A hint only; the data stays valid.
+  void release(const std::string& name) const;
+
   uint64_t mapped_bytes() const;   // bytes of the mapped files
   uint64_t owned_bytes() const { return owned_bytes_; }  // bytes of converted copies
 
