@@ -126,3 +126,13 @@ def test_fp32_weights_are_used_in_place(checkpoint, stories):
     b = decodelab.load(checkpoint("llama-tiny", dtype="bfloat16"))
     n_params = sum(t.size for t in decodelab.testing.random_weights("llama-tiny")[1].values())
     assert b.weight_bytes["converted"] == 4 * n_params
+
+
+def test_gpt2_conv1d_weights_are_transposed_once(checkpoint):
+    # GPT-2 stores Conv1D weights (in, out); fp32 decode uses an (out, in) copy of each, made once
+    # at load, and nothing else is copied. Quantized loads convert from the mapping directly.
+    m = decodelab.load(checkpoint("gpt2-tiny"))
+    tensors = decodelab.testing.random_weights("gpt2-tiny")[1]
+    conv = sum(t.size for n, t in tensors.items() if n.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")))
+    assert m.weight_bytes["converted"] == 4 * conv
+    assert decodelab.load(checkpoint("gpt2-tiny"), dtype="int8").weight_bytes["converted"] == 0
