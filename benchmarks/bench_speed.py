@@ -7,8 +7,9 @@ Each (engine, model, precision) runs in its own process so that peak RSS is its 
 prefill tokens/s (one prompt of --prompt tokens), decode tokens/s (batch 1, --decode tokens, EOS
 off), time to first token, peak RSS, and batched decode throughput (greedy, batch 1 / 4 / 16,
 --batch-steps tokens each). The bound column is the bandwidth probe (GB/s, measured in the same
-run) divided by the bytes of weights one decode step reads. llama.cpp rows appear when
-llama-cpp-python is importable (it has no wheel on PyPI; build it from source to include it).
+run) divided by the bytes of weights one decode step reads. llama.cpp rows need llama-cpp-python
+(PyPI has only its source: `pip install llama-cpp-python gguf` builds llama.cpp, about 20 minutes
+on 2 cores); the GGUF files come from benchmarks/gguf_export.py and llama.cpp's own quantizer.
 """
 import argparse
 import json
@@ -53,7 +54,8 @@ def prepare(name, tmp):
 def weight_bytes_per_step(folder, dtype):
     """Bytes of weights one batch-1 decode step reads: every linear layer and the head, once."""
     cfg = json.load(open(os.path.join(folder, "config.json")))
-    per = {"float32": 4, "bfloat16": 2, "int8": 1}[dtype]
+    # q8_0 stores a 2-byte scale per 32 weights.
+    per = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "q8_0": 34 / 32}[dtype]
     if cfg["model_type"] == "gpt2":
         D, L, V = cfg["n_embd"], cfg["n_layer"], cfg["vocab_size"]
         n = L * (D * 3 * D + D * D + 2 * D * 4 * D) + V * D
@@ -158,10 +160,150 @@ def work_ctranslate2(folder, dtype, a):
     return res
 
 
-WORKERS = {"decodelab": work_decodelab, "transformers": work_transformers, "ctranslate2": work_ctranslate2}
+def work_llamacpp(folder, dtype, a):
+    """llama.cpp through llama-cpp-python's C API (no tokenizer: token ids in, logits out)."""
+    import ctypes
+
+    import llama_cpp as lc
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gguf_export
+
+    f32 = folder + ".f32.gguf"
+    if not os.path.exists(f32):
+        gguf_export.export(folder, f32)
+    path = f32
+    lc.llama_backend_init()
+    if dtype != "float32":
+        path = folder + f".{dtype}.gguf"
+        if not os.path.exists(path):
+            qp = lc.llama_model_quantize_default_params()
+            qp.nthread = a.threads
+            qp.ftype = {"float16": lc.LLAMA_FTYPE_MOSTLY_F16, "bfloat16": lc.LLAMA_FTYPE_MOSTLY_BF16,
+                        "q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0}[dtype]
+            if lc.llama_model_quantize(f32.encode(), path.encode(), ctypes.byref(qp)) != 0:
+                raise RuntimeError("llama_model_quantize failed")
+    mp = lc.llama_model_default_params()
+    model = lc.llama_model_load_from_file(path.encode(), mp)
+    if not model:
+        raise RuntimeError("llama.cpp could not load " + path)
+    cfg = json.load(open(os.path.join(folder, "config.json")))
+    V = cfg["vocab_size"]
+    rng = np.random.default_rng(0)
+    max_seq = 16
+
+    def context(n_ctx, n_seq):
+        cp = lc.llama_context_default_params()
+        cp.n_ctx = n_ctx
+        cp.n_batch = cp.n_ubatch = max(a.prompt, 512)
+        cp.n_seq_max = n_seq
+        cp.n_threads = cp.n_threads_batch = a.threads
+        ctx = lc.llama_init_from_model(model, cp)
+        if not ctx:
+            raise RuntimeError("llama_init_from_model failed")
+        return ctx
+
+    batch = lc.llama_batch_init(max(a.prompt, 512), 0, max_seq)
+
+    def submit(ctx, seqs):
+        """seqs: list of (seq_id, tokens, first position); logits for each sequence's last token."""
+        n = 0
+        for sid, toks, pos in seqs:
+            for j, tok in enumerate(toks):
+                batch.token[n] = tok
+                batch.pos[n] = pos + j
+                batch.n_seq_id[n] = 1
+                batch.seq_id[n][0] = sid
+                batch.logits[n] = j == len(toks) - 1
+                n += 1
+        batch.n_tokens = n
+        if lc.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        return [int(np.argmax(np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, i), shape=(V,))))
+                for i in range(len(seqs))]
+
+    ctx = context(a.prompt + a.decode + 16, 1)
+    mem = lc.llama_get_memory(ctx)
+    prompt = rng.integers(3, V, size=a.prompt).tolist()
+    submit(ctx, [(0, prompt[:8], 0)])  # warm-up
+    lc.llama_memory_clear(mem, True)
+    t0 = time.perf_counter()
+    tok = submit(ctx, [(0, prompt, 0)])[0]
+    t1 = time.perf_counter()
+    for k in range(a.decode - 1):
+        tok = submit(ctx, [(0, [tok], a.prompt + k)])[0]
+    tn = time.perf_counter()
+    res = {"prefill_tok_s": a.prompt / (t1 - t0), "decode_tok_s": (a.decode - 1) / (tn - t1), "ttft_s": t1 - t0}
+    lc.llama_free(ctx)
+    for B in (1, 4, 16):
+        ctx = context(B * (32 + a.batch_steps + 16), B)
+        toks = submit(ctx, [(b, rng.integers(3, V, size=32).tolist(), 0) for b in range(B)])
+        t0 = time.perf_counter()
+        for k in range(a.batch_steps):
+            toks = submit(ctx, [(b, [toks[b]], 32 + k) for b in range(B)])
+        res[f"batch{B}_tok_s"] = B * a.batch_steps / (time.perf_counter() - t0)
+        lc.llama_free(ctx)
+    lc.llama_batch_free(batch)
+    lc.llama_model_free(model)
+    return res
+
+
+def llama2c_export(folder, out):
+    """A Hugging Face Llama folder as a llama2.c "v0" checkpoint (interleaved RoPE rows)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gguf_export import _tensors, _unpermute
+
+    cfg = json.load(open(os.path.join(folder, "config.json")))
+    t = _tensors(folder)
+    D, L, V = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    tied = cfg.get("tie_word_embeddings", False)
+    layer = lambda name: np.stack([t[f"model.layers.{i}.{name}"] for i in range(L)])
+    with open(out, "wb") as f:
+        np.array([D, cfg["intermediate_size"], L, nh, nkv, V if tied else -V, cfg["max_position_embeddings"]],
+                 dtype=np.int32).tofile(f)
+        for a in (t["model.embed_tokens.weight"], layer("input_layernorm.weight"),
+                  np.stack([_unpermute(t[f"model.layers.{i}.self_attn.q_proj.weight"], nh) for i in range(L)]),
+                  np.stack([_unpermute(t[f"model.layers.{i}.self_attn.k_proj.weight"], nkv) for i in range(L)]),
+                  layer("self_attn.v_proj.weight"), layer("self_attn.o_proj.weight"),
+                  layer("post_attention_layernorm.weight"), layer("mlp.gate_proj.weight"),
+                  layer("mlp.down_proj.weight"), layer("mlp.up_proj.weight"), t["model.norm.weight"],
+                  np.zeros((cfg["max_position_embeddings"], D // nh), np.float32)):  # unused RoPE tables
+            np.ascontiguousarray(a, dtype=np.float32).tofile(f)
+        if not tied:
+            t["lm_head.weight"].astype(np.float32).tofile(f)
+    return out
+
+
+def work_plainc(folder, dtype, a):
+    """benchmarks/baseline/plainc.c: token-at-a-time fp32 decoding in the llama2.c style."""
+    cfg = json.load(open(os.path.join(folder, "config.json")))
+    if cfg["model_type"] != "llama":
+        raise RuntimeError("the plain-C baseline runs Llama checkpoints only")
+    exe = os.path.join(os.path.dirname(folder), "plainc")
+    if not os.path.exists(exe):
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "baseline", "plainc.c")
+        subprocess.run(["gcc", "-O3", "-ffast-math", "-march=native", "-fopenmp", src, "-lm", "-o", exe], check=True)
+    ckpt = folder + ".llama2c.bin"
+    if not os.path.exists(ckpt):
+        llama2c_export(folder, ckpt)
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OMP_PROC_BIND="true")
+    p = subprocess.run([exe, ckpt, str(a.prompt), str(a.decode)], capture_output=True, text=True, env=env, check=True)
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    res.pop("last_token", None)
+    res["child_rss_mib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return res
+
+
+WORKERS = {"decodelab": work_decodelab, "transformers": work_transformers, "ctranslate2": work_ctranslate2,
+           "llama.cpp": work_llamacpp, "plain-C": work_plainc}
 CONFIGS = [("decodelab", "float32"), ("decodelab", "bfloat16"), ("decodelab", "int8"),
            ("transformers", "float32"), ("transformers", "bfloat16"),
-           ("ctranslate2", "float32"), ("ctranslate2", "int8")]
+           ("ctranslate2", "float32"), ("ctranslate2", "int8"),
+           ("llama.cpp", "float32"), ("llama.cpp", "float16"), ("llama.cpp", "q8_0"),
+           ("plain-C", "float32")]
+# Precision classes for the ratios: each of ours against every peer format of the same width.
+CLASSES = {"float32": ["float32"], "bfloat16": ["bfloat16", "float16"], "int8": ["int8", "q8_0"]}
 
 
 def main():
@@ -169,8 +311,10 @@ def main():
     ap.add_argument("--models", nargs="+", default=["gpt2-124m", "llama-110m", "stories260K"])
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--prompt", type=int, default=512)
-    ap.add_argument("--decode", type=int, default=128)
+    ap.add_argument("--decode", type=int, default=256)
     ap.add_argument("--batch-steps", type=int, default=32)
+    ap.add_argument("--engines", nargs="+", default=sorted({e for e, _ in CONFIGS}),
+                    help="engines to run (default: all; llama.cpp rows need llama-cpp-python)")
     ap.add_argument("--json", default="bench_speed.json")
     ap.add_argument("--tmp", default=None, help="folder for the checkpoints (default: a temporary one)")
     ap.add_argument("--worker", nargs=3, metavar=("ENGINE", "FOLDER", "DTYPE"), help=argparse.SUPPRESS)
@@ -178,7 +322,7 @@ def main():
     if a.worker:
         engine, folder, dtype = a.worker
         res = WORKERS[engine](folder, dtype, a)
-        res["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        res["peak_rss_mib"] = res.pop("child_rss_mib", None) or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(json.dumps(res))
         return
 
@@ -192,7 +336,10 @@ def main():
     for name in a.models:
         folder = prepare(name, tmp)
         prompt = min(a.prompt, 256) if name == "stories260K" else a.prompt
-        for engine, dtype in CONFIGS:
+        arch = json.load(open(os.path.join(folder, "config.json")))["model_type"]
+        for engine, dtype in [c for c in CONFIGS if c[0] in a.engines]:
+            if engine == "plain-C" and arch != "llama":
+                continue
             cmd = [sys.executable, __file__, "--worker", engine, folder, dtype, "--threads", str(a.threads),
                    "--prompt", str(prompt), "--decode", str(a.decode), "--batch-steps", str(a.batch_steps)]
             p = subprocess.run(cmd, capture_output=True, text=True)
@@ -219,13 +366,16 @@ def main():
             print(line + "  error: " + r["error"])
             continue
         for _, key, fmt in cols:
+            if r.get(key) is None:  # the plain-C baseline has no batched decode
+                line += f"{'-':>14}"
+                continue
             v = r[key] * 1e3 if key == "ttft_s" else r[key]
             line += f"{fmt.format(v):>14}"
         print(line)
     # Ratios: decodelab against the best peer at the same precision class.
     print("\nratios (decodelab / best peer at the same precision; >1 means decodelab is faster)")
     for name in a.models:
-        for ours_dt, peer_dts in (("float32", ["float32"]), ("bfloat16", ["bfloat16"]), ("int8", ["int8"])):
+        for ours_dt, peer_dts in CLASSES.items():
             ours = next((r for r in rows if r["model"] == name and r["engine"] == "decodelab"
                          and r["dtype"] == ours_dt and "error" not in r), None)
             peers = [r for r in rows if r["model"] == name and r["engine"] != "decodelab" and r["dtype"] in peer_dts
@@ -234,7 +384,10 @@ def main():
                 continue
             parts = []
             for key, label in (("prefill_tok_s", "prefill"), ("decode_tok_s", "decode"), ("batch16_tok_s", "b16")):
-                best = max(peers, key=lambda r: r[key])
+                have = [r for r in peers if r.get(key) is not None]
+                if not have:
+                    continue
+                best = max(have, key=lambda r: r[key])
                 parts.append(f"{label} {ours[key] / best[key]:.2f}x vs {best['engine']}")
             frac = ours["decode_tok_s"] / ours["decode_bound_tok_s"]
             print(f"  {name:<12} {ours_dt:<9} " + ", ".join(parts) + f", decode at {frac:.0%} of the bound")
