@@ -207,7 +207,7 @@ def work_llamacpp(folder, dtype, a):
 
     def submit(ctx, seqs):
         """seqs: list of (seq_id, tokens, first position); logits for each sequence's last token."""
-        n = 0
+        n, last = 0, []
         for sid, toks, pos in seqs:
             for j, tok in enumerate(toks):
                 batch.token[n] = tok
@@ -216,11 +216,12 @@ def work_llamacpp(folder, dtype, a):
                 batch.seq_id[n][0] = sid
                 batch.logits[n] = j == len(toks) - 1
                 n += 1
+            last.append(n - 1)  # logits are asked for by batch index
         batch.n_tokens = n
         if lc.llama_decode(ctx, batch) != 0:
             raise RuntimeError("llama_decode failed")
         return [int(np.argmax(np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, i), shape=(V,))))
-                for i in range(len(seqs))]
+                for i in last]
 
     ctx = context(a.prompt + a.decode + 16, 1)
     mem = lc.llama_get_memory(ctx)
