@@ -125,25 +125,96 @@ static void matvec_i8(const float* x, const Linear& L, float* y) {
   }
 }
 
-// A few rows (batched decode) with reduced-precision weights: each thread widens one weight row
-// at a time into registers-sized scratch and takes its dot product with every activation row, so
-// the weights are read once for the whole batch.
-static void matvec_rows_widened(const float* x, int T, const Linear& L, float* y) {
+// Widens weight row o of L (bf16 or int8, scale left out) into fp32 `dst`; vectorised.
+static void widen_row(const Linear& L, int o, float* dst) {
+  int i = 0;
+  if (L.type == WeightType::BF16) {
+    const uint16_t* w = L.w_bf16 + static_cast<size_t>(o) * L.in;
+#if defined(__AVX2__)
+    for (; i + 8 <= L.in; i += 8) {
+      const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
+      _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+    }
+#endif
+    for (; i < L.in; ++i) dst[i] = bf16_to_f32(w[i]);
+  } else {
+    const int8_t* w = L.w_i8 + static_cast<size_t>(o) * L.in;
+#if defined(__AVX2__)
+    for (; i + 8 <= L.in; i += 8) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + i));
+      _mm256_storeu_ps(dst + i, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+    }
+#endif
+    for (; i < L.in; ++i) dst[i] = static_cast<float>(w[i]);
+  }
+}
+
+// y[t][o + r] = dot(w[r], x[t]) for 4 weight rows and NT activation rows: 4 x NT accumulators in
+// registers, so each loaded weight vector serves NT rows and each activation vector 4 weight rows.
+template <int NT>
+static void dot_4xN(const float* const* w, const float* x, int in, int ldx, float out[4][3]) {
+  int i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 acc[4][NT];
+  for (int r = 0; r < 4; ++r)
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (; i + 8 <= in; i += 8) {
+    __m256 xv[NT];
+    for (int t = 0; t < NT; ++t) xv[t] = _mm256_loadu_ps(x + static_cast<size_t>(t) * ldx + i);
+    for (int r = 0; r < 4; ++r) {
+      const __m256 wv = _mm256_loadu_ps(w[r] + i);
+      for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+    }
+  }
+  for (int r = 0; r < 4; ++r)
+    for (int t = 0; t < NT; ++t) out[r][t] = hsum256(acc[r][t]);
+#else
+  for (int r = 0; r < 4; ++r)
+    for (int t = 0; t < NT; ++t) out[r][t] = 0.0f;
+#endif
+  for (; i < in; ++i)
+    for (int r = 0; r < 4; ++r)
+      for (int t = 0; t < NT; ++t) out[r][t] += w[r][i] * x[static_cast<size_t>(t) * ldx + i];
+}
+
+// A few rows (batched decode, beams, short prompts; T <= 16) for any weight type: each thread
+// takes groups of 4 output rows, widens them to fp32 once (bf16/int8) or reads them in place
+// (fp32), and multiplies them with all T activation rows in register tiles. The weights are read
+// once for the whole batch and the activations stay in cache.
+static void matmul_small(const float* x, int T, const Linear& L, float* y) {
+  const int groups = (L.out + 3) / 4;
+  const bool wide = L.type != WeightType::F32;
 #pragma omp parallel if (worth_threads(L))
   {
-    std::vector<float> row(L.in);
+    thread_local std::vector<float> scratch;
+    if (wide) scratch.resize(static_cast<size_t>(4) * L.in);
 #pragma omp for schedule(static)
-    for (int o = 0; o < L.out; ++o) {
-      if (L.type == WeightType::BF16) {
-        const uint16_t* w = L.w_bf16 + static_cast<size_t>(o) * L.in;
-        for (int i = 0; i < L.in; ++i) row[i] = bf16_to_f32(w[i]);
-      } else {
-        const int8_t* w = L.w_i8 + static_cast<size_t>(o) * L.in;
-        const float sc = L.scales[o];
-        for (int i = 0; i < L.in; ++i) row[i] = sc * static_cast<float>(w[i]);
+    for (int g = 0; g < groups; ++g) {
+      const int o0 = 4 * g, nr = std::min(4, L.out - o0);
+      const float* w[4];
+      for (int r = 0; r < 4; ++r) {
+        const int o = o0 + std::min(r, nr - 1);  // a short last group repeats its last row
+        if (wide) {
+          if (r < nr) widen_row(L, o, scratch.data() + static_cast<size_t>(r) * L.in);
+          w[r] = scratch.data() + static_cast<size_t>(std::min(r, nr - 1)) * L.in;
+        } else {
+          w[r] = L.w + static_cast<size_t>(o) * L.in;
+        }
       }
-      for (int t = 0; t < T; ++t)
-        y[static_cast<size_t>(t) * L.out + o] = dot(row.data(), x + static_cast<size_t>(t) * L.in, L.in);
+      for (int t0 = 0; t0 < T; t0 += 3) {
+        float res[4][3];
+        const float* xt = x + static_cast<size_t>(t0) * L.in;
+        switch (std::min(3, T - t0)) {
+          case 3: dot_4xN<3>(w, xt, L.in, L.in, res); break;
+          case 2: dot_4xN<2>(w, xt, L.in, L.in, res); break;
+          default: dot_4xN<1>(w, xt, L.in, L.in, res); break;
+        }
+        for (int t = 0; t < std::min(3, T - t0); ++t)
+          for (int r = 0; r < nr; ++r) {
+            const float sc = L.type == WeightType::I8 ? L.scales[o0 + r] : 1.0f;
+            y[static_cast<size_t>(t0 + t) * L.out + o0 + r] = res[r][t] * sc;
+          }
+      }
     }
   }
 }
@@ -253,7 +324,7 @@ void linear(const float* x, int T, const Linear& L, float* y) {
       if (L.type == WeightType::BF16) matvec_bf16(x, L, y);
       else matvec_i8(x, L, y);
     } else if (T <= 16) {
-      matvec_rows_widened(x, T, L, y);
+      matmul_small(x, T, L, y);
     } else {
       matmul_widened(x, T, L, y);
     }
@@ -262,6 +333,8 @@ void linear(const float* x, int T, const Linear& L, float* y) {
       matvec_in_major(x, L, y);
     else
       matvec_out_major(x, L, y);
+  } else if (T <= 16 && !L.in_major) {
+    matmul_small(x, T, L, y);
   } else {
     matmul_onednn(x, T, L.in, L.w, L.out, L.in_major, y);
   }
@@ -352,6 +425,61 @@ inline float dot_kv(const float* q, const uint16_t* k, int n) {
   return s;
 }
 
+using StridedRows = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
+using StridedRowsOut = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
+
+// Prefill attention over an fp32 cache as matrix products: for each KV head and tile of up to
+// kTile queries, the keys and values of positions [0, p0 + t1) are gathered from their blocks into
+// contiguous scratch once, then every query head of the group computes scores = Q K^T and
+// out = softmax(scores) V as two small GEMMs. The causal mask zeroes, per row, the columns after
+// the row's own position (at most kTile - 1 of them inside the tile).
+void attention_prefill_f32(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0,
+                           int n_heads, float* out, int n_threads) {
+  constexpr int kTile = 32;
+  const int n_kv = pool.n_kv_heads(), hd = pool.head_dim(), bs = pool.block_size();
+  const int group = n_heads / n_kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int n_tiles = (T + kTile - 1) / kTile;
+  const int64_t qstride = static_cast<int64_t>(n_heads) * hd;
+#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(n_threads)
+  for (int kh = 0; kh < n_kv; ++kh) {
+    for (int tile = 0; tile < n_tiles; ++tile) {
+      thread_local std::vector<float> kv, scores;
+      const int t0 = tile * kTile, t1 = std::min(T, t0 + kTile), rows = t1 - t0;
+      const int n_ctx = p0 + t1;
+      kv.resize(static_cast<size_t>(2) * n_ctx * hd);
+      scores.resize(static_cast<size_t>(kTile) * n_ctx);
+      float* K = kv.data();
+      float* V = K + static_cast<size_t>(n_ctx) * hd;
+      for (int b = 0, n_blocks = (n_ctx + bs - 1) / bs; b < n_blocks; ++b) {
+        const float* blk = reinterpret_cast<const float*>(pool.data(table[b]));
+        const size_t n = static_cast<size_t>(std::min(bs, n_ctx - b * bs)) * hd;
+        std::memcpy(K + static_cast<size_t>(b) * bs * hd, blk + pool.slab(layer, 0, kh), n * sizeof(float));
+        std::memcpy(V + static_cast<size_t>(b) * bs * hd, blk + pool.slab(layer, 1, kh), n * sizeof(float));
+      }
+      Eigen::Map<const RowMatrix> Km(K, n_ctx, hd), Vm(V, n_ctx, hd);
+      Eigen::Map<RowMatrix> S(scores.data(), rows, n_ctx);
+      for (int g = 0; g < group; ++g) {
+        const int h = kh * group + g;
+        StridedRows Q(q + static_cast<size_t>(t0) * qstride + static_cast<size_t>(h) * hd, rows, hd,
+                      Eigen::OuterStride<>(qstride));
+        S.noalias() = (Q * Km.transpose()) * scale;
+        for (int r = 0; r < rows; ++r) {
+          const int valid = p0 + t0 + r + 1;
+          auto row = S.row(r);
+          const float mx = row.head(valid).maxCoeff();
+          row.head(valid) = (row.head(valid).array() - mx).exp();
+          row.head(valid) /= row.head(valid).sum();
+          row.tail(n_ctx - valid).setZero();
+        }
+        StridedRowsOut O(out + static_cast<size_t>(t0) * qstride + static_cast<size_t>(h) * hd, rows, hd,
+                         Eigen::OuterStride<>(qstride));
+        O.noalias() = S * Vm;
+      }
+    }
+  }
+}
+
 template <typename E>
 void attention_paged_impl(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0,
                           int n_heads, float* out, float* scratch, int stride, int n_threads) {
@@ -418,7 +546,9 @@ void attention_paged_impl(const float* q, const BlockPool& pool, const int* tabl
 
 void attention_paged(const float* q, const BlockPool& pool, const int* block_table, int layer, int T, int p0,
                      int n_heads, float* out, float* scratch, int scratch_stride, int n_threads) {
-  if (pool.dtype() == KVDType::F32)
+  if (pool.dtype() == KVDType::F32 && T >= 8)
+    attention_prefill_f32(q, pool, block_table, layer, T, p0, n_heads, out, n_threads);
+  else if (pool.dtype() == KVDType::F32)
     attention_paged_impl<float>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride, n_threads);
   else
     attention_paged_impl<uint16_t>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride,
