@@ -499,7 +499,17 @@ void attention_paged_impl(const float* q, const BlockPool& pool, const int* tabl
       for (int b = 0; b < n_blocks; ++b) {
         const E* kb = reinterpret_cast<const E*>(pool.data(table[b])) + pool.slab(layer, 0, kh);
         const int rows = std::min(bs, n_ctx - b * bs);
-        if constexpr (std::is_same_v<E, float>) {
+        if (std::is_same_v<E, float> && hd < 32) {
+          // Short heads: a plain loop beats a library call per 16-row block.
+          for (int r = 0; r < rows; ++r) {
+            const float* kr = reinterpret_cast<const float*>(kb) + static_cast<size_t>(r) * hd;
+            float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+            for (int i = 0; i < hd; ++i) acc += qh[i] * kr[i];
+            sc[b * bs + r] = acc * scale;
+            mx = std::max(mx, sc[b * bs + r]);
+          }
+        } else if constexpr (std::is_same_v<E, float>) {
           // Scores of a whole block at once: (rows, head_dim) keys times the query.
           Eigen::Map<const RowMatrix> K(kb, rows, hd);
           Vec s(sc + b * bs, rows);
@@ -514,18 +524,22 @@ void attention_paged_impl(const float* q, const BlockPool& pool, const int* tabl
           }
         }
       }
-      float sum = 0.0f;
-      for (int j = 0; j < n_ctx; ++j) {
-        sc[j] = std::exp(sc[j] - mx);
-        sum += sc[j];
-      }
-      const float inv = 1.0f / sum;
+      Eigen::Map<Eigen::ArrayXf> p(sc, n_ctx);
+      p = (p - mx).exp();  // vectorised
+      const float inv = 1.0f / p.sum();
       float* o = out + (static_cast<size_t>(t) * n_heads + h) * hd;
       std::fill(o, o + hd, 0.0f);
       for (int b = 0; b < n_blocks; ++b) {
         const E* vb = reinterpret_cast<const E*>(pool.data(table[b])) + pool.slab(layer, 1, kh);
         const int rows = std::min(bs, n_ctx - b * bs);
-        if constexpr (std::is_same_v<E, float>) {
+        if (std::is_same_v<E, float> && hd < 32) {
+          for (int r = 0; r < rows; ++r) {
+            const float pr = sc[b * bs + r];
+            const float* vr = reinterpret_cast<const float*>(vb) + static_cast<size_t>(r) * hd;
+#pragma omp simd
+            for (int i = 0; i < hd; ++i) o[i] += pr * vr[i];
+          }
+        } else if constexpr (std::is_same_v<E, float>) {
           // o += V_block^T p_block, with p normalised at the end.
           Eigen::Map<const RowMatrix> Vb(vb, rows, hd);
           Vec(o, hd).noalias() += Vb.transpose() * ConstVec(sc + b * bs, rows);
