@@ -461,6 +461,10 @@ class Model:
         text = ""
         stop_hit = None
         longest = max((len(s) for s in stops), default=0)
+        # Incremental detokenisation: `done` is the text of tokens[:read], known complete; only
+        # the window tokens[prefix:] is decoded per step and the new text is what it adds to
+        # tokens[prefix:read]. (Decoding the whole list every step cost O(length) per token.)
+        done, prefix, read, prefix_text = "", 0, 0, ""
         while True:
             t = dec.step()
             if t < 0:
@@ -468,7 +472,17 @@ class Model:
             tokens.append(t)
             if self.tokenizer is None:
                 continue
-            text = self.tokenizer.decode(tokens)
+            window = self.tokenizer.decode(tokens[prefix:])
+            tail = window[len(prefix_text):] if window.startswith(prefix_text) else None
+            if tail is None:  # the new token changed earlier text: start over from the first token
+                done, prefix, read, prefix_text = "", 0, 0, ""
+                tail = self.tokenizer.decode(tokens)
+            if tail and not tail.endswith("\ufffd"):
+                done += tail
+                tail = ""
+                prefix, read = read, len(tokens)
+                prefix_text = self.tokenizer.decode(tokens[prefix:read])
+            text = done + tail
             if stops:
                 start = max(0, emitted - longest)
                 hits = [(text.find(s, start), s) for s in stops]
