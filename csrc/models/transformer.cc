@@ -241,10 +241,10 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
       }
     }
     // A batch of single-token segments (batched decode, beams) spreads its sequences over the
-    // threads, each attending on its own; one longer segment spreads its heads instead.
+    // threads, each attending on its own; one longer segment spreads its heads instead (no
+    // enclosing parallel region then: a nested one would run on one thread).
     const bool per_seq = n_seg > 1 && R == n_seg;
-#pragma omp parallel for schedule(dynamic) num_threads(n_threads_) if (per_seq)
-    for (int s = 0; s < n_seg; ++s) {
+    auto attend = [&](int s, float* scratch, int threads) {
       float* qs = q + static_cast<size_t>(first[s]) * QD;
       float* ks = k + static_cast<size_t>(first[s]) * KVD;
       float* vs = v + static_cast<size_t>(first[s]) * KVD;
@@ -255,9 +255,15 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
       BlockPool& pool = caches[s]->pool();
       const int* table = caches[s]->block_table().data();
       store_kv(ks, vs, pool, table, li, rows[s], p0[s]);
-      float* scratch = ws.scores.data() + (per_seq ? static_cast<size_t>(omp_get_thread_num()) * max_ctx : 0);
       attention_paged(qs, pool, table, li, rows[s], p0[s], NH, ws.att.data() + static_cast<size_t>(first[s]) * QD,
-                      scratch, max_ctx, per_seq ? 1 : n_threads_);
+                      scratch, max_ctx, threads);
+    };
+    if (per_seq) {
+#pragma omp parallel for schedule(dynamic) num_threads(n_threads_)
+      for (int s = 0; s < n_seg; ++s)
+        attend(s, ws.scores.data() + static_cast<size_t>(omp_get_thread_num()) * max_ctx, 1);
+    } else {
+      for (int s = 0; s < n_seg; ++s) attend(s, ws.scores.data(), n_threads_);
     }
     linear(ws.att.data(), R, l.o, h);
     add_inplace(x, h, static_cast<size_t>(R) * D);
