@@ -184,6 +184,15 @@ static void dot_4xN(const float* const* w, const float* x, int in, int ldx, floa
 static void matmul_small(const float* x, int T, const Linear& L, float* y) {
   const int groups = (L.out + 3) / 4;
   const bool wide = L.type != WeightType::F32;
+  const size_t esize = L.type == WeightType::F32 ? 4 : L.type == WeightType::BF16 ? 2 : 1;
+  auto row_bytes = [&](int o) {
+    const size_t off = static_cast<size_t>(o) * L.in;
+    return L.type == WeightType::F32    ? reinterpret_cast<const char*>(L.w + off)
+           : L.type == WeightType::BF16 ? reinterpret_cast<const char*>(L.w_bf16 + off)
+                                        : reinterpret_cast<const char*>(L.w_i8 + off);
+  };
+  const int lines = static_cast<int>((L.in * esize + 63) / 64);
+  const int prefetch_per_step = (4 * lines + (T + 2) / 3 - 1) / ((T + 2) / 3);
 #pragma omp parallel if (worth_threads(L))
   {
     thread_local std::vector<float> scratch;
@@ -201,6 +210,7 @@ static void matmul_small(const float* x, int T, const Linear& L, float* y) {
           w[r] = L.w + static_cast<size_t>(o) * L.in;
         }
       }
+      int next_line = 0;  // cache lines of the next group's weight rows requested so far
       for (int t0 = 0; t0 < T; t0 += 3) {
         float res[4][3];
         const float* xt = x + static_cast<size_t>(t0) * L.in;
@@ -208,6 +218,12 @@ static void matmul_small(const float* x, int T, const Linear& L, float* y) {
           case 3: dot_4xN<3>(w, xt, L.in, L.in, res); break;
           case 2: dot_4xN<2>(w, xt, L.in, L.in, res); break;
           default: dot_4xN<1>(w, xt, L.in, L.in, res); break;
+        }
+        // While this group computes from cache, ask memory for the next group's rows, spread
+        // over the row triples, so the weight stream and the arithmetic overlap.
+        for (int k = 0; k < prefetch_per_step && next_line < 4 * lines; ++k, ++next_line) {
+          const int o = o0 + 4 + next_line / lines;
+          if (o < L.out) _mm_prefetch(row_bytes(o) + static_cast<size_t>(next_line % lines) * 64, _MM_HINT_T0);
         }
         for (int t = 0; t < std::min(3, T - t0); ++t)
           for (int r = 0; r < nr; ++r) {
