@@ -1,5 +1,10 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
 #include "decodelab/kernels.h"
 
 namespace decodelab {
@@ -9,26 +14,50 @@ dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
 }
-}  // namespace
 
-// oneDNN keeps its own cache of created primitives keyed by their descriptors, so building the
-// primitive per call costs a lookup once a shape has been seen.
-void matmul_onednn(const float* x, int M, int K, const float* w, int N, bool w_in_major, float* y) {
+// One matmul primitive per weight shape, with the number of rows M left to run time: a prompt of
+// a length not seen before would otherwise create (and JIT-compile) new kernels, which cost tens
+// of milliseconds on the first request of each length.
+const dnnl::matmul& primitive(int K, int N, bool w_in_major) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
-  auto& eng = cpu_engine();
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, bool>, dnnl::matmul> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_tuple(K, N, w_in_major);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  const auto M = DNNL_RUNTIME_DIM_VAL;
   dnnl::memory::desc src_md({M, K}, dt::f32, tag::ab);
   // Logical weights are (K, N): W (N, K) stored row-major is (K, N) in "ba" order.
   dnnl::memory::desc wei_md({K, N}, dt::f32, w_in_major ? tag::ab : tag::ba);
   dnnl::memory::desc dst_md({M, N}, dt::f32, tag::ab);
-  dnnl::matmul::primitive_desc pd(eng, src_md, wei_md, dst_md);
-  dnnl::matmul prim(pd);
-  dnnl::memory src_m(src_md, eng, const_cast<float*>(x));
-  dnnl::memory wei_m(wei_md, eng, const_cast<float*>(w));
-  dnnl::memory dst_m(dst_md, eng, y);
+  dnnl::matmul::primitive_desc pd(cpu_engine(), src_md, wei_md, dst_md);
+  return cache.emplace(key, dnnl::matmul(pd)).first->second;
+}
+}  // namespace
+
+
+void matmul_onednn(const float* x, int M, int K, const float* w, int N, bool w_in_major, float* y) {
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  auto& eng = cpu_engine();
+  const dnnl::matmul& prim = primitive(K, N, w_in_major);
+  dnnl::memory src_m({{M, K}, dt::f32, tag::ab}, eng, const_cast<float*>(x));
+  dnnl::memory wei_m({{K, N}, dt::f32, w_in_major ? tag::ab : tag::ba}, eng, const_cast<float*>(w));
+  dnnl::memory dst_m({{M, N}, dt::f32, tag::ab}, eng, y);
   dnnl::stream stream(eng);
   prim.execute(stream, {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}});
   stream.wait();
+}
+
+void matmul_onednn_prepare(const float* w, int K, int N, bool w_in_major) {
+  // One run on 17 rows (the fewest that take this path): oneDNN generates its kernels at the
+  // first execution in a process (about 25 ms for stories260K), which would otherwise land on the
+  // first prompt longer than 16 tokens.
+  constexpr int M = 17;
+  std::vector<float> x(static_cast<size_t>(M) * K, 0.0f), y(static_cast<size_t>(M) * N);
+  matmul_onednn(x.data(), M, K, w, N, w_in_major, y.data());
 }
 
 }  // namespace decodelab

@@ -113,6 +113,12 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
   }
   lm_head_.in = cfg_.dim;
   lm_head_.out = cfg_.vocab_size;
+  // Prefill's matrix products, set up now rather than inside the first request.
+  omp_set_num_threads(n_threads_);
+  for (const Layer& l : layers_)
+    for (const Linear* x : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.fc, &l.down})
+      if (x->w) matmul_onednn_prepare(x->w, x->in, x->out, x->in_major);
+  matmul_onednn_prepare(lm_head_.w, lm_head_.in, lm_head_.out, false);
   if (weight_type_ != WeightType::F32) {
     omp_set_num_threads(n_threads_);
     std::vector<Linear*> all{&lm_head_};

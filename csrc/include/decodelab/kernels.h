@@ -45,6 +45,8 @@ void linear(const float* x, int T, const Linear& layer, float* y);
 
 // y (M, N) = x (M, K) W^T with W (N, K), or W (K, N) when w_in_major. oneDNN.
 void matmul_onednn(const float* x, int M, int K, const float* w, int N, bool w_in_major, float* y);
+// Creates the primitive for a weight shape and runs it once, ahead of the first prompt.
+void matmul_onednn_prepare(const float* w, int K, int N, bool w_in_major);
 
 void rmsnorm(const float* x, const float* w, int T, int dim, float eps, float* y);
 void layernorm(const float* x, const float* w, const float* b, int T, int dim, float eps, float* y);
