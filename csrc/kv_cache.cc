@@ -26,7 +26,7 @@ int BlockPool::alloc() {
     free_.pop_back();
   } else {
     id = static_cast<int>(blocks_.size());
-    blocks_.emplace_back(new uint8_t[block_bytes()]);
+    blocks_.emplace_back(block_bytes());
     refs_.push_back(0);
   }
   refs_[id] = 1;

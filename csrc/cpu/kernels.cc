@@ -10,6 +10,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "decodelab/aligned.h"
 #include "decodelab/bf16.h"
 
 namespace decodelab {
@@ -37,7 +38,7 @@ void matvec_out_major(const float* x, const Linear& L, float* y) {
 // byte is read once, sequentially.
 void matvec_in_major(const float* x, const Linear& L, float* y) {
   const int nt = worth_threads(L) ? std::max(1, std::min(omp_get_max_threads(), L.in / 64)) : 1;
-  thread_local std::vector<float> partial;  // the calling thread's; workers use the pointer
+  thread_local FloatBuffer partial;  // the calling thread's; workers use the pointer
   partial.resize(static_cast<size_t>(nt) * L.out);
   float* part = partial.data();
 #pragma omp parallel num_threads(nt)
@@ -195,7 +196,7 @@ static void matmul_small(const float* x, int T, const Linear& L, float* y) {
   const int prefetch_per_step = (4 * lines + (T + 2) / 3 - 1) / ((T + 2) / 3);
 #pragma omp parallel if (worth_threads(L))
   {
-    thread_local std::vector<float> scratch;
+    thread_local FloatBuffer scratch;
     if (wide) scratch.resize(static_cast<size_t>(4) * L.in);
 #pragma omp for schedule(static)
     for (int g = 0; g < groups; ++g) {
@@ -238,7 +239,7 @@ static void matmul_small(const float* x, int T, const Linear& L, float* y) {
 // Many rows (prefill) with reduced-precision weights: widen the matrix to fp32 in a reused scratch
 // and run the fp32 matmul (prefill is compute-bound; the widening reads the weights once).
 static void matmul_widened(const float* x, int T, const Linear& L, float* y) {
-  thread_local std::vector<float> wide;  // the calling thread's; OpenMP workers use the pointer
+  thread_local FloatBuffer wide;  // the calling thread's; OpenMP workers use the pointer
   wide.resize(static_cast<size_t>(L.out) * L.in);
   float* base = wide.data();
 #pragma omp parallel for schedule(static)
@@ -460,7 +461,7 @@ void attention_prefill_f32(const float* q, const BlockPool& pool, const int* tab
 #pragma omp parallel for collapse(2) schedule(dynamic) num_threads(n_threads)
   for (int kh = 0; kh < n_kv; ++kh) {
     for (int tile = 0; tile < n_tiles; ++tile) {
-      thread_local std::vector<float> kv, scores;
+      thread_local FloatBuffer kv, scores;
       const int t0 = tile * kTile, t1 = std::min(T, t0 + kTile), rows = t1 - t0;
       const int n_ctx = p0 + t1;
       kv.resize(static_cast<size_t>(2) * n_ctx * hd);

@@ -215,7 +215,9 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
     p0[s] = caches[s]->length();
     max_ctx = std::max(max_ctx, p0[s] + rows[s]);
   }
-  ws.reserve(cfg_, R, max_ctx, n_threads_);
+  // Each thread's attention scores start on a 64-byte line (see aligned.h).
+  const int score_stride = aligned_stride(max_ctx);
+  ws.reserve(cfg_, R, score_stride, n_threads_);
   float* x = ws.x.data();
   float* h = ws.h.data();
 
@@ -262,12 +264,12 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
       const int* table = caches[s]->block_table().data();
       store_kv(ks, vs, pool, table, li, rows[s], p0[s]);
       attention_paged(qs, pool, table, li, rows[s], p0[s], NH, ws.att.data() + static_cast<size_t>(first[s]) * QD,
-                      scratch, max_ctx, threads);
+                      scratch, score_stride, threads);
     };
     if (per_seq) {
 #pragma omp parallel for schedule(dynamic) num_threads(n_threads_)
       for (int s = 0; s < n_seg; ++s)
-        attend(s, ws.scores.data() + static_cast<size_t>(omp_get_thread_num()) * max_ctx, 1);
+        attend(s, ws.scores.data() + static_cast<size_t>(omp_get_thread_num()) * score_stride, 1);
     } else {
       for (int s = 0; s < n_seg; ++s) attend(s, ws.scores.data(), n_threads_);
     }

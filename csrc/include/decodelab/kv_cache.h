@@ -9,6 +9,8 @@
 // that one block first (copy-on-write).
 #pragma once
 
+#include "decodelab/aligned.h"
+
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -30,8 +32,8 @@ class BlockPool {
   void release(int id);
   int refcount(int id) const;
 
-  uint8_t* data(int id) { return blocks_[id].get(); }
-  const uint8_t* data(int id) const { return blocks_[id].get(); }
+  uint8_t* data(int id) { return blocks_[id].data(); }
+  const uint8_t* data(int id) const { return blocks_[id].data(); }
   // Element offset of the (block_size, head_dim) slab of one layer, K (kind 0) or V (kind 1), head.
   size_t slab(int layer, int kind, int kv_head) const {
     return ((static_cast<size_t>(layer) * 2 + kind) * n_kv_heads_ + kv_head) * block_size_ * head_dim_;
@@ -60,7 +62,7 @@ class BlockPool {
   int block_size_, n_layers_, n_kv_heads_, head_dim_;
   size_t block_elems_;
   mutable std::mutex mu_;
-  std::vector<std::unique_ptr<uint8_t[]>> blocks_;
+  std::vector<std::vector<uint8_t, AlignedAllocator<uint8_t>>> blocks_;
   std::vector<int> refs_;
   std::vector<int> free_;
 };
@@ -69,7 +71,7 @@ class BlockPool {
 // allocates nothing per token once warm.
 struct Workspace {
   int rows = 0;
-  std::vector<float> x, h, q, k, v, qkv, att, ff_a, ff_b, scores;
+  FloatBuffer x, h, q, k, v, qkv, att, ff_a, ff_b, scores;
   void reserve(const ModelConfig& cfg, int T, int n_ctx, int n_threads);
 };
 

@@ -1,0 +1,36 @@
+// 64-byte aligned storage for activations, scratch and cache blocks.
+//
+// Vectorised loops (Eigen's among them) handle the first elements of an unaligned array one by
+// one, so the order of a sum, and its last bits, depends on where the buffer happens to start.
+// With every buffer on a 64-byte boundary (and row strides multiples of 16 floats) the same
+// input gives the same logits on every call, thread and cache.
+#pragma once
+
+#include <cstddef>
+#include <new>
+#include <vector>
+
+namespace decodelab {
+
+constexpr std::size_t kAlign = 64;
+
+template <typename T>
+struct AlignedAllocator {
+  using value_type = T;
+  AlignedAllocator() = default;
+  template <typename U>
+  AlignedAllocator(const AlignedAllocator<U>&) {}
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(kAlign))); }
+  void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t(kAlign)); }
+  template <typename U>
+  bool operator==(const AlignedAllocator<U>&) const { return true; }
+  template <typename U>
+  bool operator!=(const AlignedAllocator<U>&) const { return false; }
+};
+
+using FloatBuffer = std::vector<float, AlignedAllocator<float>>;
+
+// Rounds a row length in floats up to a whole number of 64-byte lines.
+inline int aligned_stride(int n) { return (n + 15) / 16 * 16; }
+
+}  // namespace decodelab
