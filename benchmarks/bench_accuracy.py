@@ -1,0 +1,79 @@
+"""What reduced-precision weights cost in accuracy: logit error against fp32 and perplexity on a
+fixed text, for load(dtype="bfloat16") and load(dtype="int8").
+
+    python benchmarks/bench_accuracy.py [--json bench_accuracy.json]
+
+stories260K (a real trained model) is scored on the fixed story below, tokenised with its own
+vocabulary; the GPT-2 124M and Llama 110M shapes (random weights, so perplexity means nothing)
+get the logit error over a pseudo-random 256-token sequence. Logit error: max and mean |logit -
+fp32 logit| over every position, and how often the argmax agrees with fp32's.
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+import decodelab
+from decodelab import testing
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = os.environ.get("DECODELAB_MODELS", os.path.join(ROOT, "..", "shared", "models"))
+
+TEXT = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park "
+        "with her dog, Max. One day, Lily saw a big red ball under a tree. She ran to get it, but "
+        "the ball rolled away. Max barked and ran after the ball. Lily laughed and said, \"Good dog, "
+        "Max!\" They played with the ball until the sun went down. Then Lily and Max went home. Her "
+        "mom gave them a warm bowl of soup. Lily was happy. She said, \"Today was the best day.\"")
+
+
+def nll(logits, ids):
+    """Mean negative log-likelihood of ids[1:] given the logits at ids[:-1]."""
+    x = logits[:-1].astype(np.float64)
+    lse = np.log(np.exp(x - x.max(1, keepdims=True)).sum(1)) + x.max(1)
+    return float(np.mean(lse - x[np.arange(len(x)), ids[1:]]))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default="bench_accuracy.json")
+    a = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        sources = [("stories260K", os.path.join(MODELS, "stories260K", "stories260K.bin"))]
+        for shape in ("gpt2-124m", "llama-110m"):
+            sources.append((shape, testing.write_checkpoint(os.path.join(tmp, shape), shape)))
+        for name, path in sources:
+            ref = decodelab.load(path)
+            if name == "stories260K":
+                ids = ref.tokenizer.encode(TEXT)
+            else:
+                ids = np.random.default_rng(0).integers(3, ref.config.vocab_size, 256).tolist()
+            base = ref.forward(ids)
+            del ref
+            for dtype in ("float32", "bfloat16", "int8"):
+                m = decodelab.load(path, dtype=dtype)
+                lg = m.forward(ids)
+                d = np.abs(lg - base)
+                row = {"model": name, "dtype": dtype, "tokens": len(ids), "max_abs_logit_err": float(d.max()),
+                       "mean_abs_logit_err": float(d.mean()),
+                       "argmax_agreement": float(np.mean(lg.argmax(1) == base.argmax(1))),
+                       "max_abs_logit": float(np.abs(base).max())}
+                if name == "stories260K":
+                    row["perplexity"] = float(np.exp(nll(lg, np.asarray(ids))))
+                rows.append(row)
+    print(f"{'model':<12} {'dtype':<9} {'tokens':>6} {'max |err|':>10} {'mean |err|':>11} {'argmax agree':>13} "
+          f"{'perplexity':>11}")
+    for r in rows:
+        ppl = f"{r['perplexity']:.3f}" if "perplexity" in r else "-"
+        print(f"{r['model']:<12} {r['dtype']:<9} {r['tokens']:>6} {r['max_abs_logit_err']:>10.2e} "
+              f"{r['mean_abs_logit_err']:>11.2e} {r['argmax_agreement']:>13.3f} {ppl:>11}")
+    with open(a.json, "w") as f:
+        json.dump({"argv": sys.argv, "text": TEXT, "rows": rows}, f, indent=2)
+    print(f"wrote {a.json}")
+
+
+if __name__ == "__main__":
+    main()
