@@ -504,7 +504,7 @@ void attention_paged_impl(const float* q, const BlockPool& pool, const int* tabl
   const int group = n_heads / n_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t work = static_cast<int64_t>(T) * n_heads * (p0 + T) * hd;  // multiply-adds, roughly
-#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(n_threads) if (work >= (1 << 16))
+#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(n_threads) if (work >= (1 << 12))
   for (int t = 0; t < T; ++t) {
     for (int h = 0; h < n_heads; ++h) {
       float* sc = scratch + static_cast<size_t>(omp_get_thread_num()) * stride;
