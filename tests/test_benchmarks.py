@@ -1,0 +1,28 @@
+"""The plain-C baseline of benchmarks/bench_speed.py computes the same model as decodelab: if it
+did not, its speed would say nothing."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build benchmarks/baseline/plainc.c")
+def test_plain_c_baseline_matches_decodelab_greedy(stories, stories_bin, tmp_path):
+    exe = tmp_path / "plainc"
+    subprocess.run(["gcc", "-O3", "-ffast-math", "-march=native", "-fopenmp",
+                    os.path.join(ROOT, "benchmarks", "baseline", "plainc.c"), "-lm", "-o", str(exe)], check=True)
+    P, N = 50, 100
+    out = subprocess.run([str(exe), stories_bin, str(P), str(N)], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, OMP_NUM_THREADS="2"))
+    last = json.loads(out.stdout)["last_token"]
+    # The same pseudo-random prompt as plainc.c: BOS, then a linear congruential sequence.
+    rng, prompt = 12345, [1]
+    for _ in range(P - 1):
+        rng = (rng * 1664525 + 1013904223) % 2**32
+        prompt.append(3 + rng % (stories.config.vocab_size - 3))
+    g = stories.generate(prompt, max_new_tokens=N + 1, eos_token_id=[])
+    assert g.token_ids[-1] == last
