@@ -33,27 +33,6 @@ void matvec_out_major(const float* x, const Linear& L, float* y) {
   for (int o = 0; o < L.out; ++o) y[o] = dot(L.w + static_cast<size_t>(o) * L.in, x, L.in);
 }
 
-// y (out) = x W for W (in, out): each thread streams a contiguous range of weight rows into its
-// own partial sum of y (an axpy per row), and the partial sums are added at the end. Every weight
-// byte is read once, sequentially.
-void matvec_in_major(const float* x, const Linear& L, float* y) {
-  const int nt = worth_threads(L) ? std::max(1, std::min(omp_get_max_threads(), L.in / 64)) : 1;
-  thread_local FloatBuffer partial;  // the calling thread's; workers use the pointer
-  partial.resize(static_cast<size_t>(nt) * L.out);
-  float* part = partial.data();
-#pragma omp parallel num_threads(nt)
-  {
-    const int t = omp_get_thread_num();
-    const int i0 = static_cast<int>(static_cast<int64_t>(L.in) * t / nt);
-    const int i1 = static_cast<int>(static_cast<int64_t>(L.in) * (t + 1) / nt);
-    Vec acc(part + static_cast<size_t>(t) * L.out, L.out);
-    acc.setZero();
-    for (int i = i0; i < i1; ++i) acc += x[i] * ConstVec(L.w + static_cast<size_t>(i) * L.out, L.out);
-  }
-  Vec out(y, L.out);
-  out = ConstVec(part, L.out);
-  for (int t = 1; t < nt; ++t) out += ConstVec(part + static_cast<size_t>(t) * L.out, L.out);
-}
 }  // namespace
 
 #if defined(__AVX2__)
@@ -245,16 +224,10 @@ static void matmul_widened(const float* x, int T, const Linear& L, float* y) {
 #pragma omp parallel for schedule(static)
   for (int o = 0; o < L.out; ++o) {
     float* d = base + static_cast<size_t>(o) * L.in;
-    if (L.type == WeightType::BF16) {
-      const uint16_t* w = L.w_bf16 + static_cast<size_t>(o) * L.in;
-      for (int i = 0; i < L.in; ++i) d[i] = bf16_to_f32(w[i]);
-    } else {
-      const int8_t* w = L.w_i8 + static_cast<size_t>(o) * L.in;
-      const float sc = L.scales[o];
-      for (int i = 0; i < L.in; ++i) d[i] = sc * static_cast<float>(w[i]);
-    }
+    widen_row(L, o, d);
+    if (L.type == WeightType::I8) Vec(d, L.in) *= L.scales[o];
   }
-  matmul_onednn(x, T, L.in, base, L.out, false, y);
+  matmul_onednn(x, T, L.in, base, L.out, y);
 }
 
 void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q) {
@@ -346,14 +319,11 @@ void linear(const float* x, int T, const Linear& L, float* y) {
       matmul_widened(x, T, L, y);
     }
   } else if (T == 1) {
-    if (L.in_major)
-      matvec_in_major(x, L, y);
-    else
-      matvec_out_major(x, L, y);
-  } else if (T <= 16 && !L.in_major) {
+    matvec_out_major(x, L, y);
+  } else if (T <= 16) {
     matmul_small(x, T, L, y);
   } else {
-    matmul_onednn(x, T, L.in, L.w, L.out, L.in_major, y);
+    matmul_onednn(x, T, L.in, L.w, L.out, y);
   }
   if (L.b) {
     for (int t = 0; t < T; ++t) Vec(y + static_cast<size_t>(t) * L.out, L.out) += ConstVec(L.b, L.out);

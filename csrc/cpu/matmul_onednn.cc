@@ -2,7 +2,7 @@
 
 #include <map>
 #include <mutex>
-#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "decodelab/kernels.h"
@@ -18,46 +18,45 @@ dnnl::engine& cpu_engine() {
 // One matmul primitive per weight shape, with the number of rows M left to run time: a prompt of
 // a length not seen before would otherwise create (and JIT-compile) new kernels, which cost tens
 // of milliseconds on the first request of each length.
-const dnnl::matmul& primitive(int K, int N, bool w_in_major) {
+const dnnl::matmul& primitive(int K, int N) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   static std::mutex mu;
-  static std::map<std::tuple<int, int, bool>, dnnl::matmul> cache;
+  static std::map<std::pair<int, int>, dnnl::matmul> cache;
   std::lock_guard<std::mutex> lock(mu);
-  auto key = std::make_tuple(K, N, w_in_major);
+  const auto key = std::make_pair(K, N);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   const auto M = DNNL_RUNTIME_DIM_VAL;
   dnnl::memory::desc src_md({M, K}, dt::f32, tag::ab);
   // Logical weights are (K, N): W (N, K) stored row-major is (K, N) in "ba" order.
-  dnnl::memory::desc wei_md({K, N}, dt::f32, w_in_major ? tag::ab : tag::ba);
+  dnnl::memory::desc wei_md({K, N}, dt::f32, tag::ba);
   dnnl::memory::desc dst_md({M, N}, dt::f32, tag::ab);
   dnnl::matmul::primitive_desc pd(cpu_engine(), src_md, wei_md, dst_md);
   return cache.emplace(key, dnnl::matmul(pd)).first->second;
 }
 }  // namespace
 
-
-void matmul_onednn(const float* x, int M, int K, const float* w, int N, bool w_in_major, float* y) {
+void matmul_onednn(const float* x, int M, int K, const float* w, int N, float* y) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   auto& eng = cpu_engine();
-  const dnnl::matmul& prim = primitive(K, N, w_in_major);
+  const dnnl::matmul& prim = primitive(K, N);
   dnnl::memory src_m({{M, K}, dt::f32, tag::ab}, eng, const_cast<float*>(x));
-  dnnl::memory wei_m({{K, N}, dt::f32, w_in_major ? tag::ab : tag::ba}, eng, const_cast<float*>(w));
+  dnnl::memory wei_m({{K, N}, dt::f32, tag::ba}, eng, const_cast<float*>(w));
   dnnl::memory dst_m({{M, N}, dt::f32, tag::ab}, eng, y);
   dnnl::stream stream(eng);
   prim.execute(stream, {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}});
   stream.wait();
 }
 
-void matmul_onednn_prepare(const float* w, int K, int N, bool w_in_major) {
+void matmul_onednn_prepare(const float* w, int K, int N) {
   // One run on 17 rows (the fewest that take this path): oneDNN generates its kernels at the
   // first execution in a process (about 25 ms for stories260K), which would otherwise land on the
   // first prompt longer than 16 tokens.
   constexpr int M = 17;
   std::vector<float> x(static_cast<size_t>(M) * K, 0.0f), y(static_cast<size_t>(M) * N);
-  matmul_onednn(x.data(), M, K, w, N, w_in_major, y.data());
+  matmul_onednn(x.data(), M, K, w, N, y.data());
 }
 
 }  // namespace decodelab

@@ -39,6 +39,7 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     : cfg_(cfg), weights_(std::move(weights)), n_threads_(1), weight_type_(weight_type) {
   cfg_.validate();
   set_n_threads(n_threads);
+  omp_set_num_threads(n_threads_);  // for the conversions and trial runs below
   auto& W = *weights_;
   const int64_t D = cfg_.dim, V = cfg_.vocab_size, H = cfg_.hidden_dim;
   const int64_t QD = static_cast<int64_t>(cfg_.n_heads) * cfg_.head_dim;
@@ -52,7 +53,6 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
       // GPT-2's Conv1D (in, out): an (out, in) copy lets batch-1 decode read each weight row once
       // with one dot product per output, the layout Llama weights already have. Quantized types
       // are converted to (out, in) from the mapping directly.
-      omp_set_num_threads(n_threads_);
       l.w = W.f32_transposed(name + ".weight", {in, out});
     } else {
       l.in_major = in_major;
@@ -113,14 +113,14 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
   }
   lm_head_.in = cfg_.dim;
   lm_head_.out = cfg_.vocab_size;
-  // Prefill's matrix products, set up now rather than inside the first request.
-  omp_set_num_threads(n_threads_);
+  // Prefill's matrix products, set up now rather than inside the first request. Every matmul
+  // reads (out, in) weights; a GPT-2 source still (in, out) before quantization serves as K x N
+  // floats for the trial run, whose output is discarded.
   for (const Layer& l : layers_)
     for (const Linear* x : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.fc, &l.down})
-      if (x->w) matmul_onednn_prepare(x->w, x->in, x->out, x->in_major);
-  matmul_onednn_prepare(lm_head_.w, lm_head_.in, lm_head_.out, false);
+      if (x->w) matmul_onednn_prepare(x->w, x->in, x->out);
+  matmul_onednn_prepare(lm_head_.w, lm_head_.in, lm_head_.out);
   if (weight_type_ != WeightType::F32) {
-    omp_set_num_threads(n_threads_);
     std::vector<Linear*> all{&lm_head_};
     for (Layer& l : layers_)
       for (Linear* x : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.fc, &l.down})

@@ -9,8 +9,9 @@
 
 namespace decodelab {
 
-// A linear layer y = x W^T + b. Weights are stored either (out, in), as torch.nn.Linear does,
-// or (in, out), as GPT-2's Conv1D does; both are used in place, without a transposed copy.
+// A linear layer y = x W^T + b. The kernels read weights (out, in), as torch.nn.Linear stores
+// them. GPT-2's Conv1D stores (in, out): its fp32 weights are transposed once at load, and the
+// quantizers read that layout directly; `in_major` marks such a source until then.
 enum class WeightType { F32, BF16, I8 };
 
 // Reduced-precision weights are always (out, in): bf16, or int8 with one fp32 scale per output
@@ -20,7 +21,7 @@ struct Linear {
   const float* b = nullptr;  // (out) or null
   int in = 0;
   int out = 0;
-  bool in_major = false;     // true: w is (in, out)
+  bool in_major = false;     // true: w is (in, out); only before quantize_linear
   WeightType type = WeightType::F32;
   const uint16_t* w_bf16 = nullptr;
   const int8_t* w_i8 = nullptr;
@@ -43,10 +44,11 @@ double read_bandwidth(size_t nbytes, int n_threads, int repeats);
 // once; several rows run a oneDNN matmul.
 void linear(const float* x, int T, const Linear& layer, float* y);
 
-// y (M, N) = x (M, K) W^T with W (N, K), or W (K, N) when w_in_major. oneDNN.
-void matmul_onednn(const float* x, int M, int K, const float* w, int N, bool w_in_major, float* y);
-// Creates the primitive for a weight shape and runs it once, ahead of the first prompt.
-void matmul_onednn_prepare(const float* w, int K, int N, bool w_in_major);
+// y (M, N) = x (M, K) W^T with W (N, K). oneDNN.
+void matmul_onednn(const float* x, int M, int K, const float* w, int N, float* y);
+// Creates the primitive for a weight shape and runs it once on any K x N floats at `w`, ahead of
+// the first prompt.
+void matmul_onednn_prepare(const float* w, int K, int N);
 
 void rmsnorm(const float* x, const float* w, int T, int dim, float eps, float* y);
 void layernorm(const float* x, const float* w, const float* b, int T, int dim, float eps, float* y);
