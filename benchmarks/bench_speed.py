@@ -8,7 +8,7 @@ prefill tokens/s (one prompt of --prompt tokens), decode tokens/s (batch 1, --de
 off), time to first token, peak RSS, and batched decode throughput (greedy, batch 1 / 4 / 16,
 --batch-steps tokens each). The bound column is the bandwidth probe (GB/s, measured in the same
 run) divided by the bytes of weights one decode step reads. llama.cpp rows need llama-cpp-python
-(PyPI has only its source: `pip install llama-cpp-python gguf` builds llama.cpp, about 20 minutes
+(PyPI has only its source: `pip install llama-cpp-python gguf` builds llama.cpp, about 11 minutes
 on 2 cores); the GGUF files come from benchmarks/gguf_export.py and llama.cpp's own quantizer.
 """
 import argparse

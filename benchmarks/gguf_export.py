@@ -115,8 +115,6 @@ def export(folder, out):
 def check(folder, gguf_path, n_tokens=24):
     """Max |logit difference| between llama.cpp on `gguf_path` and decodelab on `folder`, over a
     prompt of pseudo-random tokens: evidence that the export is the same model."""
-    import ctypes
-
     import llama_cpp as lc
 
     import decodelab
@@ -140,7 +138,6 @@ def check(folder, gguf_path, n_tokens=24):
     lc.llama_batch_free(batch)
     lc.llama_free(ctx)
     lc.llama_model_free(model)
-    del ctypes
     return float(np.abs(theirs - ours).max())
 
 
