@@ -13,6 +13,7 @@
 #include "decodelab/bf16.h"
 #include "decodelab/decoding.h"
 #include "decodelab/device.h"
+#include "decodelab/kernels.h"
 #include "decodelab/kv_cache.h"
 #include "decodelab/transformer.h"
 #include "decodelab/weights.h"
@@ -141,6 +142,37 @@ void register_device(py::module_& m) {
   m.def("read_bandwidth", &read_bandwidth, py::arg("nbytes"), py::arg("n_threads"), py::arg("repeats") = 5,
         py::call_guard<py::gil_scoped_release>(),
         "Best read bandwidth in bytes/s summing an nbytes buffer: the memory bound of a decode step.");
+  m.def(
+      "linear",
+      [](const py::array_t<float, py::array::c_style | py::array::forcecast>& x,
+         const py::array_t<float, py::array::c_style | py::array::forcecast>& w, const std::string& dtype) {
+        if (x.ndim() != 2 || w.ndim() != 2)
+          throw std::invalid_argument("x must be (T, in) and w (out, in), got " + std::to_string(x.ndim()) + "-D and " +
+                                      std::to_string(w.ndim()) + "-D");
+        if (x.shape(1) != w.shape(1) || x.shape(0) < 1 || w.shape(0) < 1)
+          throw std::invalid_argument("x (" + std::to_string(x.shape(0)) + ", " + std::to_string(x.shape(1)) +
+                                      ") does not fit w (" + std::to_string(w.shape(0)) + ", " +
+                                      std::to_string(w.shape(1)) + ")");
+        const WeightType type = dtype == "float32" ? WeightType::F32
+                                : dtype == "bfloat16" ? WeightType::BF16
+                                : dtype == "int8" ? WeightType::I8
+                                                  : throw std::invalid_argument("dtype must be 'float32', 'bfloat16' or 'int8', got '" + dtype + "'");
+        const int T = static_cast<int>(x.shape(0));
+        Linear L;
+        L.w = w.data();
+        L.in = static_cast<int>(w.shape(1));
+        L.out = static_cast<int>(w.shape(0));
+        QuantizedWeights store;
+        quantize_linear(L, type, store);
+        py::array_t<float> y({static_cast<py::ssize_t>(T), static_cast<py::ssize_t>(L.out)});
+        {
+          py::gil_scoped_release release;
+          linear(x.data(), T, L, y.mutable_data());
+        }
+        return y;
+      },
+      py::arg("x"), py::arg("w"), py::arg("dtype") = "float32",
+      "y = x w^T through the engine's kernels, w given in fp32 and stored as dtype first (for tests).");
   m.def("built_with_cuda", &built_with_cuda, "True when this build has the CUDA path.");
   m.def("cuda_device_count", &cuda_device_count, "Visible CUDA devices; RuntimeError in a build without CUDA.");
 }

@@ -1,0 +1,117 @@
+"""The linear-layer kernels on awkward shapes, against numpy emulations of their stated arithmetic.
+
+Every path `linear()` can take is reached: one row (matrix-vector), 2..16 rows (register-tiled),
+more (oneDNN), for fp32, bf16 and int8 weights, with sizes that leave tails after every vector width
+and after the int8 kernel's 256-value blocks.
+"""
+import numpy as np
+import pytest
+
+from decodelab._native import _core
+
+I8_BLOCK = 256
+
+
+def _bf16(w):
+    u = w.astype(np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16
+    return u.astype(np.uint32).view(np.float32)
+
+
+def _int8(w):
+    """(integer weights, per-row scales): symmetric, scale = max|row| / 127."""
+    mx = np.abs(w).max(axis=1)
+    scale = np.where(mx > 0, mx / np.float32(127), np.float32(1)).astype(np.float32)
+    return np.rint(w / scale[:, None]).astype(np.int64), scale
+
+
+def _int16_blocks(x):
+    """The int8 matrix-vector kernel's activations: 16-bit fixed point, one scale per block."""
+    q = np.zeros(x.shape, np.int64)
+    scales = []
+    for b0 in range(0, x.size, I8_BLOCK):
+        blk = x[b0:b0 + I8_BLOCK]
+        mx = np.float32(np.abs(blk).max())
+        inv = 32767.0 / np.float64(mx) if mx > 0 else 0.0
+        q[b0:b0 + I8_BLOCK] = np.rint(blk.astype(np.float64) * inv)
+        scales.append(mx / np.float32(32767))
+    return q, np.array(scales, np.float64)
+
+
+def _reference(x, w, dtype):
+    x64 = x.astype(np.float64)
+    if dtype == "float32":
+        return x64 @ w.astype(np.float64).T
+    if dtype == "bfloat16":
+        return x64 @ _bf16(w).astype(np.float64).T
+    wq, scale = _int8(w)
+    if x.shape[0] > 1:  # several rows: fp32 arithmetic on the int8-rounded weights
+        return x64 @ (wq * scale[:, None].astype(np.float64)).T
+    q, xs = _int16_blocks(x[0])
+    y = np.zeros(w.shape[0])
+    for b, b0 in enumerate(range(0, x.shape[1], I8_BLOCK)):
+        y += xs[b] * (wq[:, b0:b0 + I8_BLOCK] @ q[b0:b0 + I8_BLOCK])  # exact in integers
+    return (y * scale)[None, :]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+@pytest.mark.parametrize("T", [1, 2, 3, 4, 7, 16, 17, 33])
+@pytest.mark.parametrize("n_in,n_out", [(7, 5), (16, 4), (64, 37), (255, 9), (256, 8), (300, 13), (777, 6)])
+def test_linear_matches_its_arithmetic(dtype, T, n_in, n_out):
+    rng = np.random.default_rng(n_in * 1000 + n_out * 10 + T)
+    x = rng.standard_normal((T, n_in)).astype(np.float32)
+    x[:, ::97] *= 40.0  # outliers, as real activations have
+    w = (0.05 * rng.standard_normal((n_out, n_in))).astype(np.float32)
+    got = _core.linear(x, w, dtype)
+    want = _reference(x, w, dtype)
+    # fp32 sums in a different order: error grows with the sum of |terms|, not with the result.
+    mag = np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T
+    assert got.shape == (T, n_out)
+    np.testing.assert_array_less(np.abs(got - want), 1e-5 * mag + 1e-7)
+
+
+def test_int8_one_row_error_bound_against_exact_products():
+    """The 16-bit activations cost at most half a step of each block's scale per value: far below
+    the int8 weights' own rounding."""
+    rng = np.random.default_rng(5)
+    n_in, n_out = 1000, 64
+    x = rng.standard_normal((1, n_in)).astype(np.float32)
+    x[0, 123] = 300.0
+    w = (0.05 * rng.standard_normal((n_out, n_in))).astype(np.float32)
+    wq, scale = _int8(w)
+    wr = wq * scale[:, None].astype(np.float64)
+    exact = x.astype(np.float64) @ wr.T
+    got = _core.linear(x, w, "int8")
+    _, xs = _int16_blocks(x[0])
+    step = np.repeat(xs, I8_BLOCK)[:n_in] / 2  # largest rounding error per value
+    bound = np.abs(wr) @ step + 1e-5 * (np.abs(wr) @ np.abs(x[0]))
+    np.testing.assert_array_less(np.abs(got - exact)[0], bound)
+    weight_err = np.abs(x.astype(np.float64) @ (wr - w.astype(np.float64)).T)[0]
+    assert np.median(np.abs(got - exact)[0]) < 0.05 * np.median(weight_err)
+
+
+def test_int8_one_row_zero_and_tiny_activations():
+    w = np.ones((3, 300), np.float32)
+    np.testing.assert_array_equal(_core.linear(np.zeros((1, 300), np.float32), w, "int8"), np.zeros((1, 3)))
+    x = np.zeros((1, 300), np.float32)
+    x[0, 290] = 1e-30  # alone in the second block; the first block is all zeros
+    np.testing.assert_allclose(_core.linear(x, w, "int8"), np.full((1, 3), 1e-30), rtol=1e-6)
+    # A subnormal block: its scale (max / 32767) keeps only a few bits, so the result is right to
+    # within a few fp32 subnormal steps rather than relatively; no overflow, no NaN.
+    x[0, 290] = 1e-40
+    np.testing.assert_allclose(_core.linear(x, w, "int8"), np.full((1, 3), 1e-40), rtol=0, atol=1e-41)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_int8_one_row_carries_nan_and_inf_as_nan(bad):
+    x = np.ones((1, 600), np.float32)
+    x[0, 400] = bad
+    y = _core.linear(x, np.ones((2, 600), np.float32), "int8")
+    assert np.isnan(y).all()
+
+
+def test_linear_rejects_bad_shapes_and_dtype():
+    with pytest.raises(ValueError, match="does not fit w"):
+        _core.linear(np.zeros((2, 5), np.float32), np.zeros((3, 4), np.float32))
+    with pytest.raises(ValueError, match="dtype must be 'float32', 'bfloat16' or 'int8', got 'int4'"):
+        _core.linear(np.zeros((1, 4), np.float32), np.zeros((3, 4), np.float32), "int4")
