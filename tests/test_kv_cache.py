@@ -239,3 +239,24 @@ def test_decode_batch_equals_one_by_one(checkpoint, shape):
         assert caches[i].token_ids == s + [t]
     with pytest.raises(ValueError, match="a cache appears twice"):
         m.decode_batch([1, 2], [caches[0], caches[0]])
+
+
+@pytest.mark.parametrize("head_dim", [8, 12, 24, 64, 128])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_decode_attention_head_sizes(checkpoint, head_dim, dtype):
+    """One-token steps (the decode attention kernels; vector ones when head_dim % 8 == 0) against a
+    full forward pass (the prefill kernels), over several cache blocks, with grouped-query heads."""
+    shape = dict(arch="llama", hidden_size=2 * head_dim, intermediate_size=96, num_hidden_layers=2,
+                 num_attention_heads=2, num_key_value_heads=1, vocab_size=256, max_position_embeddings=128,
+                 tie_word_embeddings=False)
+    m = decodelab.load(checkpoint(shape))
+    assert m.config.head_dim == head_dim
+    ids = np.random.default_rng(head_dim).integers(0, 256, size=53).tolist()
+    full = m.forward(ids)
+    c = m.new_cache(dtype=dtype)
+    rows = np.stack([m.prefill(ids[:3], c)] + [m.decode(t, c) for t in ids[3:]])
+    err = np.abs(rows - full[2:]).max()
+    if dtype == "float32":
+        assert err < 2e-5
+    else:
+        assert 0 < err < 1e-2  # keys and values rounded to bf16

@@ -476,13 +476,19 @@ inline float dot_kv(const float* q, const uint16_t* k, int n) {
 using StridedRows = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
 using StridedRowsOut = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
 
-// Prefill attention over an fp32 cache as matrix products: for each KV head and tile of up to
+inline void widen(const float* src, size_t n, float* dst) { std::memcpy(dst, src, n * sizeof(float)); }
+inline void widen(const uint16_t* src, size_t n, float* dst) {
+  for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+}
+
+// Prefill attention (fp32 or bf16 cache) as matrix products: for each KV head and tile of up to
 // kTile queries, the keys and values of positions [0, p0 + t1) are gathered from their blocks into
 // contiguous scratch once, then every query head of the group computes scores = Q K^T and
 // out = softmax(scores) V as two small GEMMs. The causal mask zeroes, per row, the columns after
 // the row's own position (at most kTile - 1 of them inside the tile).
-void attention_prefill_f32(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0,
-                           int n_heads, float* out, int n_threads) {
+template <typename E>
+void attention_prefill(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0,
+                       int n_heads, float* out, int n_threads) {
   constexpr int kTile = 32;
   const int n_kv = pool.n_kv_heads(), hd = pool.head_dim(), bs = pool.block_size();
   const int group = n_heads / n_kv;
@@ -500,10 +506,10 @@ void attention_prefill_f32(const float* q, const BlockPool& pool, const int* tab
       float* K = kv.data();
       float* V = K + static_cast<size_t>(n_ctx) * hd;
       for (int b = 0, n_blocks = (n_ctx + bs - 1) / bs; b < n_blocks; ++b) {
-        const float* blk = reinterpret_cast<const float*>(pool.data(table[b]));
+        const E* blk = reinterpret_cast<const E*>(pool.data(table[b]));
         const size_t n = static_cast<size_t>(std::min(bs, n_ctx - b * bs)) * hd;
-        std::memcpy(K + static_cast<size_t>(b) * bs * hd, blk + pool.slab(layer, 0, kh), n * sizeof(float));
-        std::memcpy(V + static_cast<size_t>(b) * bs * hd, blk + pool.slab(layer, 1, kh), n * sizeof(float));
+        widen(blk + pool.slab(layer, 0, kh), n, K + static_cast<size_t>(b) * bs * hd);
+        widen(blk + pool.slab(layer, 1, kh), n, V + static_cast<size_t>(b) * bs * hd);
       }
       Eigen::Map<const RowMatrix> Km(K, n_ctx, hd), Vm(V, n_ctx, hd);
       Eigen::Map<RowMatrix> S(scores.data(), rows, n_ctx);
@@ -528,12 +534,92 @@ void attention_prefill_f32(const float* q, const BlockPool& pool, const int* tab
   }
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) {
+  const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+}
+
+// s[r] = scale * dot(key row r, q) for `rows` rows of hd values (hd % 8 == 0), fp32 or bf16 keys;
+// returns the largest. Eight rows share one reduction tree instead of a horizontal sum each.
+template <typename E>
+float key_scores(const E* k, const float* q, int rows, int hd, float scale, float* s) {
+  float mx = -std::numeric_limits<float>::infinity();
+  int r = 0;
+  for (; r + 8 <= rows; r += 8) {
+    __m256 a[8];
+    for (int j = 0; j < 8; ++j) {
+      const E* kr = k + static_cast<size_t>(r + j) * hd;
+      a[j] = _mm256_mul_ps(load8(kr), _mm256_loadu_ps(q));
+      for (int i = 8; i < hd; i += 8) a[j] = _mm256_fmadd_ps(load8(kr + i), _mm256_loadu_ps(q + i), a[j]);
+    }
+    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    __m256 s8 = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+    s8 = _mm256_mul_ps(s8, _mm256_set1_ps(scale));
+    _mm256_storeu_ps(s + r, s8);
+    for (int j = 0; j < 8; ++j) mx = std::max(mx, s[r + j]);
+  }
+  for (; r < rows; ++r) {
+    const E* kr = k + static_cast<size_t>(r) * hd;
+    __m256 a = _mm256_setzero_ps();
+    for (int i = 0; i < hd; i += 8) a = _mm256_fmadd_ps(load8(kr + i), _mm256_loadu_ps(q + i), a);
+    s[r] = hsum256(a) * scale;
+    mx = std::max(mx, s[r]);
+  }
+  return mx;
+}
+
+// o (hd) += sum_r p[r] * value row r (hd % 8 == 0): four rows per pass over o.
+template <typename E>
+void add_weighted_values(const E* v, const float* p, int rows, int hd, float* o) {
+  int r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const E* v0 = v + static_cast<size_t>(r) * hd;
+    const __m256 p0 = _mm256_set1_ps(p[r]), p1 = _mm256_set1_ps(p[r + 1]);
+    const __m256 p2 = _mm256_set1_ps(p[r + 2]), p3 = _mm256_set1_ps(p[r + 3]);
+    for (int i = 0; i < hd; i += 8) {
+      __m256 a = _mm256_fmadd_ps(p0, load8(v0 + i), _mm256_loadu_ps(o + i));
+      a = _mm256_fmadd_ps(p1, load8(v0 + hd + i), a);
+      a = _mm256_fmadd_ps(p2, load8(v0 + 2 * hd + i), a);
+      a = _mm256_fmadd_ps(p3, load8(v0 + 3 * hd + i), a);
+      _mm256_storeu_ps(o + i, a);
+    }
+  }
+  for (; r < rows; ++r) {
+    const E* vr = v + static_cast<size_t>(r) * hd;
+    const __m256 pr = _mm256_set1_ps(p[r]);
+    for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(pr, load8(vr + i), _mm256_loadu_ps(o + i)));
+  }
+}
+constexpr bool kVectorAttention = true;
+#else
+template <typename E>
+float key_scores(const E*, const float*, int, int, float, float*) { return 0.0f; }
+template <typename E>
+void add_weighted_values(const E*, const float*, int, int, float*) {}
+constexpr bool kVectorAttention = false;
+#endif
+
+// Requests `bytes` at p into cache. Cache blocks live on separate pages, where the hardware
+// prefetcher stops; asking for the next block while this one computes keeps memory busy.
+inline void prefetch_range(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
+}
+
+// Decode-style attention (each query over its own causal prefix) straight from the paged cache:
+// one (query, head) per task, scores for a block of keys at a time, then softmax and the weighted
+// sum of values. Head sizes that are a multiple of 8 take the vector kernels above for fp32 and
+// bf16 caches alike; others a plain loop.
 template <typename E>
 void attention_paged_impl(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0,
                           int n_heads, float* out, float* scratch, int stride, int n_threads) {
   const int n_kv = pool.n_kv_heads(), hd = pool.head_dim(), bs = pool.block_size();
   const int group = n_heads / n_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const bool vec = kVectorAttention && hd % 8 == 0;
   const int64_t work = static_cast<int64_t>(T) * n_heads * (p0 + T) * hd;  // multiply-adds, roughly
 #pragma omp parallel for collapse(2) schedule(dynamic) num_threads(n_threads) if (work >= (1 << 12))
   for (int t = 0; t < T; ++t) {
@@ -547,44 +633,15 @@ void attention_paged_impl(const float* q, const BlockPool& pool, const int* tabl
       for (int b = 0; b < n_blocks; ++b) {
         const E* kb = reinterpret_cast<const E*>(pool.data(table[b])) + pool.slab(layer, 0, kh);
         const int rows = std::min(bs, n_ctx - b * bs);
-        if (std::is_same_v<E, float> && hd < 32) {
-          // Short heads: a plain loop beats a library call per 16-row block, and eight rows at a
-          // time with one reduction tree beats a horizontal sum per row.
-          int r = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-          if (hd % 8 == 0) {
-            const float* kf = reinterpret_cast<const float*>(kb);
-            for (; r + 8 <= rows; r += 8) {
-              __m256 a[8];
-              for (int j = 0; j < 8; ++j) {
-                const float* kr = kf + static_cast<size_t>(r + j) * hd;
-                a[j] = _mm256_mul_ps(_mm256_loadu_ps(kr), _mm256_loadu_ps(qh));
-                for (int i = 8; i < hd; i += 8) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(kr + i), _mm256_loadu_ps(qh + i), a[j]);
-              }
-              const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-              const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-              __m256 s8 = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-              s8 = _mm256_mul_ps(s8, _mm256_set1_ps(scale));
-              _mm256_storeu_ps(sc + b * bs + r, s8);
-              for (int j = 0; j < 8; ++j) mx = std::max(mx, sc[b * bs + r + j]);
-            }
-          }
-#endif
-          for (; r < rows; ++r) {
-            const float* kr = reinterpret_cast<const float*>(kb) + static_cast<size_t>(r) * hd;
-            float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-            for (int i = 0; i < hd; ++i) acc += qh[i] * kr[i];
-            sc[b * bs + r] = acc * scale;
-            mx = std::max(mx, sc[b * bs + r]);
-          }
-        } else if constexpr (std::is_same_v<E, float>) {
-          // Scores of a whole block at once: (rows, head_dim) keys times the query.
-          Eigen::Map<const RowMatrix> K(kb, rows, hd);
-          Vec s(sc + b * bs, rows);
-          s.noalias() = K * ConstVec(qh, hd);
-          s *= scale;
-          mx = std::max(mx, s.maxCoeff());
+        if (b + 1 < n_blocks) {
+          prefetch_range(reinterpret_cast<const E*>(pool.data(table[b + 1])) + pool.slab(layer, 0, kh),
+                         static_cast<size_t>(std::min(bs, n_ctx - (b + 1) * bs)) * hd * sizeof(E));
+        } else {  // the values' first block comes next
+          prefetch_range(reinterpret_cast<const E*>(pool.data(table[0])) + pool.slab(layer, 1, kh),
+                         static_cast<size_t>(std::min(bs, n_ctx)) * hd * sizeof(E));
+        }
+        if (vec) {
+          mx = std::max(mx, key_scores(kb, qh, rows, hd, scale, sc + b * bs));
         } else {
           for (int r = 0; r < rows; ++r) {
             const float s = dot_kv(qh, kb + static_cast<size_t>(r) * hd, hd) * scale;
@@ -601,23 +658,17 @@ void attention_paged_impl(const float* q, const BlockPool& pool, const int* tabl
       for (int b = 0; b < n_blocks; ++b) {
         const E* vb = reinterpret_cast<const E*>(pool.data(table[b])) + pool.slab(layer, 1, kh);
         const int rows = std::min(bs, n_ctx - b * bs);
-        if (std::is_same_v<E, float> && hd < 32) {
-          for (int r = 0; r < rows; ++r) {
-            const float pr = sc[b * bs + r];
-            const float* vr = reinterpret_cast<const float*>(vb) + static_cast<size_t>(r) * hd;
-#pragma omp simd
-            for (int i = 0; i < hd; ++i) o[i] += pr * vr[i];
-          }
-        } else if constexpr (std::is_same_v<E, float>) {
-          // o += V_block^T p_block, with p normalised at the end.
-          Eigen::Map<const RowMatrix> Vb(vb, rows, hd);
-          Vec(o, hd).noalias() += Vb.transpose() * ConstVec(sc + b * bs, rows);
+        if (b + 1 < n_blocks)
+          prefetch_range(reinterpret_cast<const E*>(pool.data(table[b + 1])) + pool.slab(layer, 1, kh),
+                         static_cast<size_t>(std::min(bs, n_ctx - (b + 1) * bs)) * hd * sizeof(E));
+        if (vec) {
+          add_weighted_values(vb, sc + b * bs, rows, hd, o);
         } else {
           for (int r = 0; r < rows; ++r) {
-            const float p = sc[b * bs + r];
+            const float pr = sc[b * bs + r];
             const E* vr = vb + static_cast<size_t>(r) * hd;
 #pragma omp simd
-            for (int i = 0; i < hd; ++i) o[i] += p * load(vr, i);
+            for (int i = 0; i < hd; ++i) o[i] += pr * load(vr, i);
           }
         }
       }
@@ -629,8 +680,11 @@ void attention_paged_impl(const float* q, const BlockPool& pool, const int* tabl
 
 void attention_paged(const float* q, const BlockPool& pool, const int* block_table, int layer, int T, int p0,
                      int n_heads, float* out, float* scratch, int scratch_stride, int n_threads) {
-  if (pool.dtype() == KVDType::F32 && T >= 8)
-    attention_prefill_f32(q, pool, block_table, layer, T, p0, n_heads, out, n_threads);
+  // Eight or more queries: matrix products over keys and values gathered (and widened) per head.
+  if (T >= 8 && pool.dtype() == KVDType::F32)
+    attention_prefill<float>(q, pool, block_table, layer, T, p0, n_heads, out, n_threads);
+  else if (T >= 8)
+    attention_prefill<uint16_t>(q, pool, block_table, layer, T, p0, n_heads, out, n_threads);
   else if (pool.dtype() == KVDType::F32)
     attention_paged_impl<float>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride, n_threads);
   else
