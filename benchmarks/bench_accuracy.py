@@ -1,5 +1,5 @@
-"""What reduced-precision weights cost in accuracy: logit error against fp32 and perplexity on a
-fixed text, for load(dtype="bfloat16") and load(dtype="int8").
+"""What reduced precision costs in accuracy: logit error against fp32 and perplexity on a fixed
+text, for load(dtype="bfloat16") and load(dtype="int8") weights and for bf16 KV caches.
 
     python benchmarks/bench_accuracy.py [--json bench_accuracy.json]
 
@@ -7,6 +7,11 @@ stories260K (a real trained model) is scored on the fixed story below, tokenised
 vocabulary; the GPT-2 124M and Llama 110M shapes (random weights, so perplexity means nothing)
 get the logit error over a pseudo-random 256-token sequence. Logit error: max and mean |logit -
 fp32 logit| over every position, and how often the argmax agrees with fp32's.
+
+Two paths per setting: "forward" scores the whole text in one pass (the prefill kernels);
+"decode" feeds it one token at a time through a KV cache (the kernels generation runs after the
+prompt: there int8 layers also round activations to 16-bit fixed point, and a bf16 cache rounds
+keys and values).
 """
 import argparse
 import json
@@ -53,22 +58,33 @@ def main():
                 ids = np.random.default_rng(0).integers(3, ref.config.vocab_size, 256).tolist()
             base = ref.forward(ids)
             del ref
-            for dtype in ("float32", "bfloat16", "int8"):
-                m = decodelab.load(path, dtype=dtype)
-                lg = m.forward(ids)
+            settings = [("float32", "forward", "-"), ("bfloat16", "forward", "-"), ("int8", "forward", "-"),
+                        ("float32", "decode", "float32"), ("float32", "decode", "bfloat16"),
+                        ("bfloat16", "decode", "float32"), ("bfloat16", "decode", "bfloat16"),
+                        ("int8", "decode", "float32"), ("int8", "decode", "bfloat16")]
+            models = {}
+            for dtype, path_kind, kv in settings:
+                m = models.setdefault(dtype, decodelab.load(path, dtype=dtype))
+                if path_kind == "forward":
+                    lg = m.forward(ids)
+                else:
+                    c = m.new_cache(dtype=kv)
+                    lg = np.stack([m.prefill(ids[:1], c)] + [m.decode(t, c) for t in ids[1:]])
                 d = np.abs(lg - base)
-                row = {"model": name, "dtype": dtype, "tokens": len(ids), "max_abs_logit_err": float(d.max()),
+                row = {"model": name, "dtype": dtype, "path": path_kind, "kv_cache": kv, "tokens": len(ids),
+                       "max_abs_logit_err": float(d.max()),
                        "mean_abs_logit_err": float(d.mean()),
                        "argmax_agreement": float(np.mean(lg.argmax(1) == base.argmax(1))),
                        "max_abs_logit": float(np.abs(base).max())}
                 if name == "stories260K":
                     row["perplexity"] = float(np.exp(nll(lg, np.asarray(ids))))
                 rows.append(row)
-    print(f"{'model':<12} {'dtype':<9} {'tokens':>6} {'max |err|':>10} {'mean |err|':>11} {'argmax agree':>13} "
-          f"{'perplexity':>11}")
+    print(f"{'model':<12} {'dtype':<9} {'path':<8} {'KV':<9} {'tokens':>6} {'max |err|':>10} {'mean |err|':>11} "
+          f"{'argmax agree':>13} {'perplexity':>11}")
     for r in rows:
         ppl = f"{r['perplexity']:.3f}" if "perplexity" in r else "-"
-        print(f"{r['model']:<12} {r['dtype']:<9} {r['tokens']:>6} {r['max_abs_logit_err']:>10.2e} "
+        print(f"{r['model']:<12} {r['dtype']:<9} {r['path']:<8} {r['kv_cache']:<9} {r['tokens']:>6} "
+              f"{r['max_abs_logit_err']:>10.2e} "
               f"{r['mean_abs_logit_err']:>11.2e} {r['argmax_agreement']:>13.3f} {ppl:>11}")
     with open(a.json, "w") as f:
         json.dump({"argv": sys.argv, "text": TEXT, "rows": rows}, f, indent=2)

@@ -1,9 +1,11 @@
-"""Speed, side by side: decodelab against transformers (torch CPU) and CTranslate2 on the same
-checkpoints, thread count and precision, with the memory-bandwidth bound of decoding.
+"""Speed, side by side: decodelab against transformers (torch CPU), CTranslate2, llama.cpp and a
+plain-C baseline on the same checkpoints, thread count and precision, with the memory-bandwidth
+bound of decoding.
 
     python benchmarks/bench_speed.py [--models gpt2-124m llama-110m stories260K] [--json bench_speed.json]
 
-Each (engine, model, precision) runs in its own process so that peak RSS is its own. Per row:
+Each (engine, model, weight precision, KV-cache precision) runs in its own process so that peak
+RSS is its own; the KV column says what each engine keeps its cache in. Per row:
 prefill tokens/s (one prompt of --prompt tokens), decode tokens/s (batch 1, --decode tokens, EOS
 off), time to first token, peak RSS, and batched decode throughput (greedy, batch 1 / 4 / 16,
 --batch-steps tokens each). The bound column is the bandwidth probe (GB/s, measured in the same
@@ -82,14 +84,14 @@ def work_decodelab(folder, dtype, a):
     V = m.config.vocab_size
     rng = np.random.default_rng(0)
     prompt = rng.integers(3, V, size=a.prompt).tolist()
-    m.generate(prompt[:8], max_new_tokens=4, eos_token_id=[])  # warm-up
-    g = m.generate(prompt, max_new_tokens=a.decode, eos_token_id=[])
+    m.generate(prompt[:8], max_new_tokens=4, eos_token_id=[], cache=m.new_cache(dtype=a.kv))  # warm-up
+    g = m.generate(prompt, max_new_tokens=a.decode, eos_token_id=[], cache=m.new_cache(dtype=a.kv))
     res = {"prefill_tok_s": a.prompt / g.prefill_seconds, "decode_tok_s": g.decode_tokens_per_second,
            "ttft_s": g.time_to_first_token}
     for B in (1, 4, 16):
         caches = []
         for b in range(B):
-            c = m.new_cache()
+            c = m.new_cache(dtype=a.kv)
             m.prefill(rng.integers(3, V, size=32).tolist(), c)
             caches.append(c)
         toks = [5] * B
@@ -298,11 +300,15 @@ def work_plainc(folder, dtype, a):
 
 WORKERS = {"decodelab": work_decodelab, "transformers": work_transformers, "ctranslate2": work_ctranslate2,
            "llama.cpp": work_llamacpp, "plain-C": work_plainc}
-CONFIGS = [("decodelab", "float32"), ("decodelab", "bfloat16"), ("decodelab", "int8"),
-           ("transformers", "float32"), ("transformers", "bfloat16"),
-           ("ctranslate2", "float32"), ("ctranslate2", "int8"),
-           ("llama.cpp", "float32"), ("llama.cpp", "float16"), ("llama.cpp", "q8_0"),
-           ("plain-C", "float32")]
+# (engine, weights, KV cache). Our reduced-precision weights run with either cache; llama.cpp keeps
+# an f16 cache at every weight type (its default), CTranslate2 an fp32 one on CPU, transformers
+# one in the model's dtype.
+CONFIGS = [("decodelab", "float32", "float32"), ("decodelab", "bfloat16", "float32"),
+           ("decodelab", "bfloat16", "bfloat16"), ("decodelab", "int8", "float32"), ("decodelab", "int8", "bfloat16"),
+           ("transformers", "float32", "float32"), ("transformers", "bfloat16", "bfloat16"),
+           ("ctranslate2", "float32", "float32"), ("ctranslate2", "int8", "float32"),
+           ("llama.cpp", "float32", "float16"), ("llama.cpp", "float16", "float16"), ("llama.cpp", "q8_0", "float16"),
+           ("plain-C", "float32", "float32")]
 # Precision classes for the ratios: each of ours against every peer format of the same width.
 CLASSES = {"float32": ["float32"], "bfloat16": ["bfloat16", "float16"], "int8": ["int8", "q8_0"]}
 
@@ -314,10 +320,11 @@ def main():
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--decode", type=int, default=256)
     ap.add_argument("--batch-steps", type=int, default=32)
-    ap.add_argument("--engines", nargs="+", default=sorted({e for e, _ in CONFIGS}),
+    ap.add_argument("--engines", nargs="+", default=sorted({c[0] for c in CONFIGS}),
                     help="engines to run (default: all; llama.cpp rows need llama-cpp-python)")
     ap.add_argument("--json", default="bench_speed.json")
     ap.add_argument("--tmp", default=None, help="folder for the checkpoints (default: a temporary one)")
+    ap.add_argument("--kv", default="float32", help="KV-cache dtype of a decodelab worker")
     ap.add_argument("--worker", nargs=3, metavar=("ENGINE", "FOLDER", "DTYPE"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -338,31 +345,33 @@ def main():
         folder = prepare(name, tmp)
         prompt = min(a.prompt, 256) if name == "stories260K" else a.prompt
         arch = json.load(open(os.path.join(folder, "config.json")))["model_type"]
-        for engine, dtype in [c for c in CONFIGS if c[0] in a.engines]:
+        for engine, dtype, kv in [c for c in CONFIGS if c[0] in a.engines]:
             if engine == "plain-C" and arch != "llama":
                 continue
             cmd = [sys.executable, __file__, "--worker", engine, folder, dtype, "--threads", str(a.threads),
-                   "--prompt", str(prompt), "--decode", str(a.decode), "--batch-steps", str(a.batch_steps)]
+                   "--prompt", str(prompt), "--decode", str(a.decode), "--batch-steps", str(a.batch_steps),
+                   "--kv", kv]
             p = subprocess.run(cmd, capture_output=True, text=True)
-            row = {"model": name, "engine": engine, "dtype": dtype, "threads": a.threads, "prompt": prompt}
+            row = {"model": name, "engine": engine, "dtype": dtype, "kv_cache": kv, "threads": a.threads,
+                   "prompt": prompt}
             if p.returncode != 0:
                 row["error"] = (p.stderr.strip().splitlines() or ["failed"])[-1][:200]
             else:
                 row.update(json.loads(p.stdout.strip().splitlines()[-1]))
                 row["decode_bound_tok_s"] = bw / weight_bytes_per_step(folder, dtype)
             rows.append(row)
-            print(f"  {name} {engine} {dtype}: " + (row.get("error") or f"decode {row['decode_tok_s']:.1f} tok/s"),
+            print(f"  {name} {engine} {dtype} kv {kv}: " + (row.get("error") or f"decode {row['decode_tok_s']:.1f} tok/s"),
                   file=sys.stderr, flush=True)
     cols = [("prefill tok/s", "prefill_tok_s", "{:.0f}"), ("decode tok/s", "decode_tok_s", "{:.1f}"),
             ("bound", "decode_bound_tok_s", "{:.1f}"), ("ttft ms", "ttft_s", "{:.1f}"),
             ("RSS MiB", "peak_rss_mib", "{:.0f}"), ("b1 tok/s", "batch1_tok_s", "{:.1f}"),
             ("b4 tok/s", "batch4_tok_s", "{:.1f}"), ("b16 tok/s", "batch16_tok_s", "{:.1f}")]
     print(f"read bandwidth probe: {bw / 1e9:.1f} GB/s ({a.threads} threads, 256 MiB)")
-    head = f"{'model':<12} {'engine':<13} {'dtype':<9}" + "".join(f"{c[0]:>14}" for c in cols)
+    head = f"{'model':<12} {'engine':<13} {'dtype':<9} {'KV':<9}" + "".join(f"{c[0]:>14}" for c in cols)
     print(head)
     print("-" * len(head))
     for r in rows:
-        line = f"{r['model']:<12} {r['engine']:<13} {r['dtype']:<9}"
+        line = f"{r['model']:<12} {r['engine']:<13} {r['dtype']:<9} {r['kv_cache']:<9}"
         if "error" in r:
             print(line + "  error: " + r["error"])
             continue
@@ -374,14 +383,15 @@ def main():
             line += f"{fmt.format(v):>14}"
         print(line)
     # Ratios: decodelab against the best peer at the same precision class.
-    print("\nratios (decodelab / best peer at the same precision; >1 means decodelab is faster)")
+    print("\nratios (decodelab / best peer at the same weight precision; >1 means decodelab is faster; "
+          "'own fp32': decode against our fp32 row)")
     for name in a.models:
-        for ours_dt, peer_dts in CLASSES.items():
-            ours = next((r for r in rows if r["model"] == name and r["engine"] == "decodelab"
-                         and r["dtype"] == ours_dt and "error" not in r), None)
-            peers = [r for r in rows if r["model"] == name and r["engine"] != "decodelab" and r["dtype"] in peer_dts
-                     and "error" not in r]
-            if not ours or not peers:
+        own = next((r for r in rows if r["model"] == name and r["engine"] == "decodelab" and r["dtype"] == "float32"
+                    and "error" not in r), None)
+        for ours in [r for r in rows if r["model"] == name and r["engine"] == "decodelab" and "error" not in r]:
+            peers = [r for r in rows if r["model"] == name and r["engine"] != "decodelab"
+                     and r["dtype"] in CLASSES[ours["dtype"]] and "error" not in r]
+            if not peers:
                 continue
             parts = []
             for key, label in (("prefill_tok_s", "prefill"), ("decode_tok_s", "decode"), ("batch16_tok_s", "b16")):
@@ -391,7 +401,10 @@ def main():
                 best = max(have, key=lambda r: r[key])
                 parts.append(f"{label} {ours[key] / best[key]:.2f}x vs {best['engine']}")
             frac = ours["decode_tok_s"] / ours["decode_bound_tok_s"]
-            print(f"  {name:<12} {ours_dt:<9} " + ", ".join(parts) + f", decode at {frac:.0%} of the bound")
+            if own and ours is not own:
+                parts.append(f"own fp32 {ours['decode_tok_s'] / own['decode_tok_s']:.2f}x")
+            print(f"  {name:<12} {ours['dtype']:<9} KV {ours['kv_cache']:<9} " + ", ".join(parts)
+                  + f", decode at {frac:.0%} of the bound")
     with open(a.json, "w") as f:
         json.dump({"argv": sys.argv, "read_bandwidth_bytes_s": bw, "rows": rows}, f, indent=2)
     print(f"wrote {a.json}")
