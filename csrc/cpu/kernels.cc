@@ -566,11 +566,16 @@ float key_scores(const E* k, const float* q, int rows, int hd, float scale, floa
   float mx = -std::numeric_limits<float>::infinity();
   int r = 0;
   for (; r + 8 <= rows; r += 8) {
+    // Across the eight rows first, so the eight sums advance side by side, not one chain at a time.
+    const E* kr = k + static_cast<size_t>(r) * hd;
     __m256 a[8];
-    for (int j = 0; j < 8; ++j) {
-      const E* kr = k + static_cast<size_t>(r + j) * hd;
-      a[j] = _mm256_mul_ps(load8(kr), _mm256_loadu_ps(q));
-      for (int i = 8; i < hd; i += 8) a[j] = _mm256_fmadd_ps(load8(kr + i), _mm256_loadu_ps(q + i), a[j]);
+    const __m256 q0 = _mm256_loadu_ps(q);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) a[j] = _mm256_mul_ps(load8(kr + static_cast<size_t>(j) * hd), q0);
+    for (int i = 8; i < hd; i += 8) {
+      const __m256 qi = _mm256_loadu_ps(q + i);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(load8(kr + static_cast<size_t>(j) * hd + i), qi, a[j]);
     }
     const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
     const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));

@@ -581,7 +581,9 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
     Weights are memory-mapped; fp32, bf16 and f16 stored weights load. ``dtype`` is the precision
     the linear layers and the output head are kept and read in: "float32" (exact), "bfloat16"
     (half the bytes per decode step), or "int8" (weight-only, one scale per output channel; a
-    quarter of the bytes). Activations, norms, attention and accumulation stay fp32.
+    quarter of the bytes). Activations, norms, attention and accumulation stay fp32, except that
+    one-token int8 steps round each layer's input to 16-bit fixed point (a scale per 256 values;
+    error at most 1/65534 of the block's largest value) to sum the products exactly in int32.
     ``tokenizer`` overrides the tokenizer found beside the weights (a path or a Tokenizer).
     """
     path = os.fspath(path)
