@@ -9,7 +9,9 @@ RSS is its own; the KV column says what each engine keeps its cache in. Per row:
 prefill tokens/s (one prompt of --prompt tokens), decode tokens/s (batch 1, --decode tokens, EOS
 off), time to first token, peak RSS, and batched decode throughput (greedy, batch 1 / 4 / 16,
 --batch-steps tokens each). The bound column is the bandwidth probe (GB/s, measured in the same
-run) divided by the bytes of weights one decode step reads. llama.cpp rows need llama-cpp-python
+run, the larger of probes just before and after the row, as this shared host's bandwidth drifts)
+divided by the bytes of weights one decode step reads; bound+KV adds the cache a step reads at
+the mean decode position. llama.cpp rows need llama-cpp-python
 (PyPI has only its source: `pip install llama-cpp-python gguf` builds llama.cpp, about 11 minutes
 on 2 cores); the GGUF files come from benchmarks/gguf_export.py and llama.cpp's own quantizer.
 """
@@ -67,6 +69,17 @@ def weight_bytes_per_step(folder, dtype):
         q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
         n = L * (D * q + 2 * D * kv + q * D + 3 * D * H) + V * D
     return n * per
+
+
+def kv_bytes_per_step(folder, kv_dtype, context):
+    """Bytes of keys and values one decode step reads at `context` cached positions."""
+    cfg = json.load(open(os.path.join(folder, "config.json")))
+    if cfg["model_type"] == "gpt2":
+        L, width = cfg["n_layer"], cfg["n_embd"]
+    else:
+        hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+        L, width = cfg["num_hidden_layers"], cfg["num_key_value_heads"] * hd
+    return 2 * L * width * context * (4 if kv_dtype == "float32" else 2)
 
 
 # --- workers: one engine, one model, one precision -----------------------------------------------------
@@ -351,22 +364,32 @@ def main():
             cmd = [sys.executable, __file__, "--worker", engine, folder, dtype, "--threads", str(a.threads),
                    "--prompt", str(prompt), "--decode", str(a.decode), "--batch-steps", str(a.batch_steps),
                    "--kv", kv]
+            # This host's bandwidth drifts by a quarter over minutes (shared machine), so each row's
+            # bound comes from probes taken just before and after it, the larger of the two.
+            bw_before = _core.read_bandwidth(256 << 20, a.threads, 5)
             p = subprocess.run(cmd, capture_output=True, text=True)
+            bw_row = max(bw_before, _core.read_bandwidth(256 << 20, a.threads, 5))
             row = {"model": name, "engine": engine, "dtype": dtype, "kv_cache": kv, "threads": a.threads,
-                   "prompt": prompt}
+                   "prompt": prompt, "read_bandwidth_bytes_s": bw_row}
             if p.returncode != 0:
                 row["error"] = (p.stderr.strip().splitlines() or ["failed"])[-1][:200]
             else:
                 row.update(json.loads(p.stdout.strip().splitlines()[-1]))
-                row["decode_bound_tok_s"] = bw / weight_bytes_per_step(folder, dtype)
+                row["decode_bound_tok_s"] = bw_row / weight_bytes_per_step(folder, dtype)
+                # The same with the cache a step reads at the mean decode position added.
+                row["decode_bound_with_kv_tok_s"] = bw_row / (weight_bytes_per_step(folder, dtype)
+                                                              + kv_bytes_per_step(folder, kv, prompt + a.decode // 2))
             rows.append(row)
             print(f"  {name} {engine} {dtype} kv {kv}: " + (row.get("error") or f"decode {row['decode_tok_s']:.1f} tok/s"),
                   file=sys.stderr, flush=True)
     cols = [("prefill tok/s", "prefill_tok_s", "{:.0f}"), ("decode tok/s", "decode_tok_s", "{:.1f}"),
-            ("bound", "decode_bound_tok_s", "{:.1f}"), ("ttft ms", "ttft_s", "{:.1f}"),
+            ("bound", "decode_bound_tok_s", "{:.1f}"), ("bound+KV", "decode_bound_with_kv_tok_s", "{:.1f}"),
+            ("probe GB/s", "read_bandwidth_bytes_s", "{:.1f}"),
+            ("ttft ms", "ttft_s", "{:.1f}"),
             ("RSS MiB", "peak_rss_mib", "{:.0f}"), ("b1 tok/s", "batch1_tok_s", "{:.1f}"),
             ("b4 tok/s", "batch4_tok_s", "{:.1f}"), ("b16 tok/s", "batch16_tok_s", "{:.1f}")]
-    print(f"read bandwidth probe: {bw / 1e9:.1f} GB/s ({a.threads} threads, 256 MiB)")
+    print(f"read bandwidth probe: {bw / 1e9:.1f} GB/s at the start ({a.threads} threads, 256 MiB); each row's bound "
+          "uses the larger of probes taken just before and after it (probe column)")
     head = f"{'model':<12} {'engine':<13} {'dtype':<9} {'KV':<9}" + "".join(f"{c[0]:>14}" for c in cols)
     print(head)
     print("-" * len(head))
@@ -379,7 +402,7 @@ def main():
             if r.get(key) is None:  # the plain-C baseline has no batched decode
                 line += f"{'-':>14}"
                 continue
-            v = r[key] * 1e3 if key == "ttft_s" else r[key]
+            v = r[key] * 1e3 if key == "ttft_s" else r[key] / 1e9 if key == "read_bandwidth_bytes_s" else r[key]
             line += f"{fmt.format(v):>14}"
         print(line)
     # Ratios: decodelab against the best peer at the same precision class.
@@ -401,10 +424,11 @@ def main():
                 best = max(have, key=lambda r: r[key])
                 parts.append(f"{label} {ours[key] / best[key]:.2f}x vs {best['engine']}")
             frac = ours["decode_tok_s"] / ours["decode_bound_tok_s"]
+            frac_kv = ours["decode_tok_s"] / ours["decode_bound_with_kv_tok_s"]
             if own and ours is not own:
                 parts.append(f"own fp32 {ours['decode_tok_s'] / own['decode_tok_s']:.2f}x")
             print(f"  {name:<12} {ours['dtype']:<9} KV {ours['kv_cache']:<9} " + ", ".join(parts)
-                  + f", decode at {frac:.0%} of the bound")
+                  + f", decode at {frac:.0%} of the bound ({frac_kv:.0%} counting the cache)")
     with open(a.json, "w") as f:
         json.dump({"argv": sys.argv, "read_bandwidth_bytes_s": bw, "rows": rows}, f, indent=2)
     print(f"wrote {a.json}")
