@@ -1,0 +1,72 @@
+"""One phase of the engine on one checkpoint, timed alone: for A/B runs of a kernel change and for
+profiling (`perf record python benchmarks/bench_phase.py ...`), where bench_speed.py's full matrix
+is too slow and too mixed.
+
+    python benchmarks/bench_phase.py FOLDER --phase decode [--dtype int8] [--kv bfloat16]
+        [--prompt 512] [--steps 100] [--batch 16] [--repeats 3]
+
+Phases: "prefill" (one prompt of --prompt tokens), "decode" (--steps one-token steps after a
+prompt of --prompt tokens), "batch" (--steps steps of decode_batch over --batch sequences, each
+after a 32-token prompt). Prints the best of --repeats in tokens/s and one JSON line.
+"""
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+
+import decodelab
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("folder")
+    ap.add_argument("--phase", choices=["prefill", "decode", "batch"], required=True)
+    ap.add_argument("--dtype", default="float32", help="weights: float32, bfloat16 or int8")
+    ap.add_argument("--kv", default="float32", help="KV cache: float32 or bfloat16")
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    a = ap.parse_args()
+    m = decodelab.load(a.folder, dtype=a.dtype, threads=a.threads)
+    V = m.config.vocab_size
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(3, V, size=a.prompt).tolist()
+    m.generate(prompt[:8], max_new_tokens=4, eos_token_id=[], cache=m.new_cache(dtype=a.kv))  # warm-up
+    best = 0.0
+    for _ in range(a.repeats):
+        if a.phase == "prefill":
+            c = m.new_cache(dtype=a.kv)
+            t = time.perf_counter()
+            m.prefill(prompt, c)
+            rate = a.prompt / (time.perf_counter() - t)
+        elif a.phase == "decode":
+            c = m.new_cache(dtype=a.kv)
+            m.prefill(prompt, c)
+            t = time.perf_counter()
+            for _ in range(a.steps):
+                m.decode(5, c)
+            rate = a.steps / (time.perf_counter() - t)
+        else:
+            caches = []
+            for _ in range(a.batch):
+                c = m.new_cache(dtype=a.kv)
+                m.prefill(rng.integers(3, V, size=32).tolist(), c)
+                caches.append(c)
+            toks = [5] * a.batch
+            t = time.perf_counter()
+            for _ in range(a.steps):
+                toks = [int(x) for x in m.decode_batch(toks, caches).argmax(1)]
+            rate = a.batch * a.steps / (time.perf_counter() - t)
+        best = max(best, rate)
+    print(f"{os.path.basename(os.path.normpath(a.folder))} {a.phase} weights {a.dtype} KV {a.kv}: {best:.1f} tok/s "
+          f"(best of {a.repeats})")
+    print(json.dumps({"folder": a.folder, "phase": a.phase, "dtype": a.dtype, "kv": a.kv, "prompt": a.prompt,
+                      "steps": a.steps, "batch": a.batch, "threads": a.threads, "tok_s": best}))
+
+
+if __name__ == "__main__":
+    main()
