@@ -1,7 +1,7 @@
 """The linear-layer kernels on awkward shapes, against numpy emulations of their stated arithmetic.
 
 Every path `linear()` can take is reached: one row (matrix-vector), 2..16 rows (register-tiled),
-more (oneDNN), for fp32, bf16 and int8 weights, with sizes that leave tails after every vector width
+more (oneDNN), for fp32, bf16 and int8 weights (int8 takes 16-bit activations up to 16 rows), with sizes that leave tails after every vector width
 and after the int8 kernel's 256-value blocks.
 """
 import numpy as np
@@ -45,13 +45,14 @@ def _reference(x, w, dtype):
     if dtype == "bfloat16":
         return x64 @ _bf16(w).astype(np.float64).T
     wq, scale = _int8(w)
-    if x.shape[0] > 1:  # several rows: fp32 arithmetic on the int8-rounded weights
+    if x.shape[0] > 16:  # prefill: fp32 arithmetic on the int8-rounded weights
         return x64 @ (wq * scale[:, None].astype(np.float64)).T
-    q, xs = _int16_blocks(x[0])
-    y = np.zeros(w.shape[0])
-    for b, b0 in enumerate(range(0, x.shape[1], I8_BLOCK)):
-        y += xs[b] * (wq[:, b0:b0 + I8_BLOCK] @ q[b0:b0 + I8_BLOCK])  # exact in integers
-    return (y * scale)[None, :]
+    y = np.zeros((x.shape[0], w.shape[0]))  # up to 16 rows: each row as 16-bit blocks
+    for t in range(x.shape[0]):
+        q, xs = _int16_blocks(x[t])
+        for b, b0 in enumerate(range(0, x.shape[1], I8_BLOCK)):
+            y[t] += xs[b] * (wq[:, b0:b0 + I8_BLOCK] @ q[b0:b0 + I8_BLOCK])  # exact in integers
+    return y * scale
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
@@ -102,12 +103,25 @@ def test_int8_one_row_zero_and_tiny_activations():
     np.testing.assert_allclose(_core.linear(x, w, "int8"), np.full((1, 3), 1e-40), rtol=0, atol=1e-41)
 
 
+@pytest.mark.parametrize("T", [2, 3, 5, 16])
+def test_int8_rows_do_not_depend_on_how_many_are_batched(T):
+    """Batched decode and beams run 2..16 rows through the same per-row arithmetic as one row, so a
+    sequence's logits do not change with the batch it shares a step with."""
+    rng = np.random.default_rng(T)
+    x = rng.standard_normal((T, 777)).astype(np.float32)
+    w = (0.05 * rng.standard_normal((37, 777))).astype(np.float32)
+    together = _core.linear(x, w, "int8")
+    alone = np.concatenate([_core.linear(x[t:t + 1], w, "int8") for t in range(T)])
+    np.testing.assert_array_equal(together, alone)
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
-def test_int8_one_row_carries_nan_and_inf_as_nan(bad):
-    x = np.ones((1, 600), np.float32)
-    x[0, 400] = bad
+@pytest.mark.parametrize("T", [1, 4])
+def test_int8_carries_nan_and_inf_as_nan(bad, T):
+    x = np.ones((T, 600), np.float32)
+    x[-1, 400] = bad
     y = _core.linear(x, np.ones((2, 600), np.float32), "int8")
-    assert np.isnan(y).all()
+    assert np.isnan(y[-1]).all() and np.isfinite(y[:-1]).all()
 
 
 def test_linear_rejects_bad_shapes_and_dtype():

@@ -54,7 +54,7 @@ def test_reduced_weights_equal_fp32_on_rounded_weights(tmp_path, shape, dtype):
     np.testing.assert_allclose(got_model.forward(ids), want, rtol=0, atol=2e-5)
     cache = got_model.new_cache()
     rows = [got_model.prefill(ids[:20], cache)] + [got_model.decode(t, cache) for t in ids[20:]]
-    # One-token int8 steps also round the activations to 16-bit fixed point inside the kernel
+    # int8 steps of up to 16 tokens also round the activations to 16-bit fixed point inside the kernel
     # (tests/test_kernels.py pins that arithmetic exactly); here it moves logits by ~3e-5.
     np.testing.assert_allclose(np.stack(rows), want[19:], rtol=0, atol=1e-4 if dtype == "int8" else 2e-5)
 

@@ -99,14 +99,15 @@ static void matvec_bf16(const float* x, const Linear& L, float* y) {
 // per weight of widening int8 to fp32, which on AVX2 without VNNI is what bounds int8 decode.
 constexpr int kI8Block = 256;
 
-struct Int16Vector {
+// Activation rows as 16-bit fixed point: row t's values at q[t * ld ...], its block scales at
+// scale[t * blocks ...]. ld is a multiple of 16, so every row starts on a 32-byte boundary.
+struct Int16Rows {
   std::vector<int16_t, AlignedAllocator<int16_t>> q;
-  std::vector<float> scale;  // per block
+  std::vector<float> scale;
+  int ld = 0, blocks = 0;
 };
 
-static void quantize_int16(const float* x, int n, Int16Vector& v) {
-  v.q.resize(static_cast<size_t>(n));
-  v.scale.resize((n + kI8Block - 1) / kI8Block);
+static void quantize_int16_row(const float* x, int n, int16_t* q, float* scale) {
   for (int b0 = 0, b = 0; b0 < n; b0 += kI8Block, ++b) {
     const int e = std::min(n, b0 + kI8Block);
     float mx = 0.0f;
@@ -116,26 +117,94 @@ static void quantize_int16(const float* x, int n, Int16Vector& v) {
       finite = finite && std::isfinite(x[i]);
     }
     if (!finite) {  // NaN or inf reaches the output as NaN, as fp32 arithmetic would carry it
-      v.scale[b] = std::numeric_limits<float>::quiet_NaN();
-      std::fill(v.q.begin() + b0, v.q.begin() + e, int16_t{0});
+      scale[b] = std::numeric_limits<float>::quiet_NaN();
+      std::fill(q + b0, q + e, int16_t{0});
       continue;
     }
     // In double, so a subnormal block maximum does not overflow the reciprocal.
     const double inv = mx > 0.0f ? 32767.0 / mx : 0.0;
-    v.scale[b] = mx / 32767.0f;
-    for (int i = b0; i < e; ++i) v.q[i] = static_cast<int16_t>(std::lrint(x[i] * inv));
+    scale[b] = mx / 32767.0f;
+    for (int i = b0; i < e; ++i) q[i] = static_cast<int16_t>(std::lrint(x[i] * inv));
   }
 }
 
-// y (out) = scale * (W x) for int8 W (out, in), with x as 16-bit fixed point (above). Each thread
-// takes groups of 4 rows; int32 sums per block of kI8Block, fp32 across blocks. The next group's
-// rows are prefetched while this one computes: four short row streams at once are not enough for
-// the hardware prefetcher to keep memory busy.
-static void matvec_i8(const float* x, const Linear& L, float* y) {
-  thread_local Int16Vector xv;  // the calling thread's; OpenMP workers read it through the pointer
-  quantize_int16(x, L.in, xv);
-  const int16_t* xq = xv.q.data();
-  const float* xs = xv.scale.data();
+static void quantize_int16(const float* x, int T, int n, Int16Rows& v) {
+  v.ld = aligned_stride(n);
+  v.blocks = (n + kI8Block - 1) / kI8Block;
+  v.q.resize(static_cast<size_t>(T) * v.ld);
+  v.scale.resize(static_cast<size_t>(T) * v.blocks);
+  for (int t = 0; t < T; ++t)
+    quantize_int16_row(x + static_cast<size_t>(t) * n, n, v.q.data() + static_cast<size_t>(t) * v.ld,
+                       v.scale.data() + static_cast<size_t>(t) * v.blocks);
+}
+
+// acc[r][t] = (int8 row w[r]) . (activation row t), unscaled by the weight scale: exact int32 sums
+// per block of kI8Block (pmaddwd, 16 products per instruction), fp32 across blocks. 4 weight rows x
+// NT activation rows share each load. While it runs it prefetches `lines` cache lines from `next`
+// (the next rows a thread will read), one per 16 values: a few short row streams at once are not
+// enough for the hardware prefetcher to keep memory busy. The one-row and few-row paths both come
+// here, so a row's result does not depend on how many rows it was batched with.
+template <int NT>
+static void dot_i8_4xN(const int8_t* const* w, const Int16Rows& xv, int t0, int in, const char* next, int lines,
+                       float acc[4][3]) {
+  const int16_t* xq = xv.q.data() + static_cast<size_t>(t0) * xv.ld;
+  const float* xs = xv.scale.data() + static_cast<size_t>(t0) * xv.blocks;
+  int i = 0, next_line = 0;
+  for (int r = 0; r < 4; ++r)
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 f[4][NT];
+  for (int r = 0; r < 4; ++r)
+    for (int t = 0; t < NT; ++t) f[r][t] = _mm256_setzero_ps();
+  for (int b0 = 0; b0 + 16 <= in; b0 += kI8Block) {
+    const int e = std::min(in, b0 + kI8Block);
+    __m256i a[4][NT];
+    for (int r = 0; r < 4; ++r)
+      for (int t = 0; t < NT; ++t) a[r][t] = _mm256_setzero_si256();
+    for (i = b0; i + 16 <= e; i += 16) {
+      if (next_line < lines) _mm_prefetch(next + 64 * next_line++, _MM_HINT_T0);
+      __m256i xi[NT];
+      for (int t = 0; t < NT; ++t)
+        xi[t] = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq + static_cast<size_t>(t) * xv.ld + i));
+      for (int r = 0; r < 4; ++r) {
+        const __m256i wi = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[r] + i)));
+        for (int t = 0; t < NT; ++t) a[r][t] = _mm256_add_epi32(a[r][t], _mm256_madd_epi16(wi, xi[t]));
+      }
+    }
+    for (int t = 0; t < NT; ++t) {
+      const __m256 sb = _mm256_set1_ps(xs[static_cast<size_t>(t) * xv.blocks + b0 / kI8Block]);
+      for (int r = 0; r < 4; ++r) f[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[r][t]), sb, f[r][t]);
+    }
+    if (i < e) break;  // fewer than 16 left: the scalar loop below finishes this block
+  }
+  for (int r = 0; r < 4; ++r)
+    for (int t = 0; t < NT; ++t) acc[r][t] = hsum256(f[r][t]);
+#else
+  (void)next;
+  (void)lines;
+  (void)next_line;
+#endif
+  // The rest, block by block, with the same integer arithmetic.
+  for (int r = 0; r < 4; ++r)
+    for (int t = 0; t < NT; ++t) {
+      const int16_t* q = xq + static_cast<size_t>(t) * xv.ld;
+      for (int j = i; j < in;) {
+        const int e = std::min(in, (j / kI8Block + 1) * kI8Block);
+        int32_t s = 0;
+        for (; j < e; ++j) s += static_cast<int32_t>(w[r][j]) * q[j];
+        acc[r][t] += static_cast<float>(s) * xs[static_cast<size_t>(t) * xv.blocks + (e - 1) / kI8Block];
+      }
+    }
+}
+
+// y (T, out) = scale * (x W^T) for int8 W (out, in) and T <= 16 rows, x as 16-bit fixed point
+// (above). Each thread takes groups of 4 weight rows, read once for all T rows in tiles of 3, with
+// the next group prefetched during the first tile. Integer products cost about half the
+// instructions of fp32 ones on AVX2, and no row is widened to fp32 first.
+static void matmul_i8(const float* x, int T, const Linear& L, float* y) {
+  thread_local Int16Rows xv;  // the calling thread's; OpenMP workers read it through the reference
+  quantize_int16(x, T, L.in, xv);
+  const Int16Rows& xr = xv;
   const int groups = (L.out + 3) / 4;
   const int lines = static_cast<int>((4 * static_cast<size_t>(L.in) + 63) / 64);
 #pragma omp parallel for schedule(static) if (worth_threads(L))
@@ -144,43 +213,18 @@ static void matvec_i8(const float* x, const Linear& L, float* y) {
     const int8_t* w[4];
     for (int r = 0; r < 4; ++r) w[r] = L.w_i8 + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
     const char* next = reinterpret_cast<const char*>(L.w_i8 + static_cast<size_t>(o0 + 4) * L.in);
-    const bool has_next = o0 + 8 <= L.out;
-    int next_line = 0;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    int i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-    __m256 f[4];
-    for (int r = 0; r < 4; ++r) f[r] = _mm256_setzero_ps();
-    for (int b0 = 0; b0 + 16 <= L.in; b0 += kI8Block) {
-      const int e = std::min(L.in, b0 + kI8Block);
-      __m256i a[4];
-      for (int r = 0; r < 4; ++r) a[r] = _mm256_setzero_si256();
-      for (i = b0; i + 16 <= e; i += 16) {
-        if (has_next && next_line < lines) _mm_prefetch(next + 64 * next_line++, _MM_HINT_T0);
-        const __m256i xi = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq + i));
-        for (int r = 0; r < 4; ++r) {
-          const __m256i wi = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[r] + i)));
-          a[r] = _mm256_add_epi32(a[r], _mm256_madd_epi16(wi, xi));
-        }
+    const int next_lines = o0 + 8 <= L.out ? lines : 0;
+    for (int t0 = 0; t0 < T; t0 += 3) {
+      float acc[4][3];
+      const int nt = std::min(3, T - t0), pf = t0 == 0 ? next_lines : 0;
+      switch (nt) {
+        case 3: dot_i8_4xN<3>(w, xr, t0, L.in, next, pf, acc); break;
+        case 2: dot_i8_4xN<2>(w, xr, t0, L.in, next, pf, acc); break;
+        default: dot_i8_4xN<1>(w, xr, t0, L.in, next, pf, acc); break;
       }
-      const __m256 sb = _mm256_set1_ps(xs[b0 / kI8Block]);
-      for (int r = 0; r < 4; ++r) f[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[r]), sb, f[r]);
-      if (i < e) break;  // fewer than 16 left: the scalar loop below finishes this block
+      for (int t = 0; t < nt; ++t)
+        for (int r = 0; r < nr; ++r) y[static_cast<size_t>(t0 + t) * L.out + o0 + r] = acc[r][t] * L.scales[o0 + r];
     }
-    for (int r = 0; r < 4; ++r) acc[r] = hsum256(f[r]);
-#endif
-    if (i < L.in) {
-      // The rest, block by block, with the same integer arithmetic.
-      for (int r = 0; r < 4; ++r) {
-        for (int j = i; j < L.in;) {
-          const int e = std::min(L.in, (j / kI8Block + 1) * kI8Block);
-          int32_t s = 0;
-          for (; j < e; ++j) s += static_cast<int32_t>(w[r][j]) * xq[j];
-          acc[r] += static_cast<float>(s) * xs[(e - 1) / kI8Block];
-        }
-      }
-    }
-    for (int r = 0; r < nr; ++r) y[o0 + r] = acc[r] * L.scales[o0 + r];
   }
 }
 
@@ -242,19 +286,17 @@ static void dot_4xN(const float* const* w, const float* x, int in, int ldx, floa
       for (int t = 0; t < NT; ++t) out[r][t] += w[r][i] * x[static_cast<size_t>(t) * ldx + i];
 }
 
-// A few rows (batched decode, beams, short prompts; T <= 16) for any weight type: each thread
-// takes groups of 4 output rows, widens them to fp32 once (bf16/int8) or reads them in place
-// (fp32), and multiplies them with all T activation rows in register tiles. The weights are read
+// A few rows (batched decode, beams, short prompts; T <= 16) with fp32 or bf16 weights (int8 has
+// matmul_i8): each thread takes groups of 4 output rows, widens them to fp32 once (bf16) or reads
+// them in place (fp32), and multiplies them with all T activation rows in register tiles. The weights are read
 // once for the whole batch and the activations stay in cache.
 static void matmul_small(const float* x, int T, const Linear& L, float* y) {
   const int groups = (L.out + 3) / 4;
   const bool wide = L.type != WeightType::F32;
-  const size_t esize = L.type == WeightType::F32 ? 4 : L.type == WeightType::BF16 ? 2 : 1;
+  const size_t esize = wide ? 2 : 4;
   auto row_bytes = [&](int o) {
     const size_t off = static_cast<size_t>(o) * L.in;
-    return L.type == WeightType::F32    ? reinterpret_cast<const char*>(L.w + off)
-           : L.type == WeightType::BF16 ? reinterpret_cast<const char*>(L.w_bf16 + off)
-                                        : reinterpret_cast<const char*>(L.w_i8 + off);
+    return wide ? reinterpret_cast<const char*>(L.w_bf16 + off) : reinterpret_cast<const char*>(L.w + off);
   };
   const int lines = static_cast<int>((L.in * esize + 63) / 64);
   const int prefetch_per_step = (4 * lines + (T + 2) / 3 - 1) / ((T + 2) / 3);
@@ -291,10 +333,7 @@ static void matmul_small(const float* x, int T, const Linear& L, float* y) {
           if (o < L.out) _mm_prefetch(row_bytes(o) + static_cast<size_t>(next_line % lines) * 64, _MM_HINT_T0);
         }
         for (int t = 0; t < std::min(3, T - t0); ++t)
-          for (int r = 0; r < nr; ++r) {
-            const float sc = L.type == WeightType::I8 ? L.scales[o0 + r] : 1.0f;
-            y[static_cast<size_t>(t0 + t) * L.out + o0 + r] = res[r][t] * sc;
-          }
+          for (int r = 0; r < nr; ++r) y[static_cast<size_t>(t0 + t) * L.out + o0 + r] = res[r][t];
       }
     }
   }
@@ -395,9 +434,10 @@ double read_bandwidth(size_t nbytes, int n_threads, int repeats) {
 
 void linear(const float* x, int T, const Linear& L, float* y) {
   if (L.type != WeightType::F32) {
-    if (T == 1) {
-      if (L.type == WeightType::BF16) matvec_bf16(x, L, y);
-      else matvec_i8(x, L, y);
+    if (L.type == WeightType::I8 && T <= 16) {
+      matmul_i8(x, T, L, y);
+    } else if (T == 1) {
+      matvec_bf16(x, L, y);
     } else if (T <= 16) {
       matmul_small(x, T, L, y);
     } else {

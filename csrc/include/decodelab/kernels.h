@@ -15,8 +15,8 @@ namespace decodelab {
 enum class WeightType { F32, BF16, I8 };
 
 // Reduced-precision weights are always (out, in): bf16, or int8 with one fp32 scale per output
-// row (symmetric, scale = max|w| / 127). Activations stay fp32, except in the one-row int8 kernel,
-// which rounds them to 16-bit fixed point per block of 256 values (see kernels.cc).
+// row (symmetric, scale = max|w| / 127). Activations stay fp32, except in the int8 kernel for up to
+// 16 rows, which rounds them to 16-bit fixed point per block of 256 values (see kernels.cc).
 struct Linear {
   const float* w = nullptr;
   const float* b = nullptr;  // (out) or null
