@@ -103,6 +103,21 @@ def test_int8_one_row_zero_and_tiny_activations():
     np.testing.assert_allclose(_core.linear(x, w, "int8"), np.full((1, 3), 1e-40), rtol=0, atol=1e-41)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+@pytest.mark.parametrize("T", [1, 3, 16, 20])
+def test_fused_layers_match_separate_calls(dtype, T):
+    """A Llama layer's q, k, v (and gate, up) run in one parallel region over all their rows; each
+    output must be what its own call gives, bit for bit, at every row count."""
+    rng = np.random.default_rng(T)
+    x = rng.standard_normal((T, 300)).astype(np.float32)
+    ws = [(0.05 * rng.standard_normal((n, 300))).astype(np.float32) for n in (37, 90, 250)]
+    fused = _core.linear_many(x, ws, dtype)
+    for w, y in zip(ws, fused):
+        np.testing.assert_array_equal(y, _core.linear(x, w, dtype))
+    with pytest.raises(ValueError, match="weight 1 does not fit"):
+        _core.linear_many(x, [ws[0], np.zeros((3, 299), np.float32)], dtype)
+
+
 @pytest.mark.parametrize("T", [2, 3, 5, 16])
 def test_int8_rows_do_not_depend_on_how_many_are_batched(T):
     """Batched decode and beams run 2..16 rows through the same per-row arithmetic as one row, so a

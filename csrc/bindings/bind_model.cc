@@ -173,6 +173,41 @@ void register_device(py::module_& m) {
       },
       py::arg("x"), py::arg("w"), py::arg("dtype") = "float32",
       "y = x w^T through the engine's kernels, w given in fp32 and stored as dtype first (for tests).");
+  m.def(
+      "linear_many",
+      [](const py::array_t<float, py::array::c_style | py::array::forcecast>& x,
+         const std::vector<py::array_t<float, py::array::c_style | py::array::forcecast>>& ws, const std::string& dtype) {
+        if (x.ndim() != 2 || ws.empty() || ws.size() > 4)
+          throw std::invalid_argument("x must be (T, in) and 1 to 4 weights given, got " + std::to_string(ws.size()));
+        const WeightType type = dtype == "float32" ? WeightType::F32
+                                : dtype == "bfloat16" ? WeightType::BF16
+                                : dtype == "int8" ? WeightType::I8
+                                                  : throw std::invalid_argument("dtype must be 'float32', 'bfloat16' or 'int8', got '" + dtype + "'");
+        const int T = static_cast<int>(x.shape(0));
+        std::vector<Linear> layers(ws.size());
+        std::vector<QuantizedWeights> stores(ws.size());
+        std::vector<py::array_t<float>> ys;
+        std::vector<const Linear*> lp;
+        std::vector<float*> yp;
+        for (size_t i = 0; i < ws.size(); ++i) {
+          if (ws[i].ndim() != 2 || ws[i].shape(1) != x.shape(1) || ws[i].shape(0) < 1 || x.shape(0) < 1)
+            throw std::invalid_argument("weight " + std::to_string(i) + " does not fit x (T, " + std::to_string(x.shape(1)) + ")");
+          layers[i].w = ws[i].data();
+          layers[i].in = static_cast<int>(ws[i].shape(1));
+          layers[i].out = static_cast<int>(ws[i].shape(0));
+          quantize_linear(layers[i], type, stores[i]);
+          ys.emplace_back(std::vector<py::ssize_t>{T, ws[i].shape(0)});
+          lp.push_back(&layers[i]);
+          yp.push_back(ys.back().mutable_data());
+        }
+        {
+          py::gil_scoped_release release;
+          linear_many(x.data(), T, lp.data(), yp.data(), static_cast<int>(lp.size()));
+        }
+        return ys;
+      },
+      py::arg("x"), py::arg("ws"), py::arg("dtype") = "float32",
+      "[x w^T for w in ws] through one fused call of the engine's kernels (for tests).");
   m.def("built_with_cuda", &built_with_cuda, "True when this build has the CUDA path.");
   m.def("cuda_device_count", &cuda_device_count, "Visible CUDA devices; RuntimeError in a build without CUDA.");
 }

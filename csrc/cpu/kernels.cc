@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <type_traits>
 
 #include "decodelab/aligned.h"
@@ -22,15 +23,10 @@ using Vec = Eigen::Map<Eigen::VectorXf>;
 
 float dot(const float* a, const float* b, int n) { return ConstVec(a, n).dot(ConstVec(b, n)); }
 
-// Below this many weights a matrix-vector product is faster on one thread than the cost of
-// waking the others (a few microseconds per parallel region): small models decode serially.
-bool worth_threads(const Linear& L) { return static_cast<int64_t>(L.in) * L.out >= (1 << 16); }
-
-// y (out) = W x for W (out, in): each thread owns a range of output rows, reading its weight
-// rows once, contiguously.
-void matvec_out_major(const float* x, const Linear& L, float* y) {
-#pragma omp parallel for schedule(static) if (worth_threads(L))
-  for (int o = 0; o < L.out; ++o) y[o] = dot(L.w + static_cast<size_t>(o) * L.in, x, L.in);
+// y[o] = W[o] . x for fp32 W (out, in), rows [4g, 4g + 4): each thread owns a range of output rows,
+// reading its weight rows once, contiguously.
+void f32_row_group(const float* x, const Linear& L, int g, float* y) {
+  for (int o = 4 * g; o < std::min(L.out, 4 * g + 4); ++o) y[o] = dot(L.w + static_cast<size_t>(o) * L.in, x, L.in);
 }
 
 }  // namespace
@@ -47,22 +43,22 @@ static inline float hsum256(__m256 v) {
 // y (out) = W x for bf16 W (out, in). A bf16 value is the top half of an fp32 one, so 16 weights
 // loaded as 32-bit lanes give the odd-indexed ones by masking off the low halves and the
 // even-indexed ones by shifting left 16: two cheap ALU operations instead of two widening shuffles.
-// x is reordered once per call to match (per 16 values: the 8 even, then the 8 odd). Four rows at a
-// time, with the next group prefetched as in matvec_i8.
-static void matvec_bf16(const float* x, const Linear& L, float* y) {
-  thread_local FloatBuffer xd_buf;  // the calling thread's; OpenMP workers read it through the pointer
-  const int n16 = L.in / 16 * 16;
-  xd_buf.resize(static_cast<size_t>(n16));
-  float* xd = xd_buf.data();
+// x is reordered once per call to match (per 16 values: the 8 even, then the 8 odd; split_even_odd).
+// Rows [4g, 4g + 4), with the next group prefetched as in the int8 kernel.
+static void split_even_odd(const float* x, int n, FloatBuffer& xd) {
+  const int n16 = n / 16 * 16;
+  xd.resize(static_cast<size_t>(n16));
   for (int i = 0; i < n16; i += 16)
     for (int j = 0; j < 8; ++j) {
       xd[i + j] = x[i + 2 * j];
       xd[i + 8 + j] = x[i + 2 * j + 1];
     }
-  const int groups = (L.out + 3) / 4;
+}
+
+static void bf16_row_group(const float* x, const float* xd, const Linear& L, int g, float* y) {
+  const int n16 = L.in / 16 * 16;
   const int lines = static_cast<int>((8 * static_cast<size_t>(L.in) + 63) / 64);
-#pragma omp parallel for schedule(static) if (worth_threads(L))
-  for (int g = 0; g < groups; ++g) {
+  {
     const int o0 = 4 * g, nr = std::min(4, L.out - o0);
     const uint16_t* w[4];
     for (int r = 0; r < 4; ++r) w[r] = L.w_bf16 + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
@@ -112,7 +108,21 @@ static void quantize_int16_row(const float* x, int n, int16_t* q, float* scale) 
     const int e = std::min(n, b0 + kI8Block);
     float mx = 0.0f;
     bool finite = true;
-    for (int i = b0; i < e; ++i) {
+    int i = b0;
+#if defined(__AVX2__)
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 vmx = _mm256_setzero_ps(), ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    for (; i + 8 <= e; i += 8) {
+      const __m256 v = _mm256_loadu_ps(x + i);
+      vmx = _mm256_max_ps(vmx, _mm256_and_ps(v, abs_mask));
+      ok = _mm256_and_ps(ok, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_EQ_OQ));  // NaN, inf: 0
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmx), _mm256_extractf128_ps(vmx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    mx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    finite = _mm256_movemask_ps(ok) == 0xFF;
+#endif
+    for (; i < e; ++i) {
       mx = std::max(mx, std::fabs(x[i]));
       finite = finite && std::isfinite(x[i]);
     }
@@ -121,10 +131,20 @@ static void quantize_int16_row(const float* x, int n, int16_t* q, float* scale) 
       std::fill(q + b0, q + e, int16_t{0});
       continue;
     }
-    // In double, so a subnormal block maximum does not overflow the reciprocal.
+    // In double, so a subnormal block maximum does not overflow the reciprocal; |x| * inv <= 32767.
     const double inv = mx > 0.0f ? 32767.0 / mx : 0.0;
     scale[b] = mx / 32767.0f;
-    for (int i = b0; i < e; ++i) q[i] = static_cast<int16_t>(std::lrint(x[i] * inv));
+    i = b0;
+#if defined(__AVX2__)
+    const __m256d vinv = _mm256_set1_pd(inv);
+    for (; i + 8 <= e; i += 8) {  // rounds to nearest even, as lrint does in the default mode
+      const __m256 v = _mm256_loadu_ps(x + i);
+      const __m128i lo = _mm256_cvtpd_epi32(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), vinv));
+      const __m128i hi = _mm256_cvtpd_epi32(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), vinv));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm_packs_epi32(lo, hi));
+    }
+#endif
+    for (; i < e; ++i) q[i] = static_cast<int16_t>(std::lrint(x[i] * inv));
   }
 }
 
@@ -198,17 +218,12 @@ static void dot_i8_4xN(const int8_t* const* w, const Int16Rows& xv, int t0, int 
 }
 
 // y (T, out) = scale * (x W^T) for int8 W (out, in) and T <= 16 rows, x as 16-bit fixed point
-// (above). Each thread takes groups of 4 weight rows, read once for all T rows in tiles of 3, with
-// the next group prefetched during the first tile. Integer products cost about half the
-// instructions of fp32 ones on AVX2, and no row is widened to fp32 first.
-static void matmul_i8(const float* x, int T, const Linear& L, float* y) {
-  thread_local Int16Rows xv;  // the calling thread's; OpenMP workers read it through the reference
-  quantize_int16(x, T, L.in, xv);
-  const Int16Rows& xr = xv;
-  const int groups = (L.out + 3) / 4;
+// (above), weight rows [4g, 4g + 4): read once for all T rows in tiles of 3, with the next group
+// prefetched during the first tile. Integer products cost about half the instructions of fp32
+// ones on AVX2, and no row is widened to fp32 first.
+static void i8_group(const Int16Rows& xr, int T, const Linear& L, int g, float* y) {
   const int lines = static_cast<int>((4 * static_cast<size_t>(L.in) + 63) / 64);
-#pragma omp parallel for schedule(static) if (worth_threads(L))
-  for (int g = 0; g < groups; ++g) {
+  {
     const int o0 = 4 * g, nr = std::min(4, L.out - o0);
     const int8_t* w[4];
     for (int r = 0; r < 4; ++r) w[r] = L.w_i8 + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
@@ -295,11 +310,10 @@ static void dot_4xN(const float* const* w, const float* x, int in, int ldx, floa
 }
 
 // A few rows (batched decode, beams, short prompts; T <= 16) with fp32 or bf16 weights (int8 has
-// matmul_i8): each thread takes groups of 4 output rows, widens them to fp32 once (bf16) or reads
-// them in place (fp32), and multiplies them with all T activation rows in register tiles. The weights are read
-// once for the whole batch and the activations stay in cache.
-static void matmul_small(const float* x, int T, const Linear& L, float* y) {
-  const int groups = (L.out + 3) / 4;
+// i8_group): output rows [4g, 4g + 4) are widened to fp32 once (bf16, into the thread's `scratch`
+// of 4 * in values) or read in place (fp32), and multiplied with all T activation rows in register
+// tiles. The weights are read once for the whole batch and the activations stay in cache.
+static void small_group(const float* x, int T, const Linear& L, int g, float* y, float* scratch) {
   const bool wide = L.type != WeightType::F32;
   const size_t esize = wide ? 2 : 4;
   auto row_bytes = [&](int o) {
@@ -308,19 +322,15 @@ static void matmul_small(const float* x, int T, const Linear& L, float* y) {
   };
   const int lines = static_cast<int>((L.in * esize + 63) / 64);
   const int prefetch_per_step = (4 * lines + (T + 2) / 3 - 1) / ((T + 2) / 3);
-#pragma omp parallel if (worth_threads(L))
   {
-    thread_local FloatBuffer scratch;
-    if (wide) scratch.resize(static_cast<size_t>(4) * L.in);
-#pragma omp for schedule(static)
-    for (int g = 0; g < groups; ++g) {
+    {
       const int o0 = 4 * g, nr = std::min(4, L.out - o0);
       const float* w[4];
       for (int r = 0; r < 4; ++r) {
         const int o = o0 + std::min(r, nr - 1);  // a short last group repeats its last row
         if (wide) {
-          if (r < nr) widen_row(L, o, scratch.data() + static_cast<size_t>(r) * L.in);
-          w[r] = scratch.data() + static_cast<size_t>(std::min(r, nr - 1)) * L.in;
+          if (r < nr) widen_row(L, o, scratch + static_cast<size_t>(r) * L.in);
+          w[r] = scratch + static_cast<size_t>(std::min(r, nr - 1)) * L.in;
         } else {
           w[r] = L.w + static_cast<size_t>(o) * L.in;
         }
@@ -440,27 +450,89 @@ double read_bandwidth(size_t nbytes, int n_threads, int repeats) {
   return best;
 }
 
-void linear(const float* x, int T, const Linear& L, float* y) {
-  if (L.type != WeightType::F32) {
-    if (L.type == WeightType::I8 && T <= 16) {
-      matmul_i8(x, T, L, y);
-    } else if (T == 1) {
-      matvec_bf16(x, L, y);
-    } else if (T <= 16) {
-      matmul_small(x, T, L, y);
-    } else {
-      matmul_widened(x, T, L, y);
+namespace {
+// Which kernel a layer runs for T rows.
+enum class Path { F32Row, Bf16Row, I8Rows, SmallRows, Gemm };
+
+Path path_of(const Linear& L, int T) {
+  if (T > 16) return Path::Gemm;
+  if (L.type == WeightType::I8) return Path::I8Rows;
+  if (T == 1) return L.type == WeightType::BF16 ? Path::Bf16Row : Path::F32Row;
+  return Path::SmallRows;
+}
+}  // namespace
+
+void linear_many(const float* x, int T, const Linear* const* layers, float* const* ys, int n) {
+  const Path path = path_of(*layers[0], T);
+  bool fused = true;
+  for (int i = 1; i < n; ++i)
+    fused = fused && path_of(*layers[i], T) == path && layers[i]->in == layers[0]->in &&
+            layers[i]->type == layers[0]->type;
+  if (path == Path::Gemm || !fused) {
+    for (int i = 0; i < n; ++i) {
+      const Linear& L = *layers[i];
+      if (path_of(L, T) == Path::Gemm) {
+        if (L.type == WeightType::F32) matmul_onednn(x, T, L.in, L.w, L.out, ys[i]);
+        else matmul_widened(x, T, L, ys[i]);
+      } else {
+        linear_many(x, T, &layers[i], &ys[i], 1);
+        continue;  // biases added there
+      }
+      if (L.b)
+        for (int t = 0; t < T; ++t) Vec(ys[i] + static_cast<size_t>(t) * L.out, L.out) += ConstVec(L.b, L.out);
     }
-  } else if (T == 1) {
-    matvec_out_major(x, L, y);
-  } else if (T <= 16) {
-    matmul_small(x, T, L, y);
-  } else {
-    matmul_onednn(x, T, L.in, L.w, L.out, y);
+    return;
   }
-  if (L.b) {
-    for (int t = 0; t < T; ++t) Vec(y + static_cast<size_t>(t) * L.out, L.out) += ConstVec(L.b, L.out);
+  // The input, converted once for all the layers: 16-bit blocks (int8) or even/odd order (bf16).
+  // The calling thread's buffers; OpenMP workers read them through references.
+  thread_local Int16Rows xq_buf;
+  thread_local FloatBuffer xd_buf;
+  if (path == Path::I8Rows) quantize_int16(x, T, layers[0]->in, xq_buf);
+  if (path == Path::Bf16Row) split_even_odd(x, layers[0]->in, xd_buf);
+  const Int16Rows& xq = xq_buf;
+  const float* xd = xd_buf.data();
+  // Groups of 4 output rows of every layer in one parallel region: one wake-up and one barrier
+  // for, say, a Llama layer's q, k and v instead of three.
+  constexpr int kMaxLayers = 4;
+  if (n > kMaxLayers) throw std::invalid_argument("linear_many takes at most 4 layers");
+  int first[kMaxLayers + 1] = {0};
+  int64_t work = 0;
+  for (int i = 0; i < n; ++i) {
+    first[i + 1] = first[i] + (layers[i]->out + 3) / 4;
+    work += static_cast<int64_t>(layers[i]->in) * layers[i]->out;
   }
+  const bool widen = path == Path::SmallRows && layers[0]->type == WeightType::BF16;
+  // Below this many weights one thread is faster than the cost of waking the others (a few
+  // microseconds per parallel region): small models decode serially.
+#pragma omp parallel if (work >= (1 << 16))
+  {
+    thread_local FloatBuffer scratch;
+    if (widen) scratch.resize(static_cast<size_t>(4) * layers[0]->in);
+#pragma omp for schedule(static)
+    for (int G = 0; G < first[n]; ++G) {
+      int i = 0;
+      while (G >= first[i + 1]) ++i;
+      const Linear& L = *layers[i];
+      const int g = G - first[i];
+      switch (path) {
+        case Path::F32Row: f32_row_group(x, L, g, ys[i]); break;
+        case Path::Bf16Row: bf16_row_group(x, xd, L, g, ys[i]); break;
+        case Path::I8Rows: i8_group(xq, T, L, g, ys[i]); break;
+        default: small_group(x, T, L, g, ys[i], scratch.data()); break;
+      }
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    const Linear& L = *layers[i];
+    if (L.b)
+      for (int t = 0; t < T; ++t) Vec(ys[i] + static_cast<size_t>(t) * L.out, L.out) += ConstVec(L.b, L.out);
+  }
+}
+
+void linear(const float* x, int T, const Linear& L, float* y) {
+  const Linear* layers[1] = {&L};
+  float* ys[1] = {y};
+  linear_many(x, T, layers, ys, 1);
 }
 
 void rmsnorm(const float* x, const float* w, int T, int dim, float eps, float* y) {

@@ -235,9 +235,9 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
     float* k = ws.k.data();
     float* v = ws.v.data();
     if (cfg_.is_llama()) {
-      linear(h, R, l.q, q);
-      linear(h, R, l.k, k);
-      linear(h, R, l.v, v);
+      const Linear* qkv_layers[3] = {&l.q, &l.k, &l.v};
+      float* qkv_out[3] = {q, k, v};
+      linear_many(h, R, qkv_layers, qkv_out, 3);
     } else {
       float* qkv = ws.qkv.data();
       linear(h, R, l.qkv, qkv);
@@ -279,8 +279,9 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
     norm(x, l.norm2_w, l.norm2_b, R, h);
     const size_t nh = static_cast<size_t>(R) * cfg_.hidden_dim;
     if (cfg_.is_llama()) {
-      linear(h, R, l.gate, ws.ff_a.data());
-      linear(h, R, l.up, ws.ff_b.data());
+      const Linear* ff_layers[2] = {&l.gate, &l.up};
+      float* ff_out[2] = {ws.ff_a.data(), ws.ff_b.data()};
+      linear_many(h, R, ff_layers, ff_out, 2);
       silu_mul(ws.ff_a.data(), ws.ff_b.data(), ws.ff_a.data(), nh);
     } else {
       linear(h, R, l.fc, ws.ff_a.data());

@@ -42,8 +42,11 @@ void quantize_linear(Linear& layer, WeightType type, QuantizedWeights& store);
 double read_bandwidth(size_t nbytes, int n_threads, int repeats);
 
 // y (T, out) = x (T, in) W^T + b. One row runs a matrix-vector kernel that reads the weights
-// once; several rows run a oneDNN matmul.
+// once; 2..16 rows a register-tiled kernel that also reads them once; more a oneDNN matmul.
 void linear(const float* x, int T, const Linear& layer, float* y);
+// ys[i] = linear(x, T, *layers[i]) for up to 4 layers reading the same input (a Llama layer's q, k
+// and v; gate and up): with T <= 16 rows they share one parallel region and one conversion of x.
+void linear_many(const float* x, int T, const Linear* const* layers, float* const* ys, int n);
 
 // y (M, N) = x (M, K) W^T with W (N, K). oneDNN.
 void matmul_onednn(const float* x, int M, int K, const float* w, int N, float* y);
