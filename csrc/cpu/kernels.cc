@@ -358,7 +358,8 @@ static void small_group(const float* x, int T, const Linear& L, int g, float* y,
 }
 
 // Many rows (prefill) with reduced-precision weights: widen the matrix to fp32 in a reused scratch
-// and run the fp32 matmul (prefill is compute-bound; the widening reads the weights once).
+// and run the fp32 matmul, bias included (prefill is compute-bound; the widening reads the weights
+// once).
 static void matmul_widened(const float* x, int T, const Linear& L, float* y) {
   thread_local FloatBuffer wide;  // the calling thread's; OpenMP workers use the pointer
   wide.resize(static_cast<size_t>(L.out) * L.in);
@@ -369,7 +370,7 @@ static void matmul_widened(const float* x, int T, const Linear& L, float* y) {
     widen_row(L, o, d);
     if (L.type == WeightType::I8) Vec(d, L.in) *= L.scales[o];
   }
-  matmul_onednn(x, T, L.in, base, L.out, y);
+  matmul_onednn(x, T, L.in, base, L.out, y, L.b);
 }
 
 void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q) {
@@ -471,15 +472,9 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
   if (path == Path::Gemm || !fused) {
     for (int i = 0; i < n; ++i) {
       const Linear& L = *layers[i];
-      if (path_of(L, T) == Path::Gemm) {
-        if (L.type == WeightType::F32) matmul_onednn(x, T, L.in, L.w, L.out, ys[i]);
-        else matmul_widened(x, T, L, ys[i]);
-      } else {
-        linear_many(x, T, &layers[i], &ys[i], 1);
-        continue;  // biases added there
-      }
-      if (L.b)
-        for (int t = 0; t < T; ++t) Vec(ys[i] + static_cast<size_t>(t) * L.out, L.out) += ConstVec(L.b, L.out);
+      if (path_of(L, T) != Path::Gemm) linear_many(x, T, &layers[i], &ys[i], 1);
+      else if (L.type == WeightType::F32) matmul_onednn(x, T, L.in, L.w, L.out, ys[i], L.b);
+      else matmul_widened(x, T, L, ys[i]);
     }
     return;
   }
@@ -535,7 +530,12 @@ void linear(const float* x, int T, const Linear& L, float* y) {
   linear_many(x, T, layers, ys, 1);
 }
 
+// Row-wise work spreads over the threads only for a prompt's many rows: for a few rows waking the
+// other thread costs more than it saves.
+static bool rows_worth_threads(int T, int dim) { return static_cast<int64_t>(T) * dim >= (1 << 15); }
+
 void rmsnorm(const float* x, const float* w, int T, int dim, float eps, float* y) {
+#pragma omp parallel for schedule(static) if (rows_worth_threads(T, dim))
   for (int t = 0; t < T; ++t) {
     const float* xt = x + static_cast<size_t>(t) * dim;
     float* yt = y + static_cast<size_t>(t) * dim;
@@ -546,6 +546,7 @@ void rmsnorm(const float* x, const float* w, int T, int dim, float eps, float* y
 }
 
 void layernorm(const float* x, const float* w, const float* b, int T, int dim, float eps, float* y) {
+#pragma omp parallel for schedule(static) if (rows_worth_threads(T, dim))
   for (int t = 0; t < T; ++t) {
     const float* xt = x + static_cast<size_t>(t) * dim;
     float* yt = y + static_cast<size_t>(t) * dim;
@@ -584,7 +585,15 @@ void silu_mul(const float* gate, const float* up, float* out, size_t n) {
   }
 }
 
-void add_inplace(float* x, const float* y, size_t n) { Vec(x, n) += ConstVec(y, n); }
+void add_inplace(float* x, const float* y, size_t n) {
+  constexpr size_t kChunk = 16384;
+  const long n_chunks = static_cast<long>((n + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static) if (n_chunks > 2)
+  for (long ch = 0; ch < n_chunks; ++ch) {
+    const size_t lo = static_cast<size_t>(ch) * kChunk, len = std::min(kChunk, n - lo);
+    Vec(x + lo, static_cast<Eigen::Index>(len)) += ConstVec(y + lo, static_cast<Eigen::Index>(len));
+  }
+}
 
 void rope(float* x, int T, int n_heads, int head_dim, int p0, const float* cos_table,
           const float* sin_table, bool interleaved) {

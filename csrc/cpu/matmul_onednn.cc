@@ -2,6 +2,8 @@
 
 #include <map>
 #include <mutex>
+#include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -18,13 +20,13 @@ dnnl::engine& cpu_engine() {
 // One matmul primitive per weight shape, with the number of rows M left to run time: a prompt of
 // a length not seen before would otherwise create (and JIT-compile) new kernels, which cost tens
 // of milliseconds on the first request of each length.
-const dnnl::matmul& primitive(int K, int N) {
+const dnnl::matmul& primitive(int K, int N, bool bias) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   static std::mutex mu;
-  static std::map<std::pair<int, int>, dnnl::matmul> cache;
+  static std::map<std::tuple<int, int, bool>, dnnl::matmul> cache;
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(K, N);
+  const auto key = std::make_tuple(K, N, bias);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   const auto M = DNNL_RUNTIME_DIM_VAL;
@@ -32,31 +34,37 @@ const dnnl::matmul& primitive(int K, int N) {
   // Logical weights are (K, N): W (N, K) stored row-major is (K, N) in "ba" order.
   dnnl::memory::desc wei_md({K, N}, dt::f32, tag::ba);
   dnnl::memory::desc dst_md({M, N}, dt::f32, tag::ab);
-  dnnl::matmul::primitive_desc pd(cpu_engine(), src_md, wei_md, dst_md);
+  // The bias is added inside the matmul, while each output tile is still in registers, rather than
+  // in a pass over the whole output afterwards.
+  dnnl::matmul::primitive_desc pd = bias ? dnnl::matmul::primitive_desc(cpu_engine(), src_md, wei_md,
+                                                                        dnnl::memory::desc({1, N}, dt::f32, tag::ab), dst_md)
+                                         : dnnl::matmul::primitive_desc(cpu_engine(), src_md, wei_md, dst_md);
   return cache.emplace(key, dnnl::matmul(pd)).first->second;
 }
 }  // namespace
 
-void matmul_onednn(const float* x, int M, int K, const float* w, int N, float* y) {
+void matmul_onednn(const float* x, int M, int K, const float* w, int N, float* y, const float* b) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   auto& eng = cpu_engine();
-  const dnnl::matmul& prim = primitive(K, N);
+  const dnnl::matmul& prim = primitive(K, N, b != nullptr);
   dnnl::memory src_m({{M, K}, dt::f32, tag::ab}, eng, const_cast<float*>(x));
   dnnl::memory wei_m({{K, N}, dt::f32, tag::ba}, eng, const_cast<float*>(w));
   dnnl::memory dst_m({{M, N}, dt::f32, tag::ab}, eng, y);
   dnnl::stream stream(eng);
-  prim.execute(stream, {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}});
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}};
+  if (b) args.emplace(DNNL_ARG_BIAS, dnnl::memory({{1, N}, dt::f32, tag::ab}, eng, const_cast<float*>(b)));
+  prim.execute(stream, args);
   stream.wait();
 }
 
-void matmul_onednn_prepare(const float* w, int K, int N) {
+void matmul_onednn_prepare(const float* w, int K, int N, const float* b) {
   // One run on 17 rows (the fewest that take this path): oneDNN generates its kernels at the
   // first execution in a process (about 25 ms for stories260K), which would otherwise land on the
   // first prompt longer than 16 tokens.
   constexpr int M = 17;
   std::vector<float> x(static_cast<size_t>(M) * K, 0.0f), y(static_cast<size_t>(M) * N);
-  matmul_onednn(x.data(), M, K, w, N, y.data());
+  matmul_onednn(x.data(), M, K, w, N, y.data(), b);
 }
 
 }  // namespace decodelab

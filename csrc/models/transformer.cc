@@ -118,7 +118,7 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
   // floats for the trial run, whose output is discarded.
   for (const Layer& l : layers_)
     for (const Linear* x : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.fc, &l.down})
-      if (x->w) matmul_onednn_prepare(x->w, x->in, x->out);
+      if (x->w) matmul_onednn_prepare(x->w, x->in, x->out, x->b);
   matmul_onednn_prepare(lm_head_.w, lm_head_.in, lm_head_.out);
   if (weight_type_ != WeightType::F32) {
     std::vector<Linear*> all{&lm_head_};
@@ -241,6 +241,7 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
     } else {
       float* qkv = ws.qkv.data();
       linear(h, R, l.qkv, qkv);
+#pragma omp parallel for schedule(static) if (R >= 32)
       for (int r = 0; r < R; ++r) {
         const float* row = qkv + static_cast<size_t>(r) * (QD + 2 * KVD);
         std::memcpy(q + static_cast<size_t>(r) * QD, row, QD * sizeof(float));

@@ -48,11 +48,11 @@ void linear(const float* x, int T, const Linear& layer, float* y);
 // and v; gate and up): with T <= 16 rows they share one parallel region and one conversion of x.
 void linear_many(const float* x, int T, const Linear* const* layers, float* const* ys, int n);
 
-// y (M, N) = x (M, K) W^T with W (N, K). oneDNN.
-void matmul_onednn(const float* x, int M, int K, const float* w, int N, float* y);
-// Creates the primitive for a weight shape and runs it once on any K x N floats at `w`, ahead of
-// the first prompt.
-void matmul_onednn_prepare(const float* w, int K, int N);
+// y (M, N) = x (M, K) W^T + b with W (N, K) and b (N) or null. oneDNN.
+void matmul_onednn(const float* x, int M, int K, const float* w, int N, float* y, const float* b = nullptr);
+// Creates the primitive for a weight shape (with or without a bias) and runs it once on any K x N
+// floats at `w`, ahead of the first prompt.
+void matmul_onednn_prepare(const float* w, int K, int N, const float* b = nullptr);
 
 void rmsnorm(const float* x, const float* w, int T, int dim, float eps, float* y);
 void layernorm(const float* x, const float* w, const float* b, int T, int dim, float eps, float* y);
