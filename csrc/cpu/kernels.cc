@@ -47,7 +47,7 @@ static inline float hsum256(__m256 v) {
 // Rows [4g, 4g + 4), with the next group prefetched as in the int8 kernel.
 static void split_even_odd(const float* x, int n, FloatBuffer& xd) {
   const int n16 = n / 16 * 16;
-  xd.resize(static_cast<size_t>(n16));
+  grow(xd, static_cast<size_t>(n16));
   for (int i = 0; i < n16; i += 16)
     for (int j = 0; j < 8; ++j) {
       xd[i + j] = x[i + 2 * j];
@@ -151,8 +151,8 @@ static void quantize_int16_row(const float* x, int n, int16_t* q, float* scale) 
 static void quantize_int16(const float* x, int T, int n, Int16Rows& v) {
   v.ld = aligned_stride(n);
   v.blocks = (n + kI8Block - 1) / kI8Block;
-  v.q.resize(static_cast<size_t>(T) * v.ld);
-  v.scale.resize(static_cast<size_t>(T) * v.blocks);
+  grow(v.q, static_cast<size_t>(T) * v.ld);
+  grow(v.scale, static_cast<size_t>(T) * v.blocks);
   for (int t = 0; t < T; ++t)
     quantize_int16_row(x + static_cast<size_t>(t) * n, n, v.q.data() + static_cast<size_t>(t) * v.ld,
                        v.scale.data() + static_cast<size_t>(t) * v.blocks);
@@ -362,7 +362,7 @@ static void small_group(const float* x, int T, const Linear& L, int g, float* y,
 // once).
 static void matmul_widened(const float* x, int T, const Linear& L, float* y) {
   thread_local FloatBuffer wide;  // the calling thread's; OpenMP workers use the pointer
-  wide.resize(static_cast<size_t>(L.out) * L.in);
+  grow(wide, static_cast<size_t>(L.out) * L.in);
   float* base = wide.data();
 #pragma omp parallel for schedule(static)
   for (int o = 0; o < L.out; ++o) {
@@ -502,7 +502,7 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
 #pragma omp parallel if (work >= (1 << 16))
   {
     thread_local FloatBuffer scratch;
-    if (widen) scratch.resize(static_cast<size_t>(4) * layers[0]->in);
+    if (widen) grow(scratch, static_cast<size_t>(4) * layers[0]->in);
 #pragma omp for schedule(static)
     for (int G = 0; G < first[n]; ++G) {
       int i = 0;
@@ -649,8 +649,8 @@ void attention_prefill(const float* q, const BlockPool& pool, const int* table, 
       thread_local FloatBuffer kv, scores;
       const int t0 = tile * kTile, t1 = std::min(T, t0 + kTile), rows = t1 - t0;
       const int n_ctx = p0 + t1;
-      kv.resize(static_cast<size_t>(2) * n_ctx * hd);
-      scores.resize(static_cast<size_t>(kTile) * n_ctx);
+      grow(kv, static_cast<size_t>(2) * n_ctx * hd);
+      grow(scores, static_cast<size_t>(kTile) * n_ctx);
       float* K = kv.data();
       float* V = K + static_cast<size_t>(n_ctx) * hd;
       for (int b = 0, n_blocks = (n_ctx + bs - 1) / bs; b < n_blocks; ++b) {

@@ -30,6 +30,13 @@ struct AlignedAllocator {
 
 using FloatBuffer = std::vector<float, AlignedAllocator<float>>;
 
+// Makes a reused scratch buffer hold at least n elements. It never shrinks: resizing down and back
+// up would zero-fill the regrown part on every call (a layer of 768 inputs after one of 2048).
+template <class Buffer>
+void grow(Buffer& buf, size_t n) {
+  if (buf.size() < n) buf.resize(n);
+}
+
 // Rounds a row length in floats up to a whole number of 64-byte lines.
 inline int aligned_stride(int n) { return (n + 15) / 16 * 16; }
 
