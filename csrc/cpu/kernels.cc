@@ -58,34 +58,32 @@ static void split_even_odd(const float* x, int n, FloatBuffer& xd) {
 static void bf16_row_group(const float* x, const float* xd, const Linear& L, int g, float* y) {
   const int n16 = L.in / 16 * 16;
   const int lines = static_cast<int>((8 * static_cast<size_t>(L.in) + 63) / 64);
-  {
-    const int o0 = 4 * g, nr = std::min(4, L.out - o0);
-    const uint16_t* w[4];
-    for (int r = 0; r < 4; ++r) w[r] = L.w_bf16 + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    int i = 0;
+  const int o0 = 4 * g, nr = std::min(4, L.out - o0);
+  const uint16_t* w[4];
+  for (int r = 0; r < 4; ++r) w[r] = L.w_bf16 + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int i = 0;
 #if defined(__AVX2__) && defined(__FMA__)
-    const char* next = reinterpret_cast<const char*>(L.w_bf16 + static_cast<size_t>(o0 + 4) * L.in);
-    const bool has_next = o0 + 8 <= L.out;
-    int next_line = 0;
-    const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
-    __m256 ae[4], ao[4];
-    for (int r = 0; r < 4; ++r) ae[r] = ao[r] = _mm256_setzero_ps();
-    for (; i < n16; i += 16) {
-      for (int k = 0; k < 2 && has_next && next_line < lines; ++k) _mm_prefetch(next + 64 * next_line++, _MM_HINT_T0);
-      const __m256 xe = _mm256_load_ps(xd + i), xo = _mm256_load_ps(xd + i + 8);
-      for (int r = 0; r < 4; ++r) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r] + i));
-        ae[r] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), xe, ae[r]);
-        ao[r] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), xo, ao[r]);
-      }
+  const char* next = reinterpret_cast<const char*>(L.w_bf16 + static_cast<size_t>(o0 + 4) * L.in);
+  const bool has_next = o0 + 8 <= L.out;
+  int next_line = 0;
+  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  __m256 ae[4], ao[4];
+  for (int r = 0; r < 4; ++r) ae[r] = ao[r] = _mm256_setzero_ps();
+  for (; i < n16; i += 16) {
+    for (int k = 0; k < 2 && has_next && next_line < lines; ++k) _mm_prefetch(next + 64 * next_line++, _MM_HINT_T0);
+    const __m256 xe = _mm256_load_ps(xd + i), xo = _mm256_load_ps(xd + i + 8);
+    for (int r = 0; r < 4; ++r) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r] + i));
+      ae[r] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), xe, ae[r]);
+      ao[r] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), xo, ao[r]);
     }
-    for (int r = 0; r < 4; ++r) acc[r] = hsum256(_mm256_add_ps(ae[r], ao[r]));
-#endif
-    for (int r = 0; r < 4; ++r)
-      for (int j = i; j < L.in; ++j) acc[r] += bf16_to_f32(w[r][j]) * x[j];
-    for (int r = 0; r < nr; ++r) y[o0 + r] = acc[r];
   }
+  for (int r = 0; r < 4; ++r) acc[r] = hsum256(_mm256_add_ps(ae[r], ao[r]));
+#endif
+  for (int r = 0; r < 4; ++r)
+    for (int j = i; j < L.in; ++j) acc[r] += bf16_to_f32(w[r][j]) * x[j];
+  for (int r = 0; r < nr; ++r) y[o0 + r] = acc[r];
 }
 
 // Activations for int8 matrix-vector products: x rounded to 16-bit fixed point with one fp32 scale
@@ -223,23 +221,21 @@ static void dot_i8_4xN(const int8_t* const* w, const Int16Rows& xv, int t0, int 
 // ones on AVX2, and no row is widened to fp32 first.
 static void i8_group(const Int16Rows& xr, int T, const Linear& L, int g, float* y) {
   const int lines = static_cast<int>((4 * static_cast<size_t>(L.in) + 63) / 64);
-  {
-    const int o0 = 4 * g, nr = std::min(4, L.out - o0);
-    const int8_t* w[4];
-    for (int r = 0; r < 4; ++r) w[r] = L.w_i8 + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
-    const char* next = reinterpret_cast<const char*>(L.w_i8 + static_cast<size_t>(o0 + 4) * L.in);
-    const int next_lines = o0 + 8 <= L.out ? lines : 0;
-    for (int t0 = 0; t0 < T; t0 += 3) {
-      float acc[4][3];
-      const int nt = std::min(3, T - t0), pf = t0 == 0 ? next_lines : 0;
-      switch (nt) {
-        case 3: dot_i8_4xN<3>(w, xr, t0, L.in, next, pf, acc); break;
-        case 2: dot_i8_4xN<2>(w, xr, t0, L.in, next, pf, acc); break;
-        default: dot_i8_4xN<1>(w, xr, t0, L.in, next, pf, acc); break;
-      }
-      for (int t = 0; t < nt; ++t)
-        for (int r = 0; r < nr; ++r) y[static_cast<size_t>(t0 + t) * L.out + o0 + r] = acc[r][t] * L.scales[o0 + r];
+  const int o0 = 4 * g, nr = std::min(4, L.out - o0);
+  const int8_t* w[4];
+  for (int r = 0; r < 4; ++r) w[r] = L.w_i8 + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
+  const char* next = reinterpret_cast<const char*>(L.w_i8 + static_cast<size_t>(o0 + 4) * L.in);
+  const int next_lines = o0 + 8 <= L.out ? lines : 0;
+  for (int t0 = 0; t0 < T; t0 += 3) {
+    float acc[4][3];
+    const int nt = std::min(3, T - t0), pf = t0 == 0 ? next_lines : 0;
+    switch (nt) {
+      case 3: dot_i8_4xN<3>(w, xr, t0, L.in, next, pf, acc); break;
+      case 2: dot_i8_4xN<2>(w, xr, t0, L.in, next, pf, acc); break;
+      default: dot_i8_4xN<1>(w, xr, t0, L.in, next, pf, acc); break;
     }
+    for (int t = 0; t < nt; ++t)
+      for (int r = 0; r < nr; ++r) y[static_cast<size_t>(t0 + t) * L.out + o0 + r] = acc[r][t] * L.scales[o0 + r];
   }
 }
 
@@ -322,38 +318,34 @@ static void small_group(const float* x, int T, const Linear& L, int g, float* y,
   };
   const int lines = static_cast<int>((L.in * esize + 63) / 64);
   const int prefetch_per_step = (4 * lines + (T + 2) / 3 - 1) / ((T + 2) / 3);
-  {
-    {
-      const int o0 = 4 * g, nr = std::min(4, L.out - o0);
-      const float* w[4];
-      for (int r = 0; r < 4; ++r) {
-        const int o = o0 + std::min(r, nr - 1);  // a short last group repeats its last row
-        if (wide) {
-          if (r < nr) widen_row(L, o, scratch + static_cast<size_t>(r) * L.in);
-          w[r] = scratch + static_cast<size_t>(std::min(r, nr - 1)) * L.in;
-        } else {
-          w[r] = L.w + static_cast<size_t>(o) * L.in;
-        }
-      }
-      int next_line = 0;  // cache lines of the next group's weight rows requested so far
-      for (int t0 = 0; t0 < T; t0 += 3) {
-        float res[4][3];
-        const float* xt = x + static_cast<size_t>(t0) * L.in;
-        switch (std::min(3, T - t0)) {
-          case 3: dot_4xN<3>(w, xt, L.in, L.in, res); break;
-          case 2: dot_4xN<2>(w, xt, L.in, L.in, res); break;
-          default: dot_4xN<1>(w, xt, L.in, L.in, res); break;
-        }
-        // While this group computes from cache, ask memory for the next group's rows, spread
-        // over the row triples, so the weight stream and the arithmetic overlap.
-        for (int k = 0; k < prefetch_per_step && next_line < 4 * lines; ++k, ++next_line) {
-          const int o = o0 + 4 + next_line / lines;
-          if (o < L.out) _mm_prefetch(row_bytes(o) + static_cast<size_t>(next_line % lines) * 64, _MM_HINT_T0);
-        }
-        for (int t = 0; t < std::min(3, T - t0); ++t)
-          for (int r = 0; r < nr; ++r) y[static_cast<size_t>(t0 + t) * L.out + o0 + r] = res[r][t];
-      }
+  const int o0 = 4 * g, nr = std::min(4, L.out - o0);
+  const float* w[4];
+  for (int r = 0; r < 4; ++r) {
+    const int o = o0 + std::min(r, nr - 1);  // a short last group repeats its last row
+    if (wide) {
+      if (r < nr) widen_row(L, o, scratch + static_cast<size_t>(r) * L.in);
+      w[r] = scratch + static_cast<size_t>(std::min(r, nr - 1)) * L.in;
+    } else {
+      w[r] = L.w + static_cast<size_t>(o) * L.in;
     }
+  }
+  int next_line = 0;  // cache lines of the next group's weight rows requested so far
+  for (int t0 = 0; t0 < T; t0 += 3) {
+    float res[4][3];
+    const float* xt = x + static_cast<size_t>(t0) * L.in;
+    switch (std::min(3, T - t0)) {
+      case 3: dot_4xN<3>(w, xt, L.in, L.in, res); break;
+      case 2: dot_4xN<2>(w, xt, L.in, L.in, res); break;
+      default: dot_4xN<1>(w, xt, L.in, L.in, res); break;
+    }
+    // While this group computes from cache, ask memory for the next group's rows, spread
+    // over the row triples, so the weight stream and the arithmetic overlap.
+    for (int k = 0; k < prefetch_per_step && next_line < 4 * lines; ++k, ++next_line) {
+      const int o = o0 + 4 + next_line / lines;
+      if (o < L.out) _mm_prefetch(row_bytes(o) + static_cast<size_t>(next_line % lines) * 64, _MM_HINT_T0);
+    }
+    for (int t = 0; t < std::min(3, T - t0); ++t)
+      for (int r = 0; r < nr; ++r) y[static_cast<size_t>(t0 + t) * L.out + o0 + r] = res[r][t];
   }
 }
 
