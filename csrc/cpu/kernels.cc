@@ -489,25 +489,31 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
     work += static_cast<int64_t>(layers[i]->in) * layers[i]->out;
   }
   const bool widen = path == Path::SmallRows && layers[0]->type == WeightType::BF16;
-  // Below this many weights one thread is faster than the cost of waking the others (a few
-  // microseconds per parallel region): small models decode serially.
-#pragma omp parallel if (work >= (1 << 16))
-  {
-    thread_local FloatBuffer scratch;
-    if (widen) grow(scratch, static_cast<size_t>(4) * layers[0]->in);
-#pragma omp for schedule(static)
-    for (int G = 0; G < first[n]; ++G) {
-      int i = 0;
-      while (G >= first[i + 1]) ++i;
-      const Linear& L = *layers[i];
-      const int g = G - first[i];
-      switch (path) {
-        case Path::F32Row: f32_row_group(x, L, g, ys[i]); break;
-        case Path::Bf16Row: bf16_row_group(x, xd, L, g, ys[i]); break;
-        case Path::I8Rows: i8_group(xq, T, L, g, ys[i]); break;
-        default: small_group(x, T, L, g, ys[i], scratch.data()); break;
-      }
+  auto run_group = [&](int G, float* scratch) {
+    int i = 0;
+    while (G >= first[i + 1]) ++i;
+    const Linear& L = *layers[i];
+    const int g = G - first[i];
+    switch (path) {
+      case Path::F32Row: f32_row_group(x, L, g, ys[i]); break;
+      case Path::Bf16Row: bf16_row_group(x, xd, L, g, ys[i]); break;
+      case Path::I8Rows: i8_group(xq, T, L, g, ys[i]); break;
+      default: small_group(x, T, L, g, ys[i], scratch); break;
     }
+  };
+  thread_local FloatBuffer scratch;  // each thread's own (bf16 rows widened for the tiles)
+  // Below this many weights one thread is faster than waking the others (a few microseconds per
+  // parallel region): small models decode serially, without entering OpenMP.
+  if (work >= (1 << 16)) {
+#pragma omp parallel
+    {
+      if (widen) grow(scratch, static_cast<size_t>(4) * layers[0]->in);
+#pragma omp for schedule(static)
+      for (int G = 0; G < first[n]; ++G) run_group(G, scratch.data());
+    }
+  } else {
+    if (widen) grow(scratch, static_cast<size_t>(4) * layers[0]->in);
+    for (int G = 0; G < first[n]; ++G) run_group(G, scratch.data());
   }
   for (int i = 0; i < n; ++i) {
     const Linear& L = *layers[i];
@@ -527,19 +533,17 @@ void linear(const float* x, int T, const Linear& L, float* y) {
 static bool rows_worth_threads(int T, int dim) { return static_cast<int64_t>(T) * dim >= (1 << 15); }
 
 void rmsnorm(const float* x, const float* w, int T, int dim, float eps, float* y) {
-#pragma omp parallel for schedule(static) if (rows_worth_threads(T, dim))
-  for (int t = 0; t < T; ++t) {
+  for_each_index(T, rows_worth_threads(T, dim), [&](int64_t t) {
     const float* xt = x + static_cast<size_t>(t) * dim;
     float* yt = y + static_cast<size_t>(t) * dim;
     const float ms = ConstVec(xt, dim).squaredNorm() / dim;
     const float inv = 1.0f / std::sqrt(ms + eps);
     for (int i = 0; i < dim; ++i) yt[i] = w[i] * (xt[i] * inv);
-  }
+  });
 }
 
 void layernorm(const float* x, const float* w, const float* b, int T, int dim, float eps, float* y) {
-#pragma omp parallel for schedule(static) if (rows_worth_threads(T, dim))
-  for (int t = 0; t < T; ++t) {
+  for_each_index(T, rows_worth_threads(T, dim), [&](int64_t t) {
     const float* xt = x + static_cast<size_t>(t) * dim;
     float* yt = y + static_cast<size_t>(t) * dim;
     const float mean = ConstVec(xt, dim).sum() / dim;
@@ -548,7 +552,7 @@ void layernorm(const float* x, const float* w, const float* b, int T, int dim, f
     var /= dim;
     const float inv = 1.0f / std::sqrt(var + eps);
     for (int i = 0; i < dim; ++i) yt[i] = (xt[i] - mean) * inv * w[i] + b[i];
-  }
+  });
 }
 
 // Elementwise activations through Eigen's vectorised tanh / exp, in chunks spread over threads.
@@ -556,35 +560,32 @@ void gelu_tanh_inplace(float* x, size_t n) {
   const float c = std::sqrt(2.0f / static_cast<float>(M_PI));
   constexpr size_t kChunk = 16384;
   const long n_chunks = static_cast<long>((n + kChunk - 1) / kChunk);
-#pragma omp parallel for schedule(static) if (n_chunks > 1)
-  for (long ch = 0; ch < n_chunks; ++ch) {
+  for_each_index(n_chunks, n_chunks > 1, [&](int64_t ch) {
     const size_t lo = static_cast<size_t>(ch) * kChunk, len = std::min(kChunk, n - lo);
     Eigen::Map<Eigen::ArrayXf> v(x + lo, static_cast<Eigen::Index>(len));
     v = 0.5f * v * (1.0f + (c * (v + 0.044715f * v * v * v)).tanh());
-  }
+  });
 }
 
 void silu_mul(const float* gate, const float* up, float* out, size_t n) {
   constexpr size_t kChunk = 16384;
   const long n_chunks = static_cast<long>((n + kChunk - 1) / kChunk);
-#pragma omp parallel for schedule(static) if (n_chunks > 1)
-  for (long ch = 0; ch < n_chunks; ++ch) {
+  for_each_index(n_chunks, n_chunks > 1, [&](int64_t ch) {
     const size_t lo = static_cast<size_t>(ch) * kChunk, len = std::min(kChunk, n - lo);
     const auto L = static_cast<Eigen::Index>(len);
     Eigen::Map<const Eigen::ArrayXf> g(gate + lo, L), u(up + lo, L);
     Eigen::Map<Eigen::ArrayXf> o(out + lo, L);
     o = g / (1.0f + (-g).exp()) * u;
-  }
+  });
 }
 
 void add_inplace(float* x, const float* y, size_t n) {
   constexpr size_t kChunk = 16384;
   const long n_chunks = static_cast<long>((n + kChunk - 1) / kChunk);
-#pragma omp parallel for schedule(static) if (n_chunks > 2)
-  for (long ch = 0; ch < n_chunks; ++ch) {
+  for_each_index(n_chunks, n_chunks > 2, [&](int64_t ch) {
     const size_t lo = static_cast<size_t>(ch) * kChunk, len = std::min(kChunk, n - lo);
     Vec(x + lo, static_cast<Eigen::Index>(len)) += ConstVec(y + lo, static_cast<Eigen::Index>(len));
-  }
+  });
 }
 
 void rope(float* x, int T, int n_heads, int head_dim, int p0, const float* cos_table,

@@ -241,13 +241,12 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
     } else {
       float* qkv = ws.qkv.data();
       linear(h, R, l.qkv, qkv);
-#pragma omp parallel for schedule(static) if (R >= 32)
-      for (int r = 0; r < R; ++r) {
+      for_each_index(R, R >= 32, [&](int64_t r) {
         const float* row = qkv + static_cast<size_t>(r) * (QD + 2 * KVD);
         std::memcpy(q + static_cast<size_t>(r) * QD, row, QD * sizeof(float));
         std::memcpy(k + static_cast<size_t>(r) * KVD, row + QD, KVD * sizeof(float));
         std::memcpy(v + static_cast<size_t>(r) * KVD, row + QD + KVD, KVD * sizeof(float));
-      }
+      });
     }
     // A batch of single-token segments (batched decode, beams) spreads its sequences over the
     // threads, each attending on its own; one longer segment spreads its heads instead (no

@@ -9,6 +9,19 @@
 
 namespace decodelab {
 
+// fn(i) for i in [0, n): spread over the threads when `parallel`, else on the calling thread
+// without entering OpenMP at all (a parallel region switched off by an if clause still sets up a
+// team on every call, which shows in a small model's per-token time).
+template <class F>
+void for_each_index(int64_t n, bool parallel, F&& fn) {
+  if (parallel) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) fn(i);
+  } else {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+  }
+}
+
 // A linear layer y = x W^T + b. The kernels read weights (out, in), as torch.nn.Linear stores
 // them. GPT-2's Conv1D stores (in, out): its fp32 weights are transposed once at load, and the
 // quantizers read that layout directly; `in_major` marks such a source until then.
