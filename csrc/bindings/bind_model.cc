@@ -67,6 +67,25 @@ KVDType parse_kv_dtype(const std::string& s) {
   throw std::invalid_argument("cache dtype must be 'float32' or 'bfloat16', got '" + s + "'");
 }
 
+WeightType parse_weight_dtype(const std::string& s) {
+  if (s == "float32") return WeightType::F32;
+  if (s == "bfloat16") return WeightType::BF16;
+  if (s == "int8") return WeightType::I8;
+  throw std::invalid_argument("dtype must be 'float32', 'bfloat16' or 'int8', got '" + s + "'");
+}
+
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+// A layer over a numpy (out, in) fp32 matrix, stored as `type` in `store` (test bindings).
+Linear test_layer(const FloatArray& w, WeightType type, QuantizedWeights& store) {
+  Linear L;
+  L.w = w.data();
+  L.in = static_cast<int>(w.shape(1));
+  L.out = static_cast<int>(w.shape(0));
+  quantize_linear(L, type, store);
+  return L;
+}
+
 DecodeOptions decode_options(int max_new_tokens, const std::vector<int32_t>& eos_ids, uint64_t sequence, int logprobs,
                              bool logprobs_processed, int trace, int trace_top) {
   DecodeOptions o;
@@ -144,8 +163,7 @@ void register_device(py::module_& m) {
         "Best read bandwidth in bytes/s summing an nbytes buffer: the memory bound of a decode step.");
   m.def(
       "linear",
-      [](const py::array_t<float, py::array::c_style | py::array::forcecast>& x,
-         const py::array_t<float, py::array::c_style | py::array::forcecast>& w, const std::string& dtype) {
+      [](const FloatArray& x, const FloatArray& w, const std::string& dtype) {
         if (x.ndim() != 2 || w.ndim() != 2)
           throw std::invalid_argument("x must be (T, in) and w (out, in), got " + std::to_string(x.ndim()) + "-D and " +
                                       std::to_string(w.ndim()) + "-D");
@@ -153,17 +171,10 @@ void register_device(py::module_& m) {
           throw std::invalid_argument("x (" + std::to_string(x.shape(0)) + ", " + std::to_string(x.shape(1)) +
                                       ") does not fit w (" + std::to_string(w.shape(0)) + ", " +
                                       std::to_string(w.shape(1)) + ")");
-        const WeightType type = dtype == "float32" ? WeightType::F32
-                                : dtype == "bfloat16" ? WeightType::BF16
-                                : dtype == "int8" ? WeightType::I8
-                                                  : throw std::invalid_argument("dtype must be 'float32', 'bfloat16' or 'int8', got '" + dtype + "'");
+        const WeightType type = parse_weight_dtype(dtype);
         const int T = static_cast<int>(x.shape(0));
-        Linear L;
-        L.w = w.data();
-        L.in = static_cast<int>(w.shape(1));
-        L.out = static_cast<int>(w.shape(0));
         QuantizedWeights store;
-        quantize_linear(L, type, store);
+        const Linear L = test_layer(w, type, store);
         py::array_t<float> y({static_cast<py::ssize_t>(T), static_cast<py::ssize_t>(L.out)});
         {
           py::gil_scoped_release release;
@@ -175,14 +186,12 @@ void register_device(py::module_& m) {
       "y = x w^T through the engine's kernels, w given in fp32 and stored as dtype first (for tests).");
   m.def(
       "linear_many",
-      [](const py::array_t<float, py::array::c_style | py::array::forcecast>& x,
-         const std::vector<py::array_t<float, py::array::c_style | py::array::forcecast>>& ws, const std::string& dtype) {
-        if (x.ndim() != 2 || ws.empty() || ws.size() > 4)
-          throw std::invalid_argument("x must be (T, in) and 1 to 4 weights given, got " + std::to_string(ws.size()));
-        const WeightType type = dtype == "float32" ? WeightType::F32
-                                : dtype == "bfloat16" ? WeightType::BF16
-                                : dtype == "int8" ? WeightType::I8
-                                                  : throw std::invalid_argument("dtype must be 'float32', 'bfloat16' or 'int8', got '" + dtype + "'");
+      [](const FloatArray& x, const std::vector<FloatArray>& ws, const std::string& dtype) {
+        if (x.ndim() != 2 || x.shape(0) < 1)
+          throw std::invalid_argument("x must be (T, in) with T >= 1, got " + std::to_string(x.ndim()) + "-D");
+        if (ws.empty() || ws.size() > 4)
+          throw std::invalid_argument("linear_many takes 1 to 4 weights, got " + std::to_string(ws.size()));
+        const WeightType type = parse_weight_dtype(dtype);
         const int T = static_cast<int>(x.shape(0));
         std::vector<Linear> layers(ws.size());
         std::vector<QuantizedWeights> stores(ws.size());
@@ -190,12 +199,9 @@ void register_device(py::module_& m) {
         std::vector<const Linear*> lp;
         std::vector<float*> yp;
         for (size_t i = 0; i < ws.size(); ++i) {
-          if (ws[i].ndim() != 2 || ws[i].shape(1) != x.shape(1) || ws[i].shape(0) < 1 || x.shape(0) < 1)
+          if (ws[i].ndim() != 2 || ws[i].shape(1) != x.shape(1) || ws[i].shape(0) < 1)
             throw std::invalid_argument("weight " + std::to_string(i) + " does not fit x (T, " + std::to_string(x.shape(1)) + ")");
-          layers[i].w = ws[i].data();
-          layers[i].in = static_cast<int>(ws[i].shape(1));
-          layers[i].out = static_cast<int>(ws[i].shape(0));
-          quantize_linear(layers[i], type, stores[i]);
+          layers[i] = test_layer(ws[i], type, stores[i]);
           ys.emplace_back(std::vector<py::ssize_t>{T, ws[i].shape(0)});
           lp.push_back(&layers[i]);
           yp.push_back(ys.back().mutable_data());
@@ -317,12 +323,7 @@ the first write into a shared block copies that block (copy-on-write).
                std::tie(i.name, i.dtype, i.shape, i.file, i.offset, i.nbytes) = t;
                infos.push_back(std::move(i));
              }
-             WeightType wt;
-             if (weight_dtype == "float32") wt = WeightType::F32;
-             else if (weight_dtype == "bfloat16") wt = WeightType::BF16;
-             else if (weight_dtype == "int8") wt = WeightType::I8;
-             else
-               throw std::invalid_argument("dtype must be 'float32', 'bfloat16' or 'int8', got '" + weight_dtype + "'");
+             const WeightType wt = parse_weight_dtype(weight_dtype);
              auto store = std::make_shared<WeightStore>(files, infos);
              py::gil_scoped_release nogil;
              return std::make_shared<Transformer>(cfg, store, n_threads, wt);

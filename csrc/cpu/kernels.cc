@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "decodelab/aligned.h"
@@ -37,6 +38,12 @@ static inline float hsum256(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+
+// 8 bf16 values widened to fp32: the bits become the upper half of each fp32 lane.
+static inline __m256 load8_bf16(const uint16_t* p) {
+  const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
 }
 #endif
 
@@ -244,10 +251,7 @@ static void widen(const float* src, size_t n, float* dst) { std::memcpy(dst, src
 static void widen(const uint16_t* src, size_t n, float* dst) {
   size_t i = 0;
 #if defined(__AVX2__)
-  for (; i + 8 <= n; i += 8) {
-    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
-    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
-  }
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8_bf16(src + i));
 #endif
   for (; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
 }
@@ -456,6 +460,9 @@ Path path_of(const Linear& L, int T) {
 }  // namespace
 
 void linear_many(const float* x, int T, const Linear* const* layers, float* const* ys, int n) {
+  constexpr int kMaxLayers = 4;
+  if (n < 1 || n > kMaxLayers)
+    throw std::invalid_argument("linear_many takes 1 to 4 layers, got " + std::to_string(n));
   const Path path = path_of(*layers[0], T);
   bool fused = true;
   for (int i = 1; i < n; ++i)
@@ -480,15 +487,13 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
   const float* xd = xd_buf.data();
   // Groups of 4 output rows of every layer in one parallel region: one wake-up and one barrier
   // for, say, a Llama layer's q, k and v instead of three.
-  constexpr int kMaxLayers = 4;
-  if (n > kMaxLayers) throw std::invalid_argument("linear_many takes at most 4 layers");
   int first[kMaxLayers + 1] = {0};
   int64_t work = 0;
   for (int i = 0; i < n; ++i) {
     first[i + 1] = first[i] + (layers[i]->out + 3) / 4;
     work += static_cast<int64_t>(layers[i]->in) * layers[i]->out;
   }
-  const bool widen = path == Path::SmallRows && layers[0]->type == WeightType::BF16;
+  const bool widen_rows = path == Path::SmallRows && layers[0]->type == WeightType::BF16;
   auto run_group = [&](int G, float* scratch) {
     int i = 0;
     while (G >= first[i + 1]) ++i;
@@ -507,12 +512,12 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
   if (work >= (1 << 16)) {
 #pragma omp parallel
     {
-      if (widen) grow(scratch, static_cast<size_t>(4) * layers[0]->in);
+      if (widen_rows) grow(scratch, static_cast<size_t>(4) * layers[0]->in);
 #pragma omp for schedule(static)
       for (int G = 0; G < first[n]; ++G) run_group(G, scratch.data());
     }
   } else {
-    if (widen) grow(scratch, static_cast<size_t>(4) * layers[0]->in);
+    if (widen_rows) grow(scratch, static_cast<size_t>(4) * layers[0]->in);
     for (int G = 0; G < first[n]; ++G) run_group(G, scratch.data());
   }
   for (int i = 0; i < n; ++i) {
@@ -677,10 +682,7 @@ void attention_prefill(const float* q, const BlockPool& pool, const int* table, 
 
 #if defined(__AVX2__) && defined(__FMA__)
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const uint16_t* p) {
-  const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
-}
+inline __m256 load8(const uint16_t* p) { return load8_bf16(p); }
 
 // s[r] = scale * dot(key row r, q) for `rows` rows of hd values (hd % 8 == 0), fp32 or bf16 keys;
 // returns the largest. Eight rows share one reduction tree instead of a horizontal sum each.
