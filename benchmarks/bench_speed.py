@@ -13,9 +13,10 @@ run, the larger of probes just before and after the row, as this shared host's b
 divided by the bytes of weights one decode step reads; bound+KV adds the cache a step reads at
 the mean decode position. With --rounds N every row runs N times, the rounds interleaved over all
 rows, and each figure is the row's best round (the probe its largest), so a slow spell of this
-shared host does not land on one engine only; the JSON keeps every round. llama.cpp rows need llama-cpp-python
-(PyPI has only its source: `pip install llama-cpp-python gguf` builds llama.cpp, about 11 minutes
-on 2 cores); the GGUF files come from benchmarks/gguf_export.py and llama.cpp's own quantizer.
+shared host does not land on one engine only; the JSON keeps every round. llama.cpp rows need
+llama-cpp-python (PyPI has only its source: `pip install llama-cpp-python gguf` builds llama.cpp,
+about 11 minutes on 2 cores); the GGUF files come from benchmarks/gguf_export.py and llama.cpp's
+own quantizer.
 """
 import argparse
 import json

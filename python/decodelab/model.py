@@ -582,8 +582,9 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
     the linear layers and the output head are kept and read in: "float32" (exact), "bfloat16"
     (half the bytes per decode step), or "int8" (weight-only, one scale per output channel; a
     quarter of the bytes). Activations, norms, attention and accumulation stay fp32, except that
-    int8 steps of up to 16 tokens (decoding, batches, beams) round each layer's input to 16-bit fixed point (a scale per 256 values;
-    error at most 1/65534 of the block's largest value) to sum the products exactly in int32.
+    int8 steps of up to 16 tokens (decoding, batches, beams) round each layer's input to 16-bit
+    fixed point (a scale per 256 values; error at most 1/65534 of the block's largest value) to
+    sum the products exactly in int32.
     ``tokenizer`` overrides the tokenizer found beside the weights (a path or a Tokenizer).
     """
     path = os.fspath(path)
