@@ -230,7 +230,7 @@ def test_bad_generate_arguments(checkpoint):
 def test_bad_load_arguments(checkpoint):
     with pytest.raises(ValueError, match="threads must be in"):
         decodelab.load(checkpoint("llama-tiny"), threads=0)
-    with pytest.raises(ValueError, match="dtype must be 'float32', 'bfloat16' or 'int8', got 'int4'"):
+    with pytest.raises(ValueError, match="dtype must be 'float32', 'bfloat16', 'int8' or 'w8a8', got 'int4'"):
         decodelab.load(checkpoint("llama-tiny"), dtype="int4")
 
 

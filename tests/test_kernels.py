@@ -1,8 +1,9 @@
 """The linear-layer kernels on awkward shapes, against numpy emulations of their stated arithmetic.
 
 Every path `linear()` can take is reached: one row (matrix-vector), 2..16 rows (register-tiled),
-more (oneDNN), for fp32, bf16 and int8 weights (int8 takes 16-bit activations up to 16 rows), with sizes that leave tails after every vector width
-and after the int8 kernel's 256-value blocks.
+more (oneDNN), for fp32, bf16 and int8 weights (int8 takes 16-bit activations up to 16 rows) and
+w8a8 (int8 weights, 7-bit activations at every row count), with sizes that leave tails after every
+vector width and after the int8 kernels' 256-value blocks.
 """
 import numpy as np
 import pytest
@@ -38,6 +39,19 @@ def _int16_blocks(x):
     return q, np.array(scales, np.float64)
 
 
+def _u7_blocks(x):
+    """w8a8 activations: per block, q = round-half-even(fp32(x * fp32(63 / max))) in [-63, 63]."""
+    q = np.zeros(x.shape, np.int64)
+    scales = []
+    for b0 in range(0, x.size, I8_BLOCK):
+        blk = x[b0:b0 + I8_BLOCK]
+        mx = np.float32(np.abs(blk).max())
+        inv = np.float32(63) / mx if mx > 0 else np.float32(0)
+        q[b0:b0 + I8_BLOCK] = np.rint((blk * inv).astype(np.float32))
+        scales.append(mx / np.float32(63))
+    return q, np.array(scales, np.float64)
+
+
 def _reference(x, w, dtype):
     x64 = x.astype(np.float64)
     if dtype == "float32":
@@ -45,6 +59,13 @@ def _reference(x, w, dtype):
     if dtype == "bfloat16":
         return x64 @ _bf16(w).astype(np.float64).T
     wq, scale = _int8(w)
+    if dtype == "w8a8":  # every row count: 7-bit blocks, integer sums per block
+        y = np.zeros((x.shape[0], w.shape[0]))
+        for t in range(x.shape[0]):
+            q, xs = _u7_blocks(x[t])
+            for b, b0 in enumerate(range(0, x.shape[1], I8_BLOCK)):
+                y[t] += xs[b] * (wq[:, b0:b0 + I8_BLOCK] @ q[b0:b0 + I8_BLOCK])
+        return y * scale
     if x.shape[0] > 16:  # prefill: fp32 arithmetic on the int8-rounded weights
         return x64 @ (wq * scale[:, None].astype(np.float64)).T
     y = np.zeros((x.shape[0], w.shape[0]))  # up to 16 rows: each row as 16-bit blocks
@@ -55,7 +76,7 @@ def _reference(x, w, dtype):
     return y * scale
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "w8a8"])
 @pytest.mark.parametrize("T", [1, 2, 3, 4, 7, 16, 17, 33])
 @pytest.mark.parametrize("n_in,n_out", [(7, 5), (16, 4), (64, 37), (255, 9), (256, 8), (300, 13), (777, 6)])
 def test_linear_matches_its_arithmetic(dtype, T, n_in, n_out):
@@ -103,8 +124,8 @@ def test_int8_one_row_zero_and_tiny_activations():
     np.testing.assert_allclose(_core.linear(x, w, "int8"), np.full((1, 3), 1e-40), rtol=0, atol=1e-41)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
-@pytest.mark.parametrize("T", [1, 3, 16, 20])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "w8a8"])
+@pytest.mark.parametrize("T", [1, 3, 16, 20, 100])
 def test_fused_layers_match_separate_calls(dtype, T):
     """A Llama layer's q, k, v (and gate, up) run in one parallel region over all their rows; each
     output must be what its own call gives, bit for bit, at every row count."""
@@ -130,17 +151,61 @@ def test_int8_rows_do_not_depend_on_how_many_are_batched(T):
     np.testing.assert_array_equal(together, alone)
 
 
+@pytest.mark.parametrize("T", [2, 3, 17, 64, 150])
+def test_w8a8_rows_do_not_depend_on_how_many_are_batched(T):
+    """w8a8 runs one kernel for every row count, prompts included: a row's output is the same bit
+    for bit whether it came alone (decode), in a batch, or inside a prompt of any length."""
+    rng = np.random.default_rng(T)
+    x = rng.standard_normal((T, 777)).astype(np.float32)
+    w = (0.05 * rng.standard_normal((37, 777))).astype(np.float32)
+    together = _core.linear(x, w, "w8a8")
+    alone = np.concatenate([_core.linear(x[t:t + 1], w, "w8a8") for t in range(T)])
+    np.testing.assert_array_equal(together, alone)
+
+
+def test_w8a8_error_bound_and_cost_against_int8():
+    """7-bit activations cost at most half a step of each block's scale (max / 63) per value; that
+    is more than int8's 16-bit activations, and it is stated, not hidden."""
+    rng = np.random.default_rng(6)
+    n_in, n_out, T = 1000, 64, 20
+    x = rng.standard_normal((T, n_in)).astype(np.float32)
+    x[:, 123] = 30.0
+    w = (0.05 * rng.standard_normal((n_out, n_in))).astype(np.float32)
+    wq, scale = _int8(w)
+    wr = wq * scale[:, None].astype(np.float64)
+    exact = x.astype(np.float64) @ wr.T
+    got = _core.linear(x, w, "w8a8")
+    for t in range(T):
+        _, xs = _u7_blocks(x[t])
+        step = np.repeat(xs, I8_BLOCK)[:n_in] / 2
+        bound = np.abs(wr) @ step + 1e-5 * (np.abs(wr) @ np.abs(x[t]))
+        np.testing.assert_array_less(np.abs(got[t] - exact[t]), bound)
+    err_a8 = np.abs(got - exact).mean()
+    err_i8 = np.abs(_core.linear(x, w, "int8") - exact).mean()
+    assert 0 < err_i8 < err_a8
+
+
+def test_w8a8_zero_and_tiny_activations():
+    w = np.ones((3, 300), np.float32)
+    for T in (1, 20):
+        np.testing.assert_array_equal(_core.linear(np.zeros((T, 300), np.float32), w, "w8a8"), np.zeros((T, 3)))
+    x = np.zeros((1, 300), np.float32)
+    x[0, 290] = 1e-30  # alone in the second block (the scalar tail of a 44-value block)
+    np.testing.assert_allclose(_core.linear(x, w, "w8a8"), np.full((1, 3), 1e-30), rtol=1e-5)
+
+
+# int8 prompts of more than 16 rows run the fp32 matmul, which carries NaN by itself.
+@pytest.mark.parametrize("dtype,T", [("int8", 1), ("int8", 4), ("w8a8", 1), ("w8a8", 4), ("w8a8", 40)])
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
-@pytest.mark.parametrize("T", [1, 4])
-def test_int8_carries_nan_and_inf_as_nan(bad, T):
+def test_int8_carries_nan_and_inf_as_nan(dtype, bad, T):
     x = np.ones((T, 600), np.float32)
     x[-1, 400] = bad
-    y = _core.linear(x, np.ones((2, 600), np.float32), "int8")
+    y = _core.linear(x, np.ones((2, 600), np.float32), dtype)
     assert np.isnan(y[-1]).all() and np.isfinite(y[:-1]).all()
 
 
 def test_linear_rejects_bad_shapes_and_dtype():
     with pytest.raises(ValueError, match="does not fit w"):
         _core.linear(np.zeros((2, 5), np.float32), np.zeros((3, 4), np.float32))
-    with pytest.raises(ValueError, match="dtype must be 'float32', 'bfloat16' or 'int8', got 'int4'"):
+    with pytest.raises(ValueError, match="dtype must be 'float32', 'bfloat16', 'int8' or 'w8a8', got 'int4'"):
         _core.linear(np.zeros((1, 4), np.float32), np.zeros((3, 4), np.float32), "int4")

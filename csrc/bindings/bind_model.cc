@@ -71,7 +71,8 @@ WeightType parse_weight_dtype(const std::string& s) {
   if (s == "float32") return WeightType::F32;
   if (s == "bfloat16") return WeightType::BF16;
   if (s == "int8") return WeightType::I8;
-  throw std::invalid_argument("dtype must be 'float32', 'bfloat16' or 'int8', got '" + s + "'");
+  if (s == "w8a8") return WeightType::I8A8;
+  throw std::invalid_argument("dtype must be 'float32', 'bfloat16', 'int8' or 'w8a8', got '" + s + "'");
 }
 
 using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
@@ -334,6 +335,7 @@ the first write into a shared block copies that block (copy-on-write).
         switch (e.weight_type()) {
           case WeightType::F32: return "float32";
           case WeightType::BF16: return "bfloat16";
+          case WeightType::I8A8: return "w8a8";
           default: return "int8";
         }
       })

@@ -246,6 +246,210 @@ static void i8_group(const Int16Rows& xr, int T, const Linear& L, int g, float* 
   }
 }
 
+// Activations as 8-bit integers (load(dtype="w8a8")): x rounded per block of kI8Block values to
+// q in [-63, 63] (scale = block max |x| / 63) and stored as u = q + 64 in [1, 127]. Seven bits, not
+// eight, because AVX2 without VNNI multiplies bytes with pmaddubsw, which adds each pair of u8 x s8
+// products into a saturating int16: 2 * 127 * 127 fits, 2 * 255 * 127 does not. Products are then
+// exact in int32, 32 per instruction pair (twice the int16 kernel's rate), at the cost of rounding
+// each activation to 1/126 of its block's largest value.
+struct Int8Rows {
+  std::vector<uint8_t, AlignedAllocator<uint8_t>> q;
+  std::vector<float> scale;
+  int ld = 0, blocks = 0;
+};
+constexpr int kA8Offset = 64;
+
+static void quantize_u7_row(const float* x, int n, uint8_t* u, float* scale) {
+  for (int b0 = 0, b = 0; b0 < n; b0 += kI8Block, ++b) {
+    const int e = std::min(n, b0 + kI8Block);
+    float mx = 0.0f;
+    bool finite = true;
+    for (int i = b0; i < e; ++i) {
+      mx = std::max(mx, std::fabs(x[i]));
+      finite = finite && std::isfinite(x[i]);
+    }
+    if (!finite) {  // NaN or inf reaches the output as NaN, as fp32 arithmetic would carry it
+      scale[b] = std::numeric_limits<float>::quiet_NaN();
+      std::fill(u + b0, u + e, static_cast<uint8_t>(kA8Offset));
+      continue;
+    }
+    // |x| * inv <= 63 up to one rounding, which rounds back to 63 at most.
+    const float inv = mx > 0.0f ? 63.0f / mx : 0.0f;
+    scale[b] = mx / 63.0f;
+    int i = b0;
+#if defined(__AVX2__)
+    // x * inv in fp32 rounded to nearest even (the default mode), as nearbyint does below.
+    const __m256 vinv = _mm256_set1_ps(inv);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (; i + 32 <= e; i += 32) {
+      __m256i v[4];
+      for (int j = 0; j < 4; ++j) v[j] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * j), vinv));
+      const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+      const __m256i q = _mm256_permutevar8x32_epi32(p, order);  // undo the per-lane packing order
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + i), _mm256_add_epi8(q, _mm256_set1_epi8(kA8Offset)));
+    }
+#endif
+    for (; i < e; ++i) u[i] = static_cast<uint8_t>(static_cast<int>(std::nearbyint(x[i] * inv)) + kA8Offset);
+  }
+}
+
+static void quantize_u7(const float* x, int T, int n, Int8Rows& v) {
+  v.ld = (n + 31) / 32 * 32;
+  v.blocks = (n + kI8Block - 1) / kI8Block;
+  grow(v.q, static_cast<size_t>(T) * v.ld);
+  grow(v.scale, static_cast<size_t>(T) * v.blocks);
+  for_each_index(T, T >= 32, [&](int64_t t) {
+    quantize_u7_row(x + static_cast<size_t>(t) * n, n, v.q.data() + static_cast<size_t>(t) * v.ld,
+                    v.scale.data() + static_cast<size_t>(t) * v.blocks);
+  });
+}
+
+// The part of block b that the vector loop covers: whole steps of 32 values.
+inline int a8_vector_end(int in, int b) {
+  const int b0 = b * kI8Block, e = std::min(in, b0 + kI8Block);
+  return b0 + (e - b0) / 32 * 32;
+}
+
+// wsums[o * blocks + b] = sum of int8 row o over the vector part of block b: the offset 64 adds
+// 64 * that to every block's integer sum, which the kernel takes back out.
+static void a8_weight_sums(const Linear& L, std::vector<int32_t>& wsums) {
+  const int blocks = (L.in + kI8Block - 1) / kI8Block;
+  wsums.assign(static_cast<size_t>(L.out) * blocks, 0);
+  for (int o = 0; o < L.out; ++o)
+    for (int b = 0; b < blocks; ++b) {
+      int32_t s = 0;
+      for (int i = b * kI8Block; i < a8_vector_end(L.in, b); ++i) s += L.w_i8[static_cast<size_t>(o) * L.in + i];
+      wsums[static_cast<size_t>(o) * blocks + b] = s;
+    }
+}
+
+// acc[r][t] = (int8 row w[r]) . (activation row t), unscaled by the weight scale, for 8-bit
+// activations: per block, u8 x s8 products summed exactly in int32 (pmaddubsw, then pmaddwd
+// against ones), the offset taken back out exactly (each accumulator starts at -64 x the block's
+// weight sum in one lane), then fp32 across blocks; a block's last in % 32 values in scalar code
+// with the same integers. Every row count runs this one routine, so a row's result does not depend
+// on how many rows share the call.
+template <int NT>
+static void dot_a8_4xN(const int8_t* const* w, const int32_t* const* ws, const Int8Rows& xv, int t0, int in,
+                       const char* next, int lines, float acc[4][3]) {
+  const uint8_t* xq = xv.q.data() + static_cast<size_t>(t0) * xv.ld;
+  const float* xs = xv.scale.data() + static_cast<size_t>(t0) * xv.blocks;
+  for (int r = 0; r < 4; ++r)
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+  int next_line = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  const __m256i ones = _mm256_set1_epi16(1);
+  // The fp32 sums across blocks live in memory: in registers they would push the integer
+  // accumulators of the inner loop out to the stack.
+  alignas(32) float f[4][NT][8] = {};
+#endif
+  for (int b = 0; b < xv.blocks; ++b) {
+    const int b0 = b * kI8Block, e = std::min(in, b0 + kI8Block), ve = a8_vector_end(in, b);
+#if defined(__AVX2__) && defined(__FMA__)
+    if (ve > b0) {
+      __m256i a[4][NT];
+      for (int r = 0; r < 4; ++r) {
+        const __m256i start = _mm256_setr_epi32(-kA8Offset * ws[r][b], 0, 0, 0, 0, 0, 0, 0);
+        for (int t = 0; t < NT; ++t) a[r][t] = start;
+      }
+      for (int i = b0; i < ve; i += 32) {
+        // Two lines per step: 4 rows of `in` int8 values are 4 * in / 64 lines, over in / 32 steps.
+        for (int k = 0; k < 2 && next_line < lines; ++k) _mm_prefetch(next + 64 * next_line++, _MM_HINT_T0);
+        __m256i xi[NT];
+        for (int t = 0; t < NT; ++t)
+          xi[t] = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq + static_cast<size_t>(t) * xv.ld + i));
+        if constexpr (NT == 2) {
+          // Written out: left to itself GCC computes all eight products before the first add and
+          // spills accumulators to the stack. Here 8 accumulators, 2 activations, the weight row,
+          // the ones and one product take 13 of the 16 registers.
+          __m256i wv, p;
+#define DECODELAB_A8_ROW(R)                                                            \
+  "vmovdqu %[w" #R "], %[wv]\n\t"                                                     \
+  "vpmaddubsw %[wv], %[x0], %[p]\n\t"                                                 \
+  "vpmaddwd %[ones], %[p], %[p]\n\t"                                                  \
+  "vpaddd %[p], %[a" #R "0], %[a" #R "0]\n\t"                                          \
+  "vpmaddubsw %[wv], %[x1], %[p]\n\t"                                                 \
+  "vpmaddwd %[ones], %[p], %[p]\n\t"                                                  \
+  "vpaddd %[p], %[a" #R "1], %[a" #R "1]\n\t"
+          __asm__(DECODELAB_A8_ROW(0) DECODELAB_A8_ROW(1) DECODELAB_A8_ROW(2) DECODELAB_A8_ROW(3)
+                  : [a00] "+x"(a[0][0]), [a01] "+x"(a[0][1]), [a10] "+x"(a[1][0]), [a11] "+x"(a[1][1]),
+                    [a20] "+x"(a[2][0]), [a21] "+x"(a[2][1]), [a30] "+x"(a[3][0]), [a31] "+x"(a[3][1]),
+                    [wv] "=&x"(wv), [p] "=&x"(p)
+                  : [x0] "x"(xi[0]), [x1] "x"(xi[1]), [ones] "x"(ones),
+                    [w0] "m"(*reinterpret_cast<const __m256i*>(w[0] + i)),
+                    [w1] "m"(*reinterpret_cast<const __m256i*>(w[1] + i)),
+                    [w2] "m"(*reinterpret_cast<const __m256i*>(w[2] + i)),
+                    [w3] "m"(*reinterpret_cast<const __m256i*>(w[3] + i)));
+#undef DECODELAB_A8_ROW
+        } else {
+          for (int r = 0; r < 4; ++r) {
+            const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r] + i));
+            for (int t = 0; t < NT; ++t)
+              a[r][t] = _mm256_add_epi32(a[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(xi[t], wv), ones));
+          }
+        }
+      }
+      for (int t = 0; t < NT; ++t) {
+        const __m256 sb = _mm256_set1_ps(xs[static_cast<size_t>(t) * xv.blocks + b]);
+        for (int r = 0; r < 4; ++r)
+          _mm256_store_ps(f[r][t], _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[r][t]), sb, _mm256_load_ps(f[r][t])));
+      }
+    }
+    const int scalar_from = ve;
+#else
+    (void)ve;
+    (void)ws;
+    (void)next_line;
+    const int scalar_from = b0;
+#endif
+    if (scalar_from < e)
+      for (int r = 0; r < 4; ++r)
+        for (int t = 0; t < NT; ++t) {
+          const uint8_t* q = xq + static_cast<size_t>(t) * xv.ld;
+          int32_t s = 0;
+          for (int j = scalar_from; j < e; ++j) s += static_cast<int32_t>(w[r][j]) * (q[j] - kA8Offset);
+          acc[r][t] += static_cast<float>(s) * xs[static_cast<size_t>(t) * xv.blocks + b];
+        }
+  }
+#if defined(__AVX2__) && defined(__FMA__)
+  for (int r = 0; r < 4; ++r)
+    for (int t = 0; t < NT; ++t) acc[r][t] += hsum256(_mm256_load_ps(f[r][t]));
+#else
+  (void)next;
+  (void)lines;
+#endif
+}
+
+// y (rows [t_lo, t_hi), out) = scale * (x W^T) + b for int8 W and 8-bit activations, weight rows
+// [4g, 4g + 4), in tiles of 3 rows; the next group's weights prefetched during the first tile.
+static void a8_group(const Int8Rows& xr, int t_lo, int t_hi, const Linear& L, int g, float* y) {
+  const int lines = static_cast<int>((4 * static_cast<size_t>(L.in) + 63) / 64);
+  const int o0 = 4 * g, nr = std::min(4, L.out - o0);
+  const int8_t* w[4];
+  const int32_t* ws[4];
+  for (int r = 0; r < 4; ++r) {
+    const int o = o0 + std::min(r, nr - 1);
+    w[r] = L.w_i8 + static_cast<size_t>(o) * L.in;
+    ws[r] = L.wsums + static_cast<size_t>(o) * xr.blocks;
+  }
+  const char* next = reinterpret_cast<const char*>(L.w_i8 + static_cast<size_t>(o0 + 4) * L.in);
+  const int next_lines = o0 + 8 <= L.out ? lines : 0;
+  for (int t0 = t_lo; t0 < t_hi; t0 += 2) {
+    float acc[4][3];
+    const int nt = std::min(2, t_hi - t0), pf = t0 == t_lo ? next_lines : 0;
+    switch (nt) {
+      case 2: dot_a8_4xN<2>(w, ws, xr, t0, L.in, next, pf, acc); break;
+      default: dot_a8_4xN<1>(w, ws, xr, t0, L.in, next, pf, acc); break;
+    }
+    for (int t = 0; t < nt; ++t)
+      for (int r = 0; r < nr; ++r) {
+        float v = acc[r][t] * L.scales[o0 + r];
+        if (L.b) v += L.b[o0 + r];
+        y[static_cast<size_t>(t0 + t) * L.out + o0 + r] = v;
+      }
+  }
+}
+
 // n values to fp32: a copy, or bf16 bits made the upper half of fp32 ones (vectorised).
 static void widen(const float* src, size_t n, float* dst) { std::memcpy(dst, src, n * sizeof(float)); }
 static void widen(const uint16_t* src, size_t n, float* dst) {
@@ -395,6 +599,10 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q) {
     }
     L.w_i8 = q.i8.data();
     L.scales = q.scales.data();
+    if (type == WeightType::I8A8) {
+      a8_weight_sums(L, q.wsums);
+      L.wsums = q.wsums.data();
+    }
   }
   L.type = type;
   L.in_major = false;
@@ -449,9 +657,10 @@ double read_bandwidth(size_t nbytes, int n_threads, int repeats) {
 
 namespace {
 // Which kernel a layer runs for T rows.
-enum class Path { F32Row, Bf16Row, I8Rows, SmallRows, Gemm };
+enum class Path { F32Row, Bf16Row, I8Rows, A8Rows, SmallRows, Gemm };
 
 Path path_of(const Linear& L, int T) {
+  if (L.type == WeightType::I8A8) return Path::A8Rows;  // every row count: see dot_a8_4xN
   if (T > 16) return Path::Gemm;
   if (L.type == WeightType::I8) return Path::I8Rows;
   if (T == 1) return L.type == WeightType::BF16 ? Path::Bf16Row : Path::F32Row;
@@ -477,14 +686,20 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
     }
     return;
   }
-  // The input, converted once for all the layers: 16-bit blocks (int8) or even/odd order (bf16).
-  // The calling thread's buffers; OpenMP workers read them through references.
+  // The input, converted once for all the layers: 16-bit or 8-bit blocks (int8, w8a8) or even/odd
+  // order (bf16). The calling thread's buffers; OpenMP workers read them through references.
   thread_local Int16Rows xq_buf;
+  thread_local Int8Rows xa_buf;
   thread_local FloatBuffer xd_buf;
   if (path == Path::I8Rows) quantize_int16(x, T, layers[0]->in, xq_buf);
+  if (path == Path::A8Rows) quantize_u7(x, T, layers[0]->in, xa_buf);
   if (path == Path::Bf16Row) split_even_odd(x, layers[0]->in, xd_buf);
   const Int16Rows& xq = xq_buf;
+  const Int8Rows& xa = xa_buf;
   const float* xd = xd_buf.data();
+  // Many rows (prompts) run in chunks, each thread taking its weight groups over one chunk of rows
+  // at a time: a chunk's activations stay in cache while the weights stream past them.
+  const int chunk = path == Path::A8Rows ? 48 : T;
   // Groups of 4 output rows of every layer in one parallel region: one wake-up and one barrier
   // for, say, a Llama layer's q, k and v instead of three.
   int first[kMaxLayers + 1] = {0};
@@ -494,7 +709,7 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
     work += static_cast<int64_t>(layers[i]->in) * layers[i]->out;
   }
   const bool widen_rows = path == Path::SmallRows && layers[0]->type == WeightType::BF16;
-  auto run_group = [&](int G, float* scratch) {
+  auto run_group = [&](int G, float* scratch, int c0) {
     int i = 0;
     while (G >= first[i + 1]) ++i;
     const Linear& L = *layers[i];
@@ -503,6 +718,7 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
       case Path::F32Row: f32_row_group(x, L, g, ys[i]); break;
       case Path::Bf16Row: bf16_row_group(x, xd, L, g, ys[i]); break;
       case Path::I8Rows: i8_group(xq, T, L, g, ys[i]); break;
+      case Path::A8Rows: a8_group(xa, c0, std::min(T, c0 + chunk), L, g, ys[i]); break;
       default: small_group(x, T, L, g, ys[i], scratch); break;
     }
   };
@@ -513,16 +729,20 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
 #pragma omp parallel
     {
       if (widen_rows) grow(scratch, static_cast<size_t>(4) * layers[0]->in);
-#pragma omp for schedule(static)
-      for (int G = 0; G < first[n]; ++G) run_group(G, scratch.data());
+      for (int c0 = 0; c0 < T; c0 += chunk) {
+        // No barrier between chunks: a thread's groups are the same in each, and so are its rows.
+#pragma omp for schedule(static) nowait
+        for (int G = 0; G < first[n]; ++G) run_group(G, scratch.data(), c0);
+      }
     }
   } else {
     if (widen_rows) grow(scratch, static_cast<size_t>(4) * layers[0]->in);
-    for (int G = 0; G < first[n]; ++G) run_group(G, scratch.data());
+    for (int c0 = 0; c0 < T; c0 += chunk)
+      for (int G = 0; G < first[n]; ++G) run_group(G, scratch.data(), c0);
   }
   for (int i = 0; i < n; ++i) {
     const Linear& L = *layers[i];
-    if (L.b)
+    if (L.b && path != Path::A8Rows)  // a8_group adds its own
       for (int t = 0; t < T; ++t) Vec(ys[i] + static_cast<size_t>(t) * L.out, L.out) += ConstVec(L.b, L.out);
   }
 }

@@ -138,7 +138,7 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
 
 uint64_t Transformer::quantized_bytes() const {
   uint64_t n = 0;
-  for (const auto& q : quantized_) n += q.bf16.size() * 2 + q.i8.size() + q.scales.size() * 4;
+  for (const auto& q : quantized_) n += q.bf16.size() * 2 + q.i8.size() + q.scales.size() * 4 + q.wsums.size() * 4;
   return n;
 }
 

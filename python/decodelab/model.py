@@ -136,7 +136,7 @@ class Model:
 
     @property
     def dtype(self) -> str:
-        """The precision of the linear layers' weights: float32, bfloat16 or int8."""
+        """The precision of the linear layers' weights: float32, bfloat16, int8 or w8a8."""
         return self._engine.weight_dtype
 
     # -- token handling -------------------------------------------------------------------
@@ -580,17 +580,21 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
 
     Weights are memory-mapped; fp32, bf16 and f16 stored weights load. ``dtype`` is the precision
     the linear layers and the output head are kept and read in: "float32" (exact), "bfloat16"
-    (half the bytes per decode step), or "int8" (weight-only, one scale per output channel; a
-    quarter of the bytes). Activations, norms, attention and accumulation stay fp32, except that
-    int8 steps of up to 16 tokens (decoding, batches, beams) round each layer's input to 16-bit
+    (half the bytes per decode step), "int8" (weight-only, one scale per output channel; a
+    quarter of the bytes), or "w8a8" (the int8 weights, and each linear layer's input rounded to
+    7-bit integers, a scale per 256 values, error at most 1/126 of the block's largest value: about
+    twice the int8 arithmetic rate for prompts, at a measured cost in accuracy; see
+    benchmarks/bench_accuracy.py). Activations, norms, attention and accumulation stay fp32, except
+    that int8 steps of up to 16 tokens (decoding, batches, beams) round each layer's input to 16-bit
     fixed point (a scale per 256 values; error at most 1/65534 of the block's largest value) to
-    sum the products exactly in int32.
+    sum the products exactly in int32. w8a8 runs one linear kernel at every number of tokens: a
+    row's product is the same bit for bit whether it was decoded alone, in a batch, or in a prompt.
     ``tokenizer`` overrides the tokenizer found beside the weights (a path or a Tokenizer).
     """
     path = os.fspath(path)
     dtype = {"fp32": "float32", "bf16": "bfloat16"}.get(dtype, dtype)
-    if dtype not in ("float32", "bfloat16", "int8"):
-        raise ValueError(f"dtype must be 'float32', 'bfloat16' or 'int8', got {dtype!r}")
+    if dtype not in ("float32", "bfloat16", "int8", "w8a8"):
+        raise ValueError(f"dtype must be 'float32', 'bfloat16', 'int8' or 'w8a8', got {dtype!r}")
     n_threads = _default_threads() if threads is None else int(threads)
     if not 1 <= n_threads <= 1024:
         raise ValueError(f"threads must be in [1, 1024], got {threads}")

@@ -25,11 +25,13 @@ void for_each_index(int64_t n, bool parallel, F&& fn) {
 // A linear layer y = x W^T + b. The kernels read weights (out, in), as torch.nn.Linear stores
 // them. GPT-2's Conv1D stores (in, out): its fp32 weights are transposed once at load, and the
 // quantizers read that layout directly; `in_major` marks such a source until then.
-enum class WeightType { F32, BF16, I8 };
+// I8A8 keeps the int8 weights of I8 and also rounds the activations to 8-bit integers.
+enum class WeightType { F32, BF16, I8, I8A8 };
 
 // Reduced-precision weights are always (out, in): bf16, or int8 with one fp32 scale per output
 // row (symmetric, scale = max|w| / 127). Activations stay fp32, except in the int8 kernel for up to
-// 16 rows, which rounds them to 16-bit fixed point per block of 256 values (see kernels.cc).
+// 16 rows, which rounds them to 16-bit fixed point per block of 256 values, and in the I8A8 kernel
+// (every row count), which rounds them to 7-bit integers per block of 256 (see kernels.cc).
 struct Linear {
   const float* w = nullptr;
   const float* b = nullptr;  // (out) or null
@@ -40,6 +42,7 @@ struct Linear {
   const uint16_t* w_bf16 = nullptr;
   const int8_t* w_i8 = nullptr;
   const float* scales = nullptr;  // (out), int8 only
+  const int32_t* wsums = nullptr; // (out, blocks of 256 inputs), I8A8 only: see kernels.cc
 };
 
 // Owned reduced-precision copy of a linear layer's weights.
@@ -47,6 +50,7 @@ struct QuantizedWeights {
   std::vector<uint16_t> bf16;
   std::vector<int8_t> i8;
   std::vector<float> scales;
+  std::vector<int32_t> wsums;
 };
 // Converts `layer` (fp32, either layout) to `type`, filling `store` and pointing the layer at it.
 void quantize_linear(Linear& layer, WeightType type, QuantizedWeights& store);
