@@ -1,5 +1,5 @@
 """What reduced precision costs in accuracy: logit error against fp32 and perplexity on a fixed
-text, for load(dtype="bfloat16") and load(dtype="int8") weights and for bf16 KV caches.
+text, for load(dtype="bfloat16"), load(dtype="int8") and load(dtype="w8a8") weights and for bf16 KV caches.
 
     python benchmarks/bench_accuracy.py [--json bench_accuracy.json]
 
@@ -61,7 +61,8 @@ def main():
             settings = [("float32", "forward", "-"), ("bfloat16", "forward", "-"), ("int8", "forward", "-"),
                         ("float32", "decode", "float32"), ("float32", "decode", "bfloat16"),
                         ("bfloat16", "decode", "float32"), ("bfloat16", "decode", "bfloat16"),
-                        ("int8", "decode", "float32"), ("int8", "decode", "bfloat16")]
+                        ("int8", "decode", "float32"), ("int8", "decode", "bfloat16"),
+                        ("w8a8", "forward", "-"), ("w8a8", "decode", "float32")]
             models = {}
             for dtype, path_kind, kv in settings:
                 m = models.setdefault(dtype, decodelab.load(path, dtype=dtype))

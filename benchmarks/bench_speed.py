@@ -62,7 +62,7 @@ def weight_bytes_per_step(folder, dtype):
     """Bytes of weights one batch-1 decode step reads: every linear layer and the head, once."""
     cfg = json.load(open(os.path.join(folder, "config.json")))
     # q8_0 stores a 2-byte scale per 32 weights.
-    per = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "q8_0": 34 / 32}[dtype]
+    per = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "w8a8": 1, "q8_0": 34 / 32}[dtype]
     if cfg["model_type"] == "gpt2":
         D, L, V = cfg["n_embd"], cfg["n_layer"], cfg["vocab_size"]
         n = L * (D * 3 * D + D * D + 2 * D * 4 * D) + V * D
@@ -321,12 +321,16 @@ WORKERS = {"decodelab": work_decodelab, "transformers": work_transformers, "ctra
 # one in the model's dtype.
 CONFIGS = [("decodelab", "float32", "float32"), ("decodelab", "bfloat16", "float32"),
            ("decodelab", "bfloat16", "bfloat16"), ("decodelab", "int8", "float32"), ("decodelab", "int8", "bfloat16"),
+           ("decodelab", "w8a8", "float32"),
            ("transformers", "float32", "float32"), ("transformers", "bfloat16", "bfloat16"),
            ("ctranslate2", "float32", "float32"), ("ctranslate2", "int8", "float32"),
            ("llama.cpp", "float32", "float16"), ("llama.cpp", "float16", "float16"), ("llama.cpp", "q8_0", "float16"),
            ("plain-C", "float32", "float32")]
 # Precision classes for the ratios: each of ours against every peer format of the same width.
-CLASSES = {"float32": ["float32"], "bfloat16": ["bfloat16", "float16"], "int8": ["int8", "q8_0"]}
+# w8a8 (int8 weights, 7-bit activations) is set against the same 8-bit peers; CTranslate2's int8
+# also rounds activations (to 8 bits, one scale per row).
+CLASSES = {"float32": ["float32"], "bfloat16": ["bfloat16", "float16"], "int8": ["int8", "q8_0"],
+           "w8a8": ["int8", "q8_0"]}
 
 
 def main():
