@@ -192,6 +192,10 @@ def test_w8a8_zero_and_tiny_activations():
     x = np.zeros((1, 300), np.float32)
     x[0, 290] = 1e-30  # alone in the second block (the scalar tail of a 44-value block)
     np.testing.assert_allclose(_core.linear(x, w, "w8a8"), np.full((1, 3), 1e-30), rtol=1e-5)
+    # A subnormal block maximum: 63 / max overflows fp32, so the kernel rounds that block in double.
+    x[0, 290] = 1e-40
+    x[0, 10] = -3e-41
+    np.testing.assert_allclose(_core.linear(x, w, "w8a8"), np.full((1, 3), 1e-40 - 3e-41), rtol=0, atol=2e-42)
 
 
 # int8 prompts of more than 16 rows run the fp32 matmul, which carries NaN by itself.

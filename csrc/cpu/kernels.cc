@@ -108,29 +108,37 @@ struct Int16Rows {
   int ld = 0, blocks = 0;
 };
 
+// Largest |x[i]| over [b, e), and whether every value there is finite (vectorised).
+static float block_abs_max(const float* x, int b, int e, bool* finite) {
+  float mx = 0.0f;
+  bool ok_all = true;
+  int i = b;
+#if defined(__AVX2__)
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 vmx = _mm256_setzero_ps(), ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  for (; i + 8 <= e; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    vmx = _mm256_max_ps(vmx, _mm256_and_ps(v, abs_mask));
+    ok = _mm256_and_ps(ok, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_EQ_OQ));  // NaN, inf: 0
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmx), _mm256_extractf128_ps(vmx, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  mx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+  ok_all = _mm256_movemask_ps(ok) == 0xFF;
+#endif
+  for (; i < e; ++i) {
+    mx = std::max(mx, std::fabs(x[i]));
+    ok_all = ok_all && std::isfinite(x[i]);
+  }
+  *finite = ok_all;
+  return mx;
+}
+
 static void quantize_int16_row(const float* x, int n, int16_t* q, float* scale) {
   for (int b0 = 0, b = 0; b0 < n; b0 += kI8Block, ++b) {
     const int e = std::min(n, b0 + kI8Block);
-    float mx = 0.0f;
     bool finite = true;
-    int i = b0;
-#if defined(__AVX2__)
-    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-    __m256 vmx = _mm256_setzero_ps(), ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-    for (; i + 8 <= e; i += 8) {
-      const __m256 v = _mm256_loadu_ps(x + i);
-      vmx = _mm256_max_ps(vmx, _mm256_and_ps(v, abs_mask));
-      ok = _mm256_and_ps(ok, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_EQ_OQ));  // NaN, inf: 0
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmx), _mm256_extractf128_ps(vmx, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    mx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
-    finite = _mm256_movemask_ps(ok) == 0xFF;
-#endif
-    for (; i < e; ++i) {
-      mx = std::max(mx, std::fabs(x[i]));
-      finite = finite && std::isfinite(x[i]);
-    }
+    const float mx = block_abs_max(x, b0, e, &finite);
     if (!finite) {  // NaN or inf reaches the output as NaN, as fp32 arithmetic would carry it
       scale[b] = std::numeric_limits<float>::quiet_NaN();
       std::fill(q + b0, q + e, int16_t{0});
@@ -139,7 +147,7 @@ static void quantize_int16_row(const float* x, int n, int16_t* q, float* scale) 
     // In double, so a subnormal block maximum does not overflow the reciprocal; |x| * inv <= 32767.
     const double inv = mx > 0.0f ? 32767.0 / mx : 0.0;
     scale[b] = mx / 32767.0f;
-    i = b0;
+    int i = b0;
 #if defined(__AVX2__)
     const __m256d vinv = _mm256_set1_pd(inv);
     for (; i + 8 <= e; i += 8) {  // rounds to nearest even, as lrint does in the default mode
@@ -262,12 +270,8 @@ constexpr int kA8Offset = 64;
 static void quantize_u7_row(const float* x, int n, uint8_t* u, float* scale) {
   for (int b0 = 0, b = 0; b0 < n; b0 += kI8Block, ++b) {
     const int e = std::min(n, b0 + kI8Block);
-    float mx = 0.0f;
     bool finite = true;
-    for (int i = b0; i < e; ++i) {
-      mx = std::max(mx, std::fabs(x[i]));
-      finite = finite && std::isfinite(x[i]);
-    }
+    const float mx = block_abs_max(x, b0, e, &finite);
     if (!finite) {  // NaN or inf reaches the output as NaN, as fp32 arithmetic would carry it
       scale[b] = std::numeric_limits<float>::quiet_NaN();
       std::fill(u + b0, u + e, static_cast<uint8_t>(kA8Offset));
@@ -276,6 +280,11 @@ static void quantize_u7_row(const float* x, int n, uint8_t* u, float* scale) {
     // |x| * inv <= 63 up to one rounding, which rounds back to 63 at most.
     const float inv = mx > 0.0f ? 63.0f / mx : 0.0f;
     scale[b] = mx / 63.0f;
+    if (std::isinf(inv)) {  // a block maximum below 63 / FLT_MAX (subnormal): the reciprocal in double
+      const double invd = 63.0 / static_cast<double>(mx);
+      for (int j = b0; j < e; ++j) u[j] = static_cast<uint8_t>(static_cast<int>(std::nearbyint(x[j] * invd)) + kA8Offset);
+      continue;
+    }
     int i = b0;
 #if defined(__AVX2__)
     // x * inv in fp32 rounded to nearest even (the default mode), as nearbyint does below.
