@@ -23,7 +23,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("folder")
     ap.add_argument("--phase", choices=["prefill", "decode", "batch"], required=True)
-    ap.add_argument("--dtype", default="float32", help="weights: float32, bfloat16 or int8")
+    ap.add_argument("--dtype", default="float32", help="weights: float32, bfloat16, int8 or w8a8")
     ap.add_argument("--kv", default="float32", help="KV cache: float32 or bfloat16")
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--steps", type=int, default=100)

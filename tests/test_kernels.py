@@ -26,30 +26,28 @@ def _int8(w):
     return np.rint(w / scale[:, None]).astype(np.int64), scale
 
 
-def _int16_blocks(x):
-    """The int8 matrix-vector kernel's activations: 16-bit fixed point, one scale per block."""
+def _round_blocks(x, top, ftype):
+    """Integer activations, one scale per block: q = round-half-even(x * (top / max)), the product
+    taken in `ftype` (the kernels' own precision); scale = max / top."""
     q = np.zeros(x.shape, np.int64)
     scales = []
     for b0 in range(0, x.size, I8_BLOCK):
         blk = x[b0:b0 + I8_BLOCK]
         mx = np.float32(np.abs(blk).max())
-        inv = 32767.0 / np.float64(mx) if mx > 0 else 0.0
-        q[b0:b0 + I8_BLOCK] = np.rint(blk.astype(np.float64) * inv)
-        scales.append(mx / np.float32(32767))
+        inv = ftype(top) / ftype(mx) if mx > 0 else ftype(0)
+        q[b0:b0 + I8_BLOCK] = np.rint((blk.astype(ftype) * inv).astype(ftype))
+        scales.append(mx / np.float32(top))
     return q, np.array(scales, np.float64)
+
+
+def _int16_blocks(x):
+    """The int8 kernel's activations up to 16 rows: 16-bit fixed point, the product in float64."""
+    return _round_blocks(x, 32767, np.float64)
 
 
 def _u7_blocks(x):
-    """w8a8 activations: per block, q = round-half-even(fp32(x * fp32(63 / max))) in [-63, 63]."""
-    q = np.zeros(x.shape, np.int64)
-    scales = []
-    for b0 in range(0, x.size, I8_BLOCK):
-        blk = x[b0:b0 + I8_BLOCK]
-        mx = np.float32(np.abs(blk).max())
-        inv = np.float32(63) / mx if mx > 0 else np.float32(0)
-        q[b0:b0 + I8_BLOCK] = np.rint((blk * inv).astype(np.float32))
-        scales.append(mx / np.float32(63))
-    return q, np.array(scales, np.float64)
+    """w8a8 activations: q in [-63, 63], the product in fp32."""
+    return _round_blocks(x, 63, np.float32)
 
 
 def _reference(x, w, dtype):
@@ -59,20 +57,16 @@ def _reference(x, w, dtype):
     if dtype == "bfloat16":
         return x64 @ _bf16(w).astype(np.float64).T
     wq, scale = _int8(w)
-    if dtype == "w8a8":  # every row count: 7-bit blocks, integer sums per block
-        y = np.zeros((x.shape[0], w.shape[0]))
-        for t in range(x.shape[0]):
-            q, xs = _u7_blocks(x[t])
-            for b, b0 in enumerate(range(0, x.shape[1], I8_BLOCK)):
-                y[t] += xs[b] * (wq[:, b0:b0 + I8_BLOCK] @ q[b0:b0 + I8_BLOCK])
-        return y * scale
-    if x.shape[0] > 16:  # prefill: fp32 arithmetic on the int8-rounded weights
+    if dtype == "int8" and x.shape[0] > 16:  # prefill: fp32 arithmetic on the int8-rounded weights
         return x64 @ (wq * scale[:, None].astype(np.float64)).T
-    y = np.zeros((x.shape[0], w.shape[0]))  # up to 16 rows: each row as 16-bit blocks
+    # int8 up to 16 rows (16-bit blocks) and w8a8 at every row count (7-bit blocks): each row's
+    # products exact in integers per block, then scaled.
+    blocks = _u7_blocks if dtype == "w8a8" else _int16_blocks
+    y = np.zeros((x.shape[0], w.shape[0]))
     for t in range(x.shape[0]):
-        q, xs = _int16_blocks(x[t])
+        q, xs = blocks(x[t])
         for b, b0 in enumerate(range(0, x.shape[1], I8_BLOCK)):
-            y[t] += xs[b] * (wq[:, b0:b0 + I8_BLOCK] @ q[b0:b0 + I8_BLOCK])  # exact in integers
+            y[t] += xs[b] * (wq[:, b0:b0 + I8_BLOCK] @ q[b0:b0 + I8_BLOCK])
     return y * scale
 
 

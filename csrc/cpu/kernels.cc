@@ -134,19 +134,28 @@ static float block_abs_max(const float* x, int b, int e, bool* finite) {
   return mx;
 }
 
-static void quantize_int16_row(const float* x, int n, int16_t* q, float* scale) {
+// Calls round(b0, e, mx) for each block [b0, e) of kI8Block values of x (n values) with the block's
+// largest |x|, storing the scale it returns; a block holding NaN or inf is written as `zero` with a
+// NaN scale, so it reaches the output as NaN, as fp32 arithmetic would carry it.
+template <typename Q, typename F>
+static void round_blocks(const float* x, int n, Q* q, float* scale, Q zero, F&& round) {
   for (int b0 = 0, b = 0; b0 < n; b0 += kI8Block, ++b) {
     const int e = std::min(n, b0 + kI8Block);
     bool finite = true;
     const float mx = block_abs_max(x, b0, e, &finite);
-    if (!finite) {  // NaN or inf reaches the output as NaN, as fp32 arithmetic would carry it
+    if (!finite) {
       scale[b] = std::numeric_limits<float>::quiet_NaN();
-      std::fill(q + b0, q + e, int16_t{0});
+      std::fill(q + b0, q + e, zero);
       continue;
     }
+    scale[b] = round(b0, e, mx);
+  }
+}
+
+static void quantize_int16_row(const float* x, int n, int16_t* q, float* scale) {
+  round_blocks(x, n, q, scale, int16_t{0}, [&](int b0, int e, float mx) {
     // In double, so a subnormal block maximum does not overflow the reciprocal; |x| * inv <= 32767.
     const double inv = mx > 0.0f ? 32767.0 / mx : 0.0;
-    scale[b] = mx / 32767.0f;
     int i = b0;
 #if defined(__AVX2__)
     const __m256d vinv = _mm256_set1_pd(inv);
@@ -158,17 +167,26 @@ static void quantize_int16_row(const float* x, int n, int16_t* q, float* scale) 
     }
 #endif
     for (; i < e; ++i) q[i] = static_cast<int16_t>(std::lrint(x[i] * inv));
-  }
+    return mx / 32767.0f;
+  });
 }
 
-static void quantize_int16(const float* x, int T, int n, Int16Rows& v) {
-  v.ld = aligned_stride(n);
+// Rounds T rows of n values into v (int16 or u8 blocks) with round_row, rows ld values apart;
+// prompts spread the rows over the threads.
+template <typename Rows, typename RoundRow>
+static void quantize_rows(const float* x, int T, int n, int ld, Rows& v, RoundRow round_row) {
+  v.ld = ld;
   v.blocks = (n + kI8Block - 1) / kI8Block;
   grow(v.q, static_cast<size_t>(T) * v.ld);
   grow(v.scale, static_cast<size_t>(T) * v.blocks);
-  for (int t = 0; t < T; ++t)
-    quantize_int16_row(x + static_cast<size_t>(t) * n, n, v.q.data() + static_cast<size_t>(t) * v.ld,
-                       v.scale.data() + static_cast<size_t>(t) * v.blocks);
+  for_each_index(T, T >= 32, [&](int64_t t) {
+    round_row(x + static_cast<size_t>(t) * n, n, v.q.data() + static_cast<size_t>(t) * v.ld,
+              v.scale.data() + static_cast<size_t>(t) * v.blocks);
+  });
+}
+
+static void quantize_int16(const float* x, int T, int n, Int16Rows& v) {
+  quantize_rows(x, T, n, aligned_stride(n), v, quantize_int16_row);
 }
 
 // acc[r][t] = (int8 row w[r]) . (activation row t), unscaled by the weight scale: exact int32 sums
@@ -258,7 +276,7 @@ static void i8_group(const Int16Rows& xr, int T, const Linear& L, int g, float* 
 // q in [-63, 63] (scale = block max |x| / 63) and stored as u = q + 64 in [1, 127]. Seven bits, not
 // eight, because AVX2 without VNNI multiplies bytes with pmaddubsw, which adds each pair of u8 x s8
 // products into a saturating int16: 2 * 127 * 127 fits, 2 * 255 * 127 does not. Products are then
-// exact in int32, 32 per instruction pair (twice the int16 kernel's rate), at the cost of rounding
+// exact in int32, 32 per instruction pair (pmaddwd on int16 sums 16), at the cost of rounding
 // each activation to 1/126 of its block's largest value.
 struct Int8Rows {
   std::vector<uint8_t, AlignedAllocator<uint8_t>> q;
@@ -268,22 +286,13 @@ struct Int8Rows {
 constexpr int kA8Offset = 64;
 
 static void quantize_u7_row(const float* x, int n, uint8_t* u, float* scale) {
-  for (int b0 = 0, b = 0; b0 < n; b0 += kI8Block, ++b) {
-    const int e = std::min(n, b0 + kI8Block);
-    bool finite = true;
-    const float mx = block_abs_max(x, b0, e, &finite);
-    if (!finite) {  // NaN or inf reaches the output as NaN, as fp32 arithmetic would carry it
-      scale[b] = std::numeric_limits<float>::quiet_NaN();
-      std::fill(u + b0, u + e, static_cast<uint8_t>(kA8Offset));
-      continue;
-    }
+  round_blocks(x, n, u, scale, static_cast<uint8_t>(kA8Offset), [&](int b0, int e, float mx) {
     // |x| * inv <= 63 up to one rounding, which rounds back to 63 at most.
     const float inv = mx > 0.0f ? 63.0f / mx : 0.0f;
-    scale[b] = mx / 63.0f;
     if (std::isinf(inv)) {  // a block maximum below 63 / FLT_MAX (subnormal): the reciprocal in double
       const double invd = 63.0 / static_cast<double>(mx);
       for (int j = b0; j < e; ++j) u[j] = static_cast<uint8_t>(static_cast<int>(std::nearbyint(x[j] * invd)) + kA8Offset);
-      continue;
+      return mx / 63.0f;
     }
     int i = b0;
 #if defined(__AVX2__)
@@ -299,18 +308,12 @@ static void quantize_u7_row(const float* x, int n, uint8_t* u, float* scale) {
     }
 #endif
     for (; i < e; ++i) u[i] = static_cast<uint8_t>(static_cast<int>(std::nearbyint(x[i] * inv)) + kA8Offset);
-  }
+    return mx / 63.0f;
+  });
 }
 
 static void quantize_u7(const float* x, int T, int n, Int8Rows& v) {
-  v.ld = (n + 31) / 32 * 32;
-  v.blocks = (n + kI8Block - 1) / kI8Block;
-  grow(v.q, static_cast<size_t>(T) * v.ld);
-  grow(v.scale, static_cast<size_t>(T) * v.blocks);
-  for_each_index(T, T >= 32, [&](int64_t t) {
-    quantize_u7_row(x + static_cast<size_t>(t) * n, n, v.q.data() + static_cast<size_t>(t) * v.ld,
-                    v.scale.data() + static_cast<size_t>(t) * v.blocks);
-  });
+  quantize_rows(x, T, n, (n + 31) / 32 * 32, v, quantize_u7_row);
 }
 
 // The part of block b that the vector loop covers: whole steps of 32 values.

@@ -582,8 +582,8 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
     the linear layers and the output head are kept and read in: "float32" (exact), "bfloat16"
     (half the bytes per decode step), "int8" (weight-only, one scale per output channel; a
     quarter of the bytes), or "w8a8" (the int8 weights, and each linear layer's input rounded to
-    7-bit integers, a scale per 256 values, error at most 1/126 of the block's largest value: about
-    twice the int8 arithmetic rate for prompts, at a measured cost in accuracy; see
+    7-bit integers, a scale per 256 values, error at most 1/126 of the block's largest value:
+    faster prompts at a measured cost in accuracy; see benchmarks/bench_speed.py and
     benchmarks/bench_accuracy.py). Activations, norms, attention and accumulation stay fp32, except
     that int8 steps of up to 16 tokens (decoding, batches, beams) round each layer's input to 16-bit
     fixed point (a scale per 256 values; error at most 1/65534 of the block's largest value) to

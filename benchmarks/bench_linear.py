@@ -1,0 +1,65 @@
+"""One linear layer through the engine's kernels: multiply-adds per second for each weight dtype.
+
+    python benchmarks/bench_linear.py [--rows 4096] [--shapes 768x2304 3072x768] [--json out.json]
+
+The rate of the matrix products alone, the part of a prompt that each dtype's kernel decides
+(fp32: the oneDNN matmul; bf16 and int8: that matmul on weights widened per call; w8a8: the
+byte-product kernel). The test binding converts the fp32 weights on every call, so the time of a
+one-row call (conversion plus a negligible product) is subtracted. Rounds are interleaved across
+dtypes and each keeps its best, as this shared host's speed drifts.
+"""
+import argparse
+import json
+import time
+
+import numpy as np
+
+from decodelab._native import _core
+
+DTYPES = ["float32", "bfloat16", "int8", "w8a8"]
+
+
+def best_time(x, w, dtype, rounds):
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.perf_counter()
+        _core.linear(x, w, dtype)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=4096)
+    ap.add_argument("--shapes", nargs="+", default=["768x2304", "3072x768"], help="IN x OUT of the layer")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--json", default="bench_linear.json")
+    a = ap.parse_args()
+    rng = np.random.default_rng(0)
+    rows = []
+    for shape in a.shapes:
+        n_in, n_out = (int(v) for v in shape.split("x"))
+        x = rng.standard_normal((a.rows, n_in)).astype(np.float32)
+        w = (0.05 * rng.standard_normal((n_out, n_in))).astype(np.float32)
+        full = {d: float("inf") for d in DTYPES}
+        convert = {d: float("inf") for d in DTYPES}
+        for _ in range(a.rounds):
+            for d in DTYPES:
+                full[d] = min(full[d], best_time(x, w, d, 1))
+                convert[d] = min(convert[d], best_time(x[:1], w, d, 1))
+        for d in DTYPES:
+            t = full[d] - convert[d]
+            rows.append({"rows": a.rows, "in": n_in, "out": n_out, "dtype": d, "seconds": t,
+                         "gmac_s": a.rows * n_in * n_out / t / 1e9})
+    print(f"{'rows':>6} {'in':>6} {'out':>6} {'dtype':>9} {'GMAC/s':>8} {'vs fp32':>8}")
+    for r in rows:
+        f32 = next(q for q in rows if q["in"] == r["in"] and q["out"] == r["out"] and q["dtype"] == "float32")
+        print(f"{r['rows']:6d} {r['in']:6d} {r['out']:6d} {r['dtype']:>9} {r['gmac_s']:8.1f} "
+              f"{r['gmac_s'] / f32['gmac_s']:7.2f}x")
+    with open(a.json, "w") as f:
+        json.dump({"argv": vars(a), "rows": rows}, f, indent=1)
+    print(f"wrote {a.json}")
+
+
+if __name__ == "__main__":
+    main()
