@@ -24,12 +24,6 @@ using Vec = Eigen::Map<Eigen::VectorXf>;
 
 float dot(const float* a, const float* b, int n) { return ConstVec(a, n).dot(ConstVec(b, n)); }
 
-// y[o] = W[o] . x for fp32 W (out, in), rows [4g, 4g + 4): each thread owns a range of output rows,
-// reading its weight rows once, contiguously.
-void f32_row_group(const float* x, const Linear& L, int g, float* y) {
-  for (int o = 4 * g; o < std::min(L.out, 4 * g + 4); ++o) y[o] = dot(L.w + static_cast<size_t>(o) * L.in, x, L.in);
-}
-
 }  // namespace
 
 #if defined(__AVX2__)
@@ -46,6 +40,31 @@ static inline __m256 load8_bf16(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
 }
 #endif
+
+// y[o] = W[o] . x for fp32 W (out, in), rows [4g, 4g + 4): each thread owns a range of output rows
+// and reads them once, as one contiguous stream. Four rows share each load of x. Unlike the bf16 and
+// int8 kernels this one asks for no software prefetch: at one FMA per 32 weight bytes the hardware
+// prefetcher keeps up, and prefetching the next group measured 10-15 % slower (while the 16-bit and
+// 8-bit kernels, with more work per byte, lose 15-45 % without it).
+static void f32_row_group(const float* x, const Linear& L, int g, float* y) {
+  const int o0 = 4 * g, nr = std::min(4, L.out - o0);
+  const float* w[4];
+  for (int r = 0; r < 4; ++r) w[r] = L.w + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 a[4];
+  for (int r = 0; r < 4; ++r) a[r] = _mm256_setzero_ps();
+  for (; i + 8 <= L.in; i += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + i);
+    for (int r = 0; r < 4; ++r) a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(w[r] + i), xv, a[r]);
+  }
+  for (int r = 0; r < 4; ++r) acc[r] = hsum256(a[r]);
+#endif
+  for (int r = 0; r < 4; ++r)
+    for (int j = i; j < L.in; ++j) acc[r] += w[r][j] * x[j];
+  for (int r = 0; r < nr; ++r) y[o0 + r] = acc[r];
+}
 
 // y (out) = W x for bf16 W (out, in). A bf16 value is the top half of an fp32 one, so 16 weights
 // loaded as 32-bit lanes give the odd-indexed ones by masking off the low halves and the
