@@ -72,7 +72,8 @@ def _reference(x, w, dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "w8a8"])
 @pytest.mark.parametrize("T", [1, 2, 3, 4, 7, 16, 17, 33])
-@pytest.mark.parametrize("n_in,n_out", [(7, 5), (16, 4), (64, 37), (255, 9), (256, 8), (300, 13), (777, 6)])
+@pytest.mark.parametrize("n_in,n_out", [(7, 5), (16, 4), (64, 37), (255, 9), (256, 8), (300, 13), (777, 6),
+                                        (300, 1001)])  # enough work for the threaded split
 def test_linear_matches_its_arithmetic(dtype, T, n_in, n_out):
     rng = np.random.default_rng(n_in * 1000 + n_out * 10 + T)
     x = rng.standard_normal((T, n_in)).astype(np.float32)

@@ -5,9 +5,11 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -688,6 +690,65 @@ double read_bandwidth(size_t nbytes, int n_threads, int repeats) {
 
 namespace {
 // Which kernel a layer runs for T rows.
+// Group indices [0, n) split over a team for one pass: each thread owns an equal contiguous range
+// and takes it from the front, kStep groups at a time; a thread whose range runs out takes steps
+// from the back of the fullest other range. Every thread reads its own rows as one stream, as with
+// a static split, but a thread slowed by a neighbour on the shared host no longer leaves the other
+// waiting at the barrier. Which thread computes a group never changes its result.
+class GroupRanges {
+ public:
+  static constexpr int kStep = 4;
+  void reset(int n, int n_threads) {
+    if (n_threads > cap_) {
+      slots_.reset(new Slot[n_threads]);
+      cap_ = n_threads;
+    }
+    count_ = n_threads;
+    for (int t = 0; t < n_threads; ++t)
+      slots_[t].v.store(pack(static_cast<int64_t>(n) * t / n_threads, static_cast<int64_t>(n) * (t + 1) / n_threads),
+                        std::memory_order_relaxed);
+  }
+  // The next groups [b, e) for thread `me`; false once every range is empty.
+  bool next(int me, int& b, int& e) {
+    if (me < count_ && take(slots_[me], true, b, e)) return true;
+    for (;;) {
+      int victim = -1;
+      uint32_t most = 0;
+      for (int t = 0; t < count_; ++t) {
+        const uint64_t v = slots_[t].v.load(std::memory_order_relaxed);
+        const uint32_t left = hi(v) > lo(v) ? hi(v) - lo(v) : 0;
+        if (left > most) most = left, victim = t;
+      }
+      if (victim < 0) return false;
+      if (take(slots_[victim], false, b, e)) return true;
+    }
+  }
+
+ private:
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> v{0};
+  };
+  static uint64_t pack(int64_t b, int64_t e) { return static_cast<uint64_t>(b) << 32 | static_cast<uint32_t>(e); }
+  static uint32_t lo(uint64_t v) { return static_cast<uint32_t>(v >> 32); }
+  static uint32_t hi(uint64_t v) { return static_cast<uint32_t>(v); }
+  static bool take(Slot& s, bool front, int& b, int& e) {
+    uint64_t v = s.v.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint32_t l = lo(v), h = hi(v);
+      if (l >= h) return false;
+      const uint32_t step = std::min<uint32_t>(kStep, h - l);
+      const uint64_t nv = front ? pack(l + step, h) : pack(l, h - step);
+      if (s.v.compare_exchange_weak(v, nv, std::memory_order_relaxed)) {
+        b = static_cast<int>(front ? l : h - step);
+        e = static_cast<int>(front ? l + step : h);
+        return true;
+      }
+    }
+  }
+  std::unique_ptr<Slot[]> slots_;
+  int cap_ = 0, count_ = 0;
+};
+
 enum class Path { F32Row, Bf16Row, I8Rows, A8Rows, SmallRows, Gemm };
 
 Path path_of(const Linear& L, int T) {
@@ -757,13 +818,25 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
   // Below this many weights one thread is faster than waking the others (a few microseconds per
   // parallel region): small models decode serially, without entering OpenMP.
   if (work >= (1 << 16)) {
+    // One pass over the groups (a decode step, a small batch) balances the threads as it goes; a
+    // prompt's chunks keep the static split, so each thread's weights stay its own across chunks.
+    thread_local GroupRanges ranges;  // the calling thread's; the team reads it through a reference
+    const bool one_pass = chunk >= T;
+    if (one_pass) ranges.reset(first[n], omp_get_max_threads());
+    GroupRanges& shared_ranges = ranges;
 #pragma omp parallel
     {
       if (widen_rows) grow(scratch, static_cast<size_t>(4) * layers[0]->in);
-      for (int c0 = 0; c0 < T; c0 += chunk) {
-        // No barrier between chunks: a thread's groups are the same in each, and so are its rows.
+      if (one_pass) {
+        int b, e;
+        while (shared_ranges.next(omp_get_thread_num(), b, e))
+          for (int G = b; G < e; ++G) run_group(G, scratch.data(), 0);
+      } else {
+        for (int c0 = 0; c0 < T; c0 += chunk) {
+          // No barrier between chunks: a thread's groups are the same in each, and so are its rows.
 #pragma omp for schedule(static) nowait
-        for (int G = 0; G < first[n]; ++G) run_group(G, scratch.data(), c0);
+          for (int G = 0; G < first[n]; ++G) run_group(G, scratch.data(), c0);
+        }
       }
     }
   } else {
