@@ -46,8 +46,8 @@ static inline __m256 load8_bf16(const uint16_t* p) {
 // y[o] = W[o] . x for fp32 W (out, in), rows [4g, 4g + 4): each thread owns a range of output rows
 // and reads them once, as one contiguous stream. Four rows share each load of x. Unlike the bf16 and
 // int8 kernels this one asks for no software prefetch: at one FMA per 32 weight bytes the hardware
-// prefetcher keeps up, and prefetching the next group measured 10-15 % slower (while the 16-bit and
-// 8-bit kernels, with more work per byte, lose 15-45 % without it).
+// prefetcher keeps up, and prefetching the next group measured 8-18 % slower (while the bf16, int8
+// and w8a8 kernels, with more work per byte, decode 10-46 % slower without it).
 static void f32_row_group(const float* x, const Linear& L, int g, float* y) {
   const int o0 = 4 * g, nr = std::min(4, L.out - o0);
   const float* w[4];
