@@ -816,8 +816,10 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
   };
   thread_local FloatBuffer scratch;  // each thread's own (bf16 rows widened for the tiles)
   // Below this many weights one thread is faster than waking the others (a few microseconds per
-  // parallel region): small models decode serially, without entering OpenMP.
-  if (work >= (1 << 16)) {
+  // parallel region): small models decode serially, without entering OpenMP. A prompt in several
+  // chunks counts all its rows, so a small model's prompt still spreads over the threads.
+  const int n_chunks = (T + chunk - 1) / chunk;
+  if (work * (n_chunks > 1 ? T : 1) >= (1 << 16)) {
     // One pass over the groups (a decode step, a small batch) balances the threads as it goes; a
     // prompt's chunks keep the static split, so each thread's weights stay its own across chunks.
     thread_local GroupRanges ranges;  // the calling thread's; the team reads it through a reference
