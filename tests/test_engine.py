@@ -74,6 +74,19 @@ def test_thread_count_does_not_change_tokens(checkpoint):
     assert b.threads == 1
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "w8a8"])
+def test_decode_steps_are_bit_identical_on_any_thread_count(checkpoint, dtype):
+    """Token-at-a-time steps run the row kernels, whose output groups are shared among the threads
+    as they go (the 50,257-row head here is large enough to be split): which thread computes a
+    group must not change a bit of the logits."""
+    path = checkpoint("gpt2-tiny")
+    a = decodelab.load(path, dtype=dtype, threads=1)
+    b = decodelab.load(path, dtype=dtype, threads=2)
+    ca, cb = a.new_cache(), b.new_cache()
+    for tok in [100, 7, 2048, 50000, 3]:
+        np.testing.assert_array_equal(a.decode(tok, ca), b.decode(tok, cb))
+
+
 def test_cache_views_are_read_only_and_shaped(checkpoint):
     m = decodelab.load(checkpoint("llama-tiny"))
     cache = m.new_cache(capacity=16)
