@@ -43,15 +43,23 @@ static inline __m256 load8_bf16(const uint16_t* p) {
 }
 #endif
 
+// The 4 weight rows of group g (rows [4g, 4g + 4) of `base`): a short last group repeats its last
+// row, so the kernels always run 4. Returns how many rows are real.
+template <typename E>
+static int group_rows(const E* base, const Linear& L, int g, const E* w[4]) {
+  const int o0 = 4 * g, nr = std::min(4, L.out - o0);
+  for (int r = 0; r < 4; ++r) w[r] = base + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
+  return nr;
+}
+
 // y[o] = W[o] . x for fp32 W (out, in), rows [4g, 4g + 4): each thread owns a range of output rows
 // and reads them once, as one contiguous stream. Four rows share each load of x. Unlike the bf16 and
 // int8 kernels this one asks for no software prefetch: at one FMA per 32 weight bytes the hardware
 // prefetcher keeps up, and prefetching the next group measured 8-18 % slower (while the bf16, int8
 // and w8a8 kernels, with more work per byte, decode 10-46 % slower without it).
 static void f32_row_group(const float* x, const Linear& L, int g, float* y) {
-  const int o0 = 4 * g, nr = std::min(4, L.out - o0);
   const float* w[4];
-  for (int r = 0; r < 4; ++r) w[r] = L.w + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
+  const int o0 = 4 * g, nr = group_rows(L.w, L, g, w);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int i = 0;
 #if defined(__AVX2__) && defined(__FMA__)
@@ -86,9 +94,8 @@ static void split_even_odd(const float* x, int n, FloatBuffer& xd) {
 static void bf16_row_group(const float* x, const float* xd, const Linear& L, int g, float* y) {
   const int n16 = L.in / 16 * 16;
   const int lines = static_cast<int>((8 * static_cast<size_t>(L.in) + 63) / 64);
-  const int o0 = 4 * g, nr = std::min(4, L.out - o0);
   const uint16_t* w[4];
-  for (int r = 0; r < 4; ++r) w[r] = L.w_bf16 + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
+  const int o0 = 4 * g, nr = group_rows(L.w_bf16, L, g, w);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int i = 0;
 #if defined(__AVX2__) && defined(__FMA__)
@@ -275,9 +282,8 @@ static void dot_i8_4xN(const int8_t* const* w, const Int16Rows& xv, int t0, int 
 // ones on AVX2, and no row is widened to fp32 first.
 static void i8_group(const Int16Rows& xr, int T, const Linear& L, int g, float* y) {
   const int lines = static_cast<int>((4 * static_cast<size_t>(L.in) + 63) / 64);
-  const int o0 = 4 * g, nr = std::min(4, L.out - o0);
   const int8_t* w[4];
-  for (int r = 0; r < 4; ++r) w[r] = L.w_i8 + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
+  const int o0 = 4 * g, nr = group_rows(L.w_i8, L, g, w);
   const char* next = reinterpret_cast<const char*>(L.w_i8 + static_cast<size_t>(o0 + 4) * L.in);
   const int next_lines = o0 + 8 <= L.out ? lines : 0;
   for (int t0 = 0; t0 < T; t0 += 3) {
@@ -818,12 +824,11 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
   // Below this many weights one thread is faster than waking the others (a few microseconds per
   // parallel region): small models decode serially, without entering OpenMP. A prompt in several
   // chunks counts all its rows, so a small model's prompt still spreads over the threads.
-  const int n_chunks = (T + chunk - 1) / chunk;
-  if (work * (n_chunks > 1 ? T : 1) >= (1 << 16)) {
+  const bool one_pass = chunk >= T;
+  if (work * (one_pass ? 1 : T) >= (1 << 16)) {
     // One pass over the groups (a decode step, a small batch) balances the threads as it goes; a
     // prompt's chunks keep the static split, so each thread's weights stay its own across chunks.
     thread_local GroupRanges ranges;  // the calling thread's; the team reads it through a reference
-    const bool one_pass = chunk >= T;
     if (one_pass) ranges.reset(first[n], omp_get_max_threads());
     GroupRanges& shared_ranges = ranges;
 #pragma omp parallel
