@@ -343,150 +343,111 @@ static void quantize_u7(const float* x, int T, int n, Int8Rows& v) {
   quantize_rows(x, T, n, (n + 31) / 32 * 32, v, quantize_u7_row);
 }
 
-// The part of block b that the vector loop covers: whole steps of 32 values.
-inline int a8_vector_end(int in, int b) {
-  const int b0 = b * kI8Block, e = std::min(in, b0 + kI8Block);
-  return b0 + (e - b0) / 32 * 32;
-}
+// w8a8 weights are stored in panels of kA8Panel output rows, laid out for the products below: per
+// group of 4 inputs ("quad"), the 4 bytes of each of the panel's 16 rows, 64 bytes in all. One
+// 32-byte load then holds a quad of 8 output rows, and one activation quad broadcast to every lane
+// multiplies all 8 (pmaddubsw, then pmaddwd against ones): each lane accumulates one output, so a
+// result needs no horizontal sum, and a panel is one contiguous stream. Inputs are padded with
+// zero weights to whole quads and rows to whole panels.
+constexpr int kA8Panel = 16;
+constexpr int kA8BlockQuads = kI8Block / 4;
+inline int a8_quads(int in) { return (in + 3) / 4; }
+inline int a8_panels(int out) { return (out + kA8Panel - 1) / kA8Panel; }
 
-// wsums[o * blocks + b] = sum of int8 row o over the vector part of block b: the offset 64 adds
-// 64 * that to every block's integer sum, which the kernel takes back out.
-static void a8_weight_sums(const Linear& L, std::vector<int32_t>& wsums) {
-  const int blocks = (L.in + kI8Block - 1) / kI8Block;
-  wsums.assign(static_cast<size_t>(L.out) * blocks, 0);
-  for (int o = 0; o < L.out; ++o)
-    for (int b = 0; b < blocks; ++b) {
-      int32_t s = 0;
-      for (int i = b * kI8Block; i < a8_vector_end(L.in, b); ++i) s += L.w_i8[static_cast<size_t>(o) * L.in + i];
-      wsums[static_cast<size_t>(o) * blocks + b] = s;
+// Packs row-major int8 (out, in) into panels, and fills start[(p * blocks + b) * 16 + r] with
+// -64 x the sum of row 16p + r over block b: the activations' offset of 64 adds 64 x that to each
+// block's integer sum, so the sum starts there instead of at zero.
+static void a8_pack(const int8_t* w, int out, int in, std::vector<int8_t>& packed, std::vector<int32_t>& start) {
+  const int quads = a8_quads(in), blocks = (in + kI8Block - 1) / kI8Block, panels = a8_panels(out);
+  packed.assign(static_cast<size_t>(panels) * kA8Panel * quads * 4, 0);
+  start.assign(static_cast<size_t>(panels) * blocks * kA8Panel, 0);
+  for (int o = 0; o < out; ++o) {
+    const int p = o / kA8Panel, r = o % kA8Panel;
+    int8_t* dst = packed.data() + static_cast<size_t>(p) * kA8Panel * quads * 4 + r * 4;
+    for (int i = 0; i < in; ++i) {
+      const int8_t v = w[static_cast<size_t>(o) * in + i];
+      dst[static_cast<size_t>(i / 4) * kA8Panel * 4 + i % 4] = v;
+      start[(static_cast<size_t>(p) * blocks + i / kI8Block) * kA8Panel + r] -= kA8Offset * v;
     }
+  }
 }
 
-// acc[r][t] = (int8 row w[r]) . (activation row t), unscaled by the weight scale, for 8-bit
-// activations: per block, u8 x s8 products summed exactly in int32 (pmaddubsw, then pmaddwd
-// against ones), the offset taken back out exactly (each accumulator starts at -64 x the block's
-// weight sum in one lane), then fp32 across blocks; a block's last in % 32 values in scalar code
-// with the same integers. Every row count runs this one routine, so a row's result does not depend
-// on how many rows share the call.
+// f[t][r] += (block b's integer sum of panel row r . activation row t) * the row's block scale, for
+// NT activation rows t0 .. t0 + NT. The integer sum is exact (at most 256 x 127 x 127 in size), so
+// every tile shape gives it the same value, and the fp32 sum over blocks runs in block order: a
+// row's result does not depend on how many rows share the call, prompts included.
 template <int NT>
-static void dot_a8_4xN(const int8_t* const* w, const int32_t* const* ws, const Int8Rows& xv, int t0, int in,
-                       const char* next, int lines, float acc[4][3]) {
-  const uint8_t* xq = xv.q.data() + static_cast<size_t>(t0) * xv.ld;
-  const float* xs = xv.scale.data() + static_cast<size_t>(t0) * xv.blocks;
-  for (int r = 0; r < 4; ++r)
-    for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
-  int next_line = 0;
+static void a8_block(const int8_t* panel, const int32_t* start, const Int8Rows& xr, int t0, int q0, int q1, int b,
+                     float (*f)[kA8Panel]) {
 #if defined(__AVX2__) && defined(__FMA__)
   const __m256i ones = _mm256_set1_epi16(1);
-  // The fp32 sums across blocks live in memory: in registers they would push the integer
-  // accumulators of the inner loop out to the stack.
-  alignas(32) float f[4][NT][8] = {};
-#endif
-  for (int b = 0; b < xv.blocks; ++b) {
-    const int b0 = b * kI8Block, e = std::min(in, b0 + kI8Block), ve = a8_vector_end(in, b);
-#if defined(__AVX2__) && defined(__FMA__)
-    if (ve > b0) {
-      __m256i a[4][NT];
-      for (int r = 0; r < 4; ++r) {
-        const __m256i start = _mm256_setr_epi32(-kA8Offset * ws[r][b], 0, 0, 0, 0, 0, 0, 0);
-        for (int t = 0; t < NT; ++t) a[r][t] = start;
-      }
-      for (int i = b0; i < ve; i += 32) {
-        // Two lines per step: 4 rows of `in` int8 values are 4 * in / 64 lines, over in / 32 steps.
-        for (int k = 0; k < 2 && next_line < lines; ++k) _mm_prefetch(next + 64 * next_line++, _MM_HINT_T0);
-        __m256i xi[NT];
-        for (int t = 0; t < NT; ++t)
-          xi[t] = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq + static_cast<size_t>(t) * xv.ld + i));
-        if constexpr (NT == 2) {
-          // Written out: left to itself GCC computes all eight products before the first add and
-          // spills accumulators to the stack. Here 8 accumulators, 2 activations, the weight row,
-          // the ones and one product take 13 of the 16 registers.
-          __m256i wv, p;
-#define DECODELAB_A8_ROW(R)                                                            \
-  "vmovdqu %[w" #R "], %[wv]\n\t"                                                     \
-  "vpmaddubsw %[wv], %[x0], %[p]\n\t"                                                 \
-  "vpmaddwd %[ones], %[p], %[p]\n\t"                                                  \
-  "vpaddd %[p], %[a" #R "0], %[a" #R "0]\n\t"                                          \
-  "vpmaddubsw %[wv], %[x1], %[p]\n\t"                                                 \
-  "vpmaddwd %[ones], %[p], %[p]\n\t"                                                  \
-  "vpaddd %[p], %[a" #R "1], %[a" #R "1]\n\t"
-          __asm__(DECODELAB_A8_ROW(0) DECODELAB_A8_ROW(1) DECODELAB_A8_ROW(2) DECODELAB_A8_ROW(3)
-                  : [a00] "+x"(a[0][0]), [a01] "+x"(a[0][1]), [a10] "+x"(a[1][0]), [a11] "+x"(a[1][1]),
-                    [a20] "+x"(a[2][0]), [a21] "+x"(a[2][1]), [a30] "+x"(a[3][0]), [a31] "+x"(a[3][1]),
-                    [wv] "=&x"(wv), [p] "=&x"(p)
-                  : [x0] "x"(xi[0]), [x1] "x"(xi[1]), [ones] "x"(ones),
-                    [w0] "m"(*reinterpret_cast<const __m256i*>(w[0] + i)),
-                    [w1] "m"(*reinterpret_cast<const __m256i*>(w[1] + i)),
-                    [w2] "m"(*reinterpret_cast<const __m256i*>(w[2] + i)),
-                    [w3] "m"(*reinterpret_cast<const __m256i*>(w[3] + i)));
-#undef DECODELAB_A8_ROW
-        } else {
-          for (int r = 0; r < 4; ++r) {
-            const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r] + i));
-            for (int t = 0; t < NT; ++t)
-              a[r][t] = _mm256_add_epi32(a[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(xi[t], wv), ones));
-          }
-        }
-      }
-      for (int t = 0; t < NT; ++t) {
-        const __m256 sb = _mm256_set1_ps(xs[static_cast<size_t>(t) * xv.blocks + b]);
-        for (int r = 0; r < 4; ++r)
-          _mm256_store_ps(f[r][t], _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[r][t]), sb, _mm256_load_ps(f[r][t])));
-      }
-    }
-    const int scalar_from = ve;
-#else
-    (void)ve;
-    (void)ws;
-    (void)next_line;
-    const int scalar_from = b0;
-#endif
-    if (scalar_from < e)
-      for (int r = 0; r < 4; ++r)
-        for (int t = 0; t < NT; ++t) {
-          const uint8_t* q = xq + static_cast<size_t>(t) * xv.ld;
-          int32_t s = 0;
-          for (int j = scalar_from; j < e; ++j) s += static_cast<int32_t>(w[r][j]) * (q[j] - kA8Offset);
-          acc[r][t] += static_cast<float>(s) * xs[static_cast<size_t>(t) * xv.blocks + b];
-        }
+  const __m256i s0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(start));
+  const __m256i s1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(start + 8));
+  __m256i a0[NT], a1[NT];
+  const uint8_t* x[NT];
+  for (int t = 0; t < NT; ++t) {
+    a0[t] = s0, a1[t] = s1;
+    x[t] = xr.q.data() + static_cast<size_t>(t0 + t) * xr.ld;
   }
-#if defined(__AVX2__) && defined(__FMA__)
-  for (int r = 0; r < 4; ++r)
-    for (int t = 0; t < NT; ++t) acc[r][t] += hsum256(_mm256_load_ps(f[r][t]));
+  for (int q = q0; q < q1; ++q) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * static_cast<size_t>(q)));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * static_cast<size_t>(q) + 32));
+    for (int t = 0; t < NT; ++t) {
+      int32_t quad;
+      std::memcpy(&quad, x[t] + 4 * q, 4);
+      const __m256i xb = _mm256_set1_epi32(quad);
+      a0[t] = _mm256_add_epi32(a0[t], _mm256_madd_epi16(_mm256_maddubs_epi16(xb, w0), ones));
+      a1[t] = _mm256_add_epi32(a1[t], _mm256_madd_epi16(_mm256_maddubs_epi16(xb, w1), ones));
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    const __m256 sb = _mm256_set1_ps(xr.scale[static_cast<size_t>(t0 + t) * xr.blocks + b]);
+    _mm256_storeu_ps(f[t], _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0[t]), sb, _mm256_loadu_ps(f[t])));
+    _mm256_storeu_ps(f[t] + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1[t]), sb, _mm256_loadu_ps(f[t] + 8)));
+  }
 #else
-  (void)next;
-  (void)lines;
+  for (int t = 0; t < NT; ++t) {
+    const uint8_t* x = xr.q.data() + static_cast<size_t>(t0 + t) * xr.ld;
+    const float sb = xr.scale[static_cast<size_t>(t0 + t) * xr.blocks + b];
+    for (int r = 0; r < kA8Panel; ++r) {
+      int32_t s = start[r];
+      for (int q = q0; q < q1; ++q)
+        for (int j = 0; j < 4; ++j) s += static_cast<int32_t>(panel[64 * static_cast<size_t>(q) + 4 * r + j]) * x[4 * q + j];
+      f[t][r] = std::fma(static_cast<float>(s), sb, f[t][r]);
+    }
+  }
 #endif
 }
 
-// y (rows [t_lo, t_hi), out) = scale * (x W^T) + b for int8 W and 8-bit activations, weight rows
-// [4g, 4g + 4), in tiles of 3 rows; the next group's weights prefetched during the first tile.
-static void a8_group(const Int8Rows& xr, int t_lo, int t_hi, const Linear& L, int g, float* y) {
-  const int lines = static_cast<int>((4 * static_cast<size_t>(L.in) + 63) / 64);
-  const int o0 = 4 * g, nr = std::min(4, L.out - o0);
-  const int8_t* w[4];
-  const int32_t* ws[4];
-  for (int r = 0; r < 4; ++r) {
-    const int o = o0 + std::min(r, nr - 1);
-    w[r] = L.w_i8 + static_cast<size_t>(o) * L.in;
-    ws[r] = L.wsums + static_cast<size_t>(o) * xr.blocks;
-  }
-  const char* next = reinterpret_cast<const char*>(L.w_i8 + static_cast<size_t>(o0 + 4) * L.in);
-  const int next_lines = o0 + 8 <= L.out ? lines : 0;
-  for (int t0 = t_lo; t0 < t_hi; t0 += 2) {
-    float acc[4][3];
-    const int nt = std::min(2, t_hi - t0), pf = t0 == t_lo ? next_lines : 0;
-    switch (nt) {
-      case 2: dot_a8_4xN<2>(w, ws, xr, t0, L.in, next, pf, acc); break;
-      default: dot_a8_4xN<1>(w, ws, xr, t0, L.in, next, pf, acc); break;
-    }
-    for (int t = 0; t < nt; ++t)
-      for (int r = 0; r < nr; ++r) {
-        float v = acc[r][t] * L.scales[o0 + r];
-        if (L.b) v += L.b[o0 + r];
-        y[static_cast<size_t>(t0 + t) * L.out + o0 + r] = v;
+// y (rows [t_lo, t_hi), out) = scale * (x W^T) + b for panel p of an int8 layer with 8-bit
+// activations. Block by block, so a block of the panel (4 KiB) and of the rows stays in L1 while
+// tiles of 4 rows pass over it; at most kA8Rows rows per call.
+constexpr int kA8Rows = 48;
+static void a8_panel(const Int8Rows& xr, int t_lo, int t_hi, const Linear& L, int p, float* y) {
+  const int quads = a8_quads(L.in);
+  const int8_t* panel = L.w_i8 + static_cast<size_t>(p) * kA8Panel * quads * 4;
+  alignas(32) float f[kA8Rows][kA8Panel];
+  const int T = t_hi - t_lo;
+  for (int t = 0; t < T; ++t) std::fill(f[t], f[t] + kA8Panel, 0.0f);
+  for (int b = 0; b < xr.blocks; ++b) {
+    const int q0 = b * kA8BlockQuads, q1 = std::min(quads, q0 + kA8BlockQuads);
+    const int32_t* start = L.wsums + (static_cast<size_t>(p) * xr.blocks + b) * kA8Panel;
+    for (int t = 0; t < T; t += 4) {
+      switch (std::min(4, T - t)) {
+        case 4: a8_block<4>(panel, start, xr, t_lo + t, q0, q1, b, f + t); break;
+        case 3: a8_block<3>(panel, start, xr, t_lo + t, q0, q1, b, f + t); break;
+        case 2: a8_block<2>(panel, start, xr, t_lo + t, q0, q1, b, f + t); break;
+        default: a8_block<1>(panel, start, xr, t_lo + t, q0, q1, b, f + t); break;
       }
+    }
   }
+  const int o0 = p * kA8Panel, nr = std::min(kA8Panel, L.out - o0);
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < nr; ++r) {
+      float v = f[t][r] * L.scales[o0 + r];
+      if (L.b) v += L.b[o0 + r];
+      y[static_cast<size_t>(t_lo + t) * L.out + o0 + r] = v;
+    }
 }
 
 // n values to fp32: a copy, or bf16 bits made the upper half of fp32 ones (vectorised).
@@ -636,12 +597,14 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q) {
       for (int i = 0; i < L.in; ++i)
         q.i8[static_cast<size_t>(o) * L.in + i] = static_cast<int8_t>(std::lrint(at(o, i) / scale));
     }
-    L.w_i8 = q.i8.data();
-    L.scales = q.scales.data();
     if (type == WeightType::I8A8) {
-      a8_weight_sums(L, q.wsums);
+      std::vector<int8_t> rows;
+      rows.swap(q.i8);
+      a8_pack(rows.data(), L.out, L.in, q.i8, q.wsums);
       L.wsums = q.wsums.data();
     }
+    L.w_i8 = q.i8.data();
+    L.scales = q.scales.data();
   }
   L.type = type;
   L.in_major = false;
@@ -758,7 +721,7 @@ class GroupRanges {
 enum class Path { F32Row, Bf16Row, I8Rows, A8Rows, SmallRows, Gemm };
 
 Path path_of(const Linear& L, int T) {
-  if (L.type == WeightType::I8A8) return Path::A8Rows;  // every row count: see dot_a8_4xN
+  if (L.type == WeightType::I8A8) return Path::A8Rows;  // every row count: see a8_block
   if (T > 16) return Path::Gemm;
   if (L.type == WeightType::I8) return Path::I8Rows;
   if (T == 1) return L.type == WeightType::BF16 ? Path::Bf16Row : Path::F32Row;
@@ -797,13 +760,13 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
   const float* xd = xd_buf.data();
   // Many rows (prompts) run in chunks, each thread taking its weight groups over one chunk of rows
   // at a time: a chunk's activations stay in cache while the weights stream past them.
-  const int chunk = path == Path::A8Rows ? 48 : T;
-  // Groups of 4 output rows of every layer in one parallel region: one wake-up and one barrier
-  // for, say, a Llama layer's q, k and v instead of three.
+  const int chunk = path == Path::A8Rows ? kA8Rows : T;
+  // Groups of 4 output rows (w8a8: panels of 16) of every layer in one parallel region: one wake-up
+  // and one barrier for, say, a Llama layer's q, k and v instead of three.
   int first[kMaxLayers + 1] = {0};
   int64_t work = 0;
   for (int i = 0; i < n; ++i) {
-    first[i + 1] = first[i] + (layers[i]->out + 3) / 4;
+    first[i + 1] = first[i] + (path == Path::A8Rows ? a8_panels(layers[i]->out) : (layers[i]->out + 3) / 4);
     work += static_cast<int64_t>(layers[i]->in) * layers[i]->out;
   }
   const bool widen_rows = path == Path::SmallRows && layers[0]->type == WeightType::BF16;
@@ -816,7 +779,7 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
       case Path::F32Row: f32_row_group(x, L, g, ys[i]); break;
       case Path::Bf16Row: bf16_row_group(x, xd, L, g, ys[i]); break;
       case Path::I8Rows: i8_group(xq, T, L, g, ys[i]); break;
-      case Path::A8Rows: a8_group(xa, c0, std::min(T, c0 + chunk), L, g, ys[i]); break;
+      case Path::A8Rows: a8_panel(xa, c0, std::min(T, c0 + chunk), L, g, ys[i]); break;
       default: small_group(x, T, L, g, ys[i], scratch); break;
     }
   };
@@ -853,7 +816,7 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
   }
   for (int i = 0; i < n; ++i) {
     const Linear& L = *layers[i];
-    if (L.b && path != Path::A8Rows)  // a8_group adds its own
+    if (L.b && path != Path::A8Rows)  // a8_panel adds its own
       for (int t = 0; t < T; ++t) Vec(ys[i] + static_cast<size_t>(t) * L.out, L.out) += ConstVec(L.b, L.out);
   }
 }

@@ -40,9 +40,9 @@ struct Linear {
   bool in_major = false;     // true: w is (in, out); only before quantize_linear
   WeightType type = WeightType::F32;
   const uint16_t* w_bf16 = nullptr;
-  const int8_t* w_i8 = nullptr;
+  const int8_t* w_i8 = nullptr;  // (out, in); I8A8: in panels of 16 rows (see kernels.cc)
   const float* scales = nullptr;  // (out), int8 only
-  const int32_t* wsums = nullptr; // (out, blocks of 256 inputs), I8A8 only: see kernels.cc
+  const int32_t* wsums = nullptr; // I8A8 only: each panel's offset sums per block of 256 inputs
 };
 
 // Owned reduced-precision copy of a linear layer's weights.
