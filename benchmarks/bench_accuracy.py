@@ -10,8 +10,7 @@ fp32 logit| over every position, and how often the argmax agrees with fp32's.
 
 Two paths per setting: "forward" scores the whole text in one pass (the prefill kernels);
 "decode" feeds it one token at a time through a KV cache (the kernels generation runs after the
-prompt: there int8 layers also round activations to 16-bit fixed point, and a bf16 cache rounds
-keys and values).
+prompt; a bf16 cache rounds keys and values there).
 """
 import argparse
 import json

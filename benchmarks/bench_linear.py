@@ -3,8 +3,8 @@
     python benchmarks/bench_linear.py [--rows 4096] [--shapes 768x2304 3072x768] [--json out.json]
 
 The rate of the matrix products alone, the part of a prompt that each dtype's kernel decides
-(fp32: the oneDNN matmul; bf16 and int8: that matmul on weights widened per call; w8a8: the
-byte-product kernel). The test binding converts the fp32 weights on every call, so the time of a
+(fp32: the oneDNN matmul; bf16: that matmul on weights widened per call; int8 and w8a8: the
+integer panel kernels). The test binding converts the fp32 weights on every call, so the time of a
 one-row call (conversion plus a negligible product) is subtracted. Rounds are interleaved across
 dtypes and each keeps its best, as this shared host's speed drifts.
 """

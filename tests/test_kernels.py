@@ -1,9 +1,9 @@
 """The linear-layer kernels on awkward shapes, against numpy emulations of their stated arithmetic.
 
-Every path `linear()` can take is reached: one row (matrix-vector), 2..16 rows (register-tiled),
-more (oneDNN), for fp32, bf16 and int8 weights (int8 takes 16-bit activations up to 16 rows) and
-w8a8 (int8 weights, 7-bit activations at every row count), with sizes that leave tails after every
-vector width and after the int8 kernels' 256-value blocks.
+Every path `linear()` can take is reached: for fp32 and bf16 weights one row (matrix-vector),
+2..16 rows (register-tiled) and more (oneDNN); for int8 (16-bit activations) and w8a8 (7-bit
+activations) the panel kernels at every row count, in tiles of 1 to 4 rows and chunks of 48; with
+sizes that leave tails after every vector width, panel and 256-value block.
 """
 import numpy as np
 import pytest
@@ -41,7 +41,7 @@ def _round_blocks(x, top, ftype):
 
 
 def _int16_blocks(x):
-    """The int8 kernel's activations up to 16 rows: 16-bit fixed point, the product in float64."""
+    """The int8 kernel's activations: 16-bit fixed point, the product in float64."""
     return _round_blocks(x, 32767, np.float64)
 
 
@@ -57,10 +57,8 @@ def _reference(x, w, dtype):
     if dtype == "bfloat16":
         return x64 @ _bf16(w).astype(np.float64).T
     wq, scale = _int8(w)
-    if dtype == "int8" and x.shape[0] > 16:  # prefill: fp32 arithmetic on the int8-rounded weights
-        return x64 @ (wq * scale[:, None].astype(np.float64)).T
-    # int8 up to 16 rows (16-bit blocks) and w8a8 at every row count (7-bit blocks): each row's
-    # products exact in integers per block, then scaled.
+    # int8 (16-bit blocks) and w8a8 (7-bit blocks), at every row count: each row's products exact in
+    # integers per block, then scaled.
     blocks = _u7_blocks if dtype == "w8a8" else _int16_blocks
     y = np.zeros((x.shape[0], w.shape[0]))
     for t in range(x.shape[0]):
@@ -134,12 +132,12 @@ def test_fused_layers_match_separate_calls(dtype, T):
         _core.linear_many(x, [ws[0], np.zeros((3, 299), np.float32)], dtype)
 
 
-@pytest.mark.parametrize("dtype,T", [("int8", 2), ("int8", 3), ("int8", 5), ("int8", 16),
-                                     ("w8a8", 2), ("w8a8", 3), ("w8a8", 17), ("w8a8", 64), ("w8a8", 150)])
+@pytest.mark.parametrize("dtype", ["int8", "w8a8"])
+@pytest.mark.parametrize("T", [2, 3, 5, 16, 17, 64, 150])
 def test_8bit_rows_do_not_depend_on_how_many_are_batched(dtype, T):
     """Batched decode and beams run 2..16 rows through the same per-row arithmetic as one row, so a
-    sequence's logits do not change with the batch it shares a step with; w8a8 runs one kernel for
-    every row count, prompts included, so for it this holds at any length."""
+    sequence's logits do not change with the batch it shares a step with; the panel kernels run
+    every row count, prompts included, so this holds at any length."""
     rng = np.random.default_rng(T)
     x = rng.standard_normal((T, 777)).astype(np.float32)
     w = (0.05 * rng.standard_normal((37, 777))).astype(np.float32)

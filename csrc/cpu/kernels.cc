@@ -121,7 +121,7 @@ static void bf16_row_group(const float* x, const float* xd, const Linear& L, int
   for (int r = 0; r < nr; ++r) y[o0 + r] = acc[r];
 }
 
-// Activations for int8 matrix-vector products: x rounded to 16-bit fixed point with one fp32 scale
+// Activations for int8 products (every row count): x rounded to 16-bit fixed point with one fp32 scale
 // per block of kI8Block values (block max |x| / 32767). The rounding error is at most 1 / 65534 of
 // the block's largest value, two orders below the int8 weights' own (1 / 254 of each row's
 // largest), and lets the products be summed exactly in int32 with pmaddwd: half the instructions
@@ -217,88 +217,6 @@ static void quantize_int16(const float* x, int T, int n, Int16Rows& v) {
   quantize_rows(x, T, n, aligned_stride(n), v, quantize_int16_row);
 }
 
-// acc[r][t] = (int8 row w[r]) . (activation row t), unscaled by the weight scale: exact int32 sums
-// per block of kI8Block (pmaddwd, 16 products per instruction), fp32 across blocks. 4 weight rows x
-// NT activation rows share each load. While it runs it prefetches `lines` cache lines from `next`
-// (the next rows a thread will read), one per 16 values: a few short row streams at once are not
-// enough for the hardware prefetcher to keep memory busy. The one-row and few-row paths both come
-// here, so a row's result does not depend on how many rows it was batched with.
-template <int NT>
-static void dot_i8_4xN(const int8_t* const* w, const Int16Rows& xv, int t0, int in, const char* next, int lines,
-                       float acc[4][3]) {
-  const int16_t* xq = xv.q.data() + static_cast<size_t>(t0) * xv.ld;
-  const float* xs = xv.scale.data() + static_cast<size_t>(t0) * xv.blocks;
-  int i = 0, next_line = 0;
-  for (int r = 0; r < 4; ++r)
-    for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
-#if defined(__AVX2__) && defined(__FMA__)
-  __m256 f[4][NT];
-  for (int r = 0; r < 4; ++r)
-    for (int t = 0; t < NT; ++t) f[r][t] = _mm256_setzero_ps();
-  for (int b0 = 0; b0 + 16 <= in; b0 += kI8Block) {
-    const int e = std::min(in, b0 + kI8Block);
-    __m256i a[4][NT];
-    for (int r = 0; r < 4; ++r)
-      for (int t = 0; t < NT; ++t) a[r][t] = _mm256_setzero_si256();
-    for (i = b0; i + 16 <= e; i += 16) {
-      if (next_line < lines) _mm_prefetch(next + 64 * next_line++, _MM_HINT_T0);
-      __m256i xi[NT];
-      for (int t = 0; t < NT; ++t)
-        xi[t] = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq + static_cast<size_t>(t) * xv.ld + i));
-      for (int r = 0; r < 4; ++r) {
-        const __m256i wi = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[r] + i)));
-        for (int t = 0; t < NT; ++t) a[r][t] = _mm256_add_epi32(a[r][t], _mm256_madd_epi16(wi, xi[t]));
-      }
-    }
-    for (int t = 0; t < NT; ++t) {
-      const __m256 sb = _mm256_set1_ps(xs[static_cast<size_t>(t) * xv.blocks + b0 / kI8Block]);
-      for (int r = 0; r < 4; ++r) f[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[r][t]), sb, f[r][t]);
-    }
-    if (i < e) break;  // fewer than 16 left: the scalar loop below finishes this block
-  }
-  for (int r = 0; r < 4; ++r)
-    for (int t = 0; t < NT; ++t) acc[r][t] = hsum256(f[r][t]);
-#else
-  (void)next;
-  (void)lines;
-  (void)next_line;
-#endif
-  // The rest, block by block, with the same integer arithmetic.
-  for (int r = 0; r < 4; ++r)
-    for (int t = 0; t < NT; ++t) {
-      const int16_t* q = xq + static_cast<size_t>(t) * xv.ld;
-      for (int j = i; j < in;) {
-        const int e = std::min(in, (j / kI8Block + 1) * kI8Block);
-        int32_t s = 0;
-        for (; j < e; ++j) s += static_cast<int32_t>(w[r][j]) * q[j];
-        acc[r][t] += static_cast<float>(s) * xs[static_cast<size_t>(t) * xv.blocks + (e - 1) / kI8Block];
-      }
-    }
-}
-
-// y (T, out) = scale * (x W^T) for int8 W (out, in) and T <= 16 rows, x as 16-bit fixed point
-// (above), weight rows [4g, 4g + 4): read once for all T rows in tiles of 3, with the next group
-// prefetched during the first tile. Integer products cost about half the instructions of fp32
-// ones on AVX2, and no row is widened to fp32 first.
-static void i8_group(const Int16Rows& xr, int T, const Linear& L, int g, float* y) {
-  const int lines = static_cast<int>((4 * static_cast<size_t>(L.in) + 63) / 64);
-  const int8_t* w[4];
-  const int o0 = 4 * g, nr = group_rows(L.w_i8, L, g, w);
-  const char* next = reinterpret_cast<const char*>(L.w_i8 + static_cast<size_t>(o0 + 4) * L.in);
-  const int next_lines = o0 + 8 <= L.out ? lines : 0;
-  for (int t0 = 0; t0 < T; t0 += 3) {
-    float acc[4][3];
-    const int nt = std::min(3, T - t0), pf = t0 == 0 ? next_lines : 0;
-    switch (nt) {
-      case 3: dot_i8_4xN<3>(w, xr, t0, L.in, next, pf, acc); break;
-      case 2: dot_i8_4xN<2>(w, xr, t0, L.in, next, pf, acc); break;
-      default: dot_i8_4xN<1>(w, xr, t0, L.in, next, pf, acc); break;
-    }
-    for (int t = 0; t < nt; ++t)
-      for (int r = 0; r < nr; ++r) y[static_cast<size_t>(t0 + t) * L.out + o0 + r] = acc[r][t] * L.scales[o0 + r];
-  }
-}
-
 // Activations as 8-bit integers (load(dtype="w8a8")): x rounded per block of kI8Block values to
 // q in [-63, 63] (scale = block max |x| / 63) and stored as u = q + 64 in [1, 127]. Seven bits, not
 // eight, because AVX2 without VNNI multiplies bytes with pmaddubsw, which adds each pair of u8 x s8
@@ -343,105 +261,163 @@ static void quantize_u7(const float* x, int T, int n, Int8Rows& v) {
   quantize_rows(x, T, n, (n + 31) / 32 * 32, v, quantize_u7_row);
 }
 
-// w8a8 weights are stored in panels of kA8Panel output rows, laid out for the products below: per
-// group of 4 inputs ("quad"), the 4 bytes of each of the panel's 16 rows, 64 bytes in all. One
-// 32-byte load then holds a quad of 8 output rows, and one activation quad broadcast to every lane
-// multiplies all 8 (pmaddubsw, then pmaddwd against ones): each lane accumulates one output, so a
-// result needs no horizontal sum, and a panel is one contiguous stream. Inputs are padded with
-// zero weights to whole quads and rows to whole panels.
-constexpr int kA8Panel = 16;
-constexpr int kA8BlockQuads = kI8Block / 4;
-inline int a8_quads(int in) { return (in + 3) / 4; }
-inline int a8_panels(int out) { return (out + kA8Panel - 1) / kA8Panel; }
+// int8 weights (with 16-bit or 8-bit activations) are stored in panels of kPanel output rows, laid
+// out for the products below. The inputs go in steps of G = 2 (int8) or 4 (w8a8); per step, the G
+// bytes of each of the panel's 16 rows, 16 * G bytes in all. One step of 8 rows then widens (int8)
+// or loads (w8a8) into one vector, and the activation's G values, broadcast to every lane, multiply
+// all 8 rows at once (pmaddwd on 16-bit pairs; pmaddubsw then pmaddwd against ones on byte quads).
+// Each lane sums one output, so a result needs no horizontal sum, and a panel is one contiguous
+// stream. Inputs are padded with zero weights to whole steps, outputs to whole panels.
+constexpr int kPanel = 16;
+inline int panel_count(int out) { return (out + kPanel - 1) / kPanel; }
+inline int panel_steps(int in, int G) { return (in + G - 1) / G; }
 
-// Packs row-major int8 (out, in) into panels, and fills start[(p * blocks + b) * 16 + r] with
-// -64 x the sum of row 16p + r over block b: the activations' offset of 64 adds 64 x that to each
-// block's integer sum, so the sum starts there instead of at zero.
-static void a8_pack(const int8_t* w, int out, int in, std::vector<int8_t>& packed, std::vector<int32_t>& start) {
-  const int quads = a8_quads(in), blocks = (in + kI8Block - 1) / kI8Block, panels = a8_panels(out);
-  packed.assign(static_cast<size_t>(panels) * kA8Panel * quads * 4, 0);
-  start.assign(static_cast<size_t>(panels) * blocks * kA8Panel, 0);
+// Packs row-major int8 (out, in) into panels of G-value steps. With `start` (w8a8), also fills
+// start[(p * blocks + b) * 16 + r] with -64 x the sum of row 16p + r over block b: the activations'
+// offset of 64 adds 64 x that to each block's integer sum, so the sum starts there instead of at 0.
+static void pack_panels(const int8_t* w, int out, int in, int G, std::vector<int8_t>& packed,
+                        std::vector<int32_t>* start) {
+  const int steps = panel_steps(in, G), blocks = (in + kI8Block - 1) / kI8Block;
+  packed.assign(static_cast<size_t>(panel_count(out)) * kPanel * steps * G, 0);
+  if (start) start->assign(static_cast<size_t>(panel_count(out)) * blocks * kPanel, 0);
   for (int o = 0; o < out; ++o) {
-    const int p = o / kA8Panel, r = o % kA8Panel;
-    int8_t* dst = packed.data() + static_cast<size_t>(p) * kA8Panel * quads * 4 + r * 4;
+    const int p = o / kPanel, r = o % kPanel;
+    int8_t* dst = packed.data() + static_cast<size_t>(p) * kPanel * steps * G + r * G;
     for (int i = 0; i < in; ++i) {
       const int8_t v = w[static_cast<size_t>(o) * in + i];
-      dst[static_cast<size_t>(i / 4) * kA8Panel * 4 + i % 4] = v;
-      start[(static_cast<size_t>(p) * blocks + i / kI8Block) * kA8Panel + r] -= kA8Offset * v;
+      dst[static_cast<size_t>(i / G) * kPanel * G + i % G] = v;
+      if (start) (*start)[(static_cast<size_t>(p) * blocks + i / kI8Block) * kPanel + r] -= kA8Offset * v;
     }
   }
 }
 
-// f[t][r] += (block b's integer sum of panel row r . activation row t) * the row's block scale, for
-// NT activation rows t0 .. t0 + NT. The integer sum is exact (at most 256 x 127 x 127 in size), so
-// every tile shape gives it the same value, and the fp32 sum over blocks runs in block order: a
-// row's result does not depend on how many rows share the call, prompts included.
-template <int NT>
-static void a8_block(const int8_t* panel, const int32_t* start, const Int8Rows& xr, int t0, int q0, int q1, int b,
-                     float (*f)[kA8Panel]) {
 #if defined(__AVX2__) && defined(__FMA__)
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i s0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(start));
-  const __m256i s1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(start + 8));
-  __m256i a0[NT], a1[NT];
-  const uint8_t* x[NT];
-  for (int t = 0; t < NT; ++t) {
-    a0[t] = s0, a1[t] = s1;
-    x[t] = xr.q.data() + static_cast<size_t>(t0 + t) * xr.ld;
-  }
-  for (int q = q0; q < q1; ++q) {
-    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * static_cast<size_t>(q)));
-    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + 64 * static_cast<size_t>(q) + 32));
-    for (int t = 0; t < NT; ++t) {
-      int32_t quad;
-      std::memcpy(&quad, x[t] + 4 * q, 4);
-      const __m256i xb = _mm256_set1_epi32(quad);
-      a0[t] = _mm256_add_epi32(a0[t], _mm256_madd_epi16(_mm256_maddubs_epi16(xb, w0), ones));
-      a1[t] = _mm256_add_epi32(a1[t], _mm256_madd_epi16(_mm256_maddubs_epi16(xb, w1), ones));
-    }
-  }
+// f[t][0..16) += the 16 lanes of a0[t], a1[t] (integer block sums) times row t's block-b scale.
+template <int NT, typename Rows>
+static inline void add_block(const __m256i* a0, const __m256i* a1, const Rows& xr, int t0, int b, float (*f)[kPanel]) {
   for (int t = 0; t < NT; ++t) {
     const __m256 sb = _mm256_set1_ps(xr.scale[static_cast<size_t>(t0 + t) * xr.blocks + b]);
     _mm256_storeu_ps(f[t], _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0[t]), sb, _mm256_loadu_ps(f[t])));
     _mm256_storeu_ps(f[t] + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1[t]), sb, _mm256_loadu_ps(f[t] + 8)));
   }
-#else
+}
+#endif
+
+// f[t][r] += (block b's integer sum of panel row r . activation row t) * the row's block scale, for
+// NT activation rows from t0, over steps [s0, s1) of the block. The integer sum is exact (int8:
+// at most 256 x 32767 x 127, below 2^31; w8a8: 256 x 127 x 127), so every tile shape gives it the
+// same value, and the fp32 sum runs over the blocks in order: a row's result does not depend on how
+// many rows share the call, prompts included.
+#if !(defined(__AVX2__) && defined(__FMA__))
+// The same integer sums without vectors (a build for CPUs without AVX2).
+template <int G, int NT, typename Rows>
+static void scalar_block(const int8_t* panel, const int32_t* start, const Rows& xr, int t0, int s0, int s1, int b,
+                         float (*f)[kPanel]) {
   for (int t = 0; t < NT; ++t) {
-    const uint8_t* x = xr.q.data() + static_cast<size_t>(t0 + t) * xr.ld;
+    const auto* x = xr.q.data() + static_cast<size_t>(t0 + t) * xr.ld;
     const float sb = xr.scale[static_cast<size_t>(t0 + t) * xr.blocks + b];
-    for (int r = 0; r < kA8Panel; ++r) {
-      int32_t s = start[r];
-      for (int q = q0; q < q1; ++q)
-        for (int j = 0; j < 4; ++j) s += static_cast<int32_t>(panel[64 * static_cast<size_t>(q) + 4 * r + j]) * x[4 * q + j];
+    for (int r = 0; r < kPanel; ++r) {
+      int32_t s = start ? start[r] : 0;
+      for (int k = s0; k < s1; ++k)
+        for (int j = 0; j < G; ++j)
+          s += static_cast<int32_t>(panel[static_cast<size_t>(k) * kPanel * G + r * G + j]) * x[G * k + j];
       f[t][r] = std::fma(static_cast<float>(s), sb, f[t][r]);
     }
   }
-#endif
 }
+#endif
+template <int NT>
+struct I8Block {  // 16-bit activations, steps of 2
+  static constexpr int G = 2;
+  using Rows = Int16Rows;
+  static void run(const int8_t* panel, const int32_t*, const Rows& xr, int t0, int s0, int s1, int b,
+                  float (*f)[kPanel]) {
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256i a0[NT], a1[NT];
+    const int16_t* x[NT];
+    for (int t = 0; t < NT; ++t) {
+      a0[t] = a1[t] = _mm256_setzero_si256();
+      x[t] = xr.q.data() + static_cast<size_t>(t0 + t) * xr.ld;
+    }
+    for (int s = s0; s < s1; ++s) {
+      const int8_t* ws = panel + 32 * static_cast<size_t>(s);
+      const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ws)));
+      const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ws + 16)));
+      for (int t = 0; t < NT; ++t) {
+        int32_t pair;
+        std::memcpy(&pair, x[t] + 2 * s, 4);
+        const __m256i xb = _mm256_set1_epi32(pair);
+        a0[t] = _mm256_add_epi32(a0[t], _mm256_madd_epi16(xb, w0));
+        a1[t] = _mm256_add_epi32(a1[t], _mm256_madd_epi16(xb, w1));
+      }
+    }
+    add_block<NT>(a0, a1, xr, t0, b, f);
+#else
+    scalar_block<G, NT>(panel, nullptr, xr, t0, s0, s1, b, f);
+#endif
+  }
+};
 
-// y (rows [t_lo, t_hi), out) = scale * (x W^T) + b for panel p of an int8 layer with 8-bit
-// activations. Block by block, so a block of the panel (4 KiB) and of the rows stays in L1 while
-// tiles of 4 rows pass over it; at most kA8Rows rows per call.
-constexpr int kA8Rows = 48;
-static void a8_panel(const Int8Rows& xr, int t_lo, int t_hi, const Linear& L, int p, float* y) {
-  const int quads = a8_quads(L.in);
-  const int8_t* panel = L.w_i8 + static_cast<size_t>(p) * kA8Panel * quads * 4;
-  alignas(32) float f[kA8Rows][kA8Panel];
+template <int NT>
+struct A8Block {  // 7-bit activations stored with an offset of 64, steps of 4
+  static constexpr int G = 4;
+  using Rows = Int8Rows;
+  static void run(const int8_t* panel, const int32_t* start, const Rows& xr, int t0, int s0, int s1, int b,
+                  float (*f)[kPanel]) {
+#if defined(__AVX2__) && defined(__FMA__)
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i st0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(start));
+    const __m256i st1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(start + 8));
+    __m256i a0[NT], a1[NT];
+    const uint8_t* x[NT];
+    for (int t = 0; t < NT; ++t) {
+      a0[t] = st0, a1[t] = st1;
+      x[t] = xr.q.data() + static_cast<size_t>(t0 + t) * xr.ld;
+    }
+    for (int s = s0; s < s1; ++s) {
+      const int8_t* ws = panel + 64 * static_cast<size_t>(s);
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws + 32));
+      for (int t = 0; t < NT; ++t) {
+        int32_t quad;
+        std::memcpy(&quad, x[t] + 4 * s, 4);
+        const __m256i xb = _mm256_set1_epi32(quad);
+        a0[t] = _mm256_add_epi32(a0[t], _mm256_madd_epi16(_mm256_maddubs_epi16(xb, w0), ones));
+        a1[t] = _mm256_add_epi32(a1[t], _mm256_madd_epi16(_mm256_maddubs_epi16(xb, w1), ones));
+      }
+    }
+    add_block<NT>(a0, a1, xr, t0, b, f);
+#else
+    scalar_block<G, NT>(panel, start, xr, t0, s0, s1, b, f);
+#endif
+  }
+};
+
+// y (rows [t_lo, t_hi), out) = scale * (x W^T) + b for panel p of an int8 layer, block by block,
+// so a block of the panel (16 x 256 bytes) and of the rows stays in L1 while tiles of 4 rows pass
+// over it; at most kPanelRows rows per call.
+constexpr int kPanelRows = 48;
+template <template <int> class Block>
+static void panel_rows(const typename Block<1>::Rows& xr, int t_lo, int t_hi, const Linear& L, int p, float* y) {
+  constexpr int G = Block<1>::G, kBlockSteps = kI8Block / G;
+  const int steps = panel_steps(L.in, G);
+  const int8_t* panel = L.w_i8 + static_cast<size_t>(p) * kPanel * steps * G;
+  alignas(32) float f[kPanelRows][kPanel];
   const int T = t_hi - t_lo;
-  for (int t = 0; t < T; ++t) std::fill(f[t], f[t] + kA8Panel, 0.0f);
+  for (int t = 0; t < T; ++t) std::fill(f[t], f[t] + kPanel, 0.0f);
   for (int b = 0; b < xr.blocks; ++b) {
-    const int q0 = b * kA8BlockQuads, q1 = std::min(quads, q0 + kA8BlockQuads);
-    const int32_t* start = L.wsums + (static_cast<size_t>(p) * xr.blocks + b) * kA8Panel;
+    const int s0 = b * kBlockSteps, s1 = std::min(steps, s0 + kBlockSteps);
+    const int32_t* start = L.wsums ? L.wsums + (static_cast<size_t>(p) * xr.blocks + b) * kPanel : nullptr;
     for (int t = 0; t < T; t += 4) {
       switch (std::min(4, T - t)) {
-        case 4: a8_block<4>(panel, start, xr, t_lo + t, q0, q1, b, f + t); break;
-        case 3: a8_block<3>(panel, start, xr, t_lo + t, q0, q1, b, f + t); break;
-        case 2: a8_block<2>(panel, start, xr, t_lo + t, q0, q1, b, f + t); break;
-        default: a8_block<1>(panel, start, xr, t_lo + t, q0, q1, b, f + t); break;
+        case 4: Block<4>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t); break;
+        case 3: Block<3>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t); break;
+        case 2: Block<2>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t); break;
+        default: Block<1>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t); break;
       }
     }
   }
-  const int o0 = p * kA8Panel, nr = std::min(kA8Panel, L.out - o0);
+  const int o0 = p * kPanel, nr = std::min(kPanel, L.out - o0);
   for (int t = 0; t < T; ++t)
     for (int r = 0; r < nr; ++r) {
       float v = f[t][r] * L.scales[o0 + r];
@@ -460,22 +436,8 @@ static void widen(const uint16_t* src, size_t n, float* dst) {
   for (; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
 }
 
-// Widens weight row o of L (bf16 or int8, scale left out) into fp32 `dst`; vectorised.
-static void widen_row(const Linear& L, int o, float* dst) {
-  int i = 0;
-  if (L.type == WeightType::BF16) {
-    widen(L.w_bf16 + static_cast<size_t>(o) * L.in, L.in, dst);
-  } else {
-    const int8_t* w = L.w_i8 + static_cast<size_t>(o) * L.in;
-#if defined(__AVX2__)
-    for (; i + 8 <= L.in; i += 8) {
-      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + i));
-      _mm256_storeu_ps(dst + i, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
-    }
-#endif
-    for (; i < L.in; ++i) dst[i] = static_cast<float>(w[i]);
-  }
-}
+// Widens bf16 weight row o of L into fp32 `dst`.
+static void widen_row(const Linear& L, int o, float* dst) { widen(L.w_bf16 + static_cast<size_t>(o) * L.in, L.in, dst); }
 
 // y[t][o + r] = dot(w[r], x[t]) for 4 weight rows and NT activation rows: 4 x NT accumulators in
 // registers, so each loaded weight vector serves NT rows and each activation vector 4 weight rows.
@@ -514,7 +476,7 @@ static void dot_4xN(const float* const* w, const float* x, int in, int ldx, floa
 }
 
 // A few rows (batched decode, beams, short prompts; T <= 16) with fp32 or bf16 weights (int8 has
-// i8_group): output rows [4g, 4g + 4) are widened to fp32 once (bf16, into the thread's `scratch`
+// its panels): output rows [4g, 4g + 4) are widened to fp32 once (bf16, into the thread's `scratch`
 // of 4 * in values) or read in place (fp32), and multiplied with all T activation rows in register
 // tiles. The weights are read once for the whole batch and the activations stay in cache.
 static void small_group(const float* x, int T, const Linear& L, int g, float* y, float* scratch) {
@@ -557,7 +519,7 @@ static void small_group(const float* x, int T, const Linear& L, int g, float* y,
   }
 }
 
-// Many rows (prefill) with reduced-precision weights: widen the matrix to fp32 in a reused scratch
+// Many rows (prefill) with bf16 weights: widen the matrix to fp32 in a reused scratch
 // and run the fp32 matmul, bias included (prefill is compute-bound; the widening reads the weights
 // once).
 static void matmul_widened(const float* x, int T, const Linear& L, float* y) {
@@ -568,7 +530,6 @@ static void matmul_widened(const float* x, int T, const Linear& L, float* y) {
   for (int o = 0; o < L.out; ++o) {
     float* d = base + static_cast<size_t>(o) * L.in;
     widen_row(L, o, d);
-    if (L.type == WeightType::I8) Vec(d, L.in) *= L.scales[o];
   }
   matmul_onednn(x, T, L.in, base, L.out, y, L.b);
 }
@@ -597,11 +558,13 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q) {
       for (int i = 0; i < L.in; ++i)
         q.i8[static_cast<size_t>(o) * L.in + i] = static_cast<int8_t>(std::lrint(at(o, i) / scale));
     }
+    std::vector<int8_t> rows;
+    rows.swap(q.i8);
     if (type == WeightType::I8A8) {
-      std::vector<int8_t> rows;
-      rows.swap(q.i8);
-      a8_pack(rows.data(), L.out, L.in, q.i8, q.wsums);
+      pack_panels(rows.data(), L.out, L.in, A8Block<1>::G, q.i8, &q.wsums);
       L.wsums = q.wsums.data();
+    } else {
+      pack_panels(rows.data(), L.out, L.in, I8Block<1>::G, q.i8, nullptr);
     }
     L.w_i8 = q.i8.data();
     L.scales = q.scales.data();
@@ -721,9 +684,10 @@ class GroupRanges {
 enum class Path { F32Row, Bf16Row, I8Rows, A8Rows, SmallRows, Gemm };
 
 Path path_of(const Linear& L, int T) {
-  if (L.type == WeightType::I8A8) return Path::A8Rows;  // every row count: see a8_block
-  if (T > 16) return Path::Gemm;
+  // int8 and w8a8 run their panels at every row count: see I8Block.
+  if (L.type == WeightType::I8A8) return Path::A8Rows;
   if (L.type == WeightType::I8) return Path::I8Rows;
+  if (T > 16) return Path::Gemm;
   if (T == 1) return L.type == WeightType::BF16 ? Path::Bf16Row : Path::F32Row;
   return Path::SmallRows;
 }
@@ -760,13 +724,14 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
   const float* xd = xd_buf.data();
   // Many rows (prompts) run in chunks, each thread taking its weight groups over one chunk of rows
   // at a time: a chunk's activations stay in cache while the weights stream past them.
-  const int chunk = path == Path::A8Rows ? kA8Rows : T;
+  const bool panels = path == Path::I8Rows || path == Path::A8Rows;
+  const int chunk = panels ? kPanelRows : T;
   // Groups of 4 output rows (w8a8: panels of 16) of every layer in one parallel region: one wake-up
   // and one barrier for, say, a Llama layer's q, k and v instead of three.
   int first[kMaxLayers + 1] = {0};
   int64_t work = 0;
   for (int i = 0; i < n; ++i) {
-    first[i + 1] = first[i] + (path == Path::A8Rows ? a8_panels(layers[i]->out) : (layers[i]->out + 3) / 4);
+    first[i + 1] = first[i] + (panels ? panel_count(layers[i]->out) : (layers[i]->out + 3) / 4);
     work += static_cast<int64_t>(layers[i]->in) * layers[i]->out;
   }
   const bool widen_rows = path == Path::SmallRows && layers[0]->type == WeightType::BF16;
@@ -778,8 +743,8 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
     switch (path) {
       case Path::F32Row: f32_row_group(x, L, g, ys[i]); break;
       case Path::Bf16Row: bf16_row_group(x, xd, L, g, ys[i]); break;
-      case Path::I8Rows: i8_group(xq, T, L, g, ys[i]); break;
-      case Path::A8Rows: a8_panel(xa, c0, std::min(T, c0 + chunk), L, g, ys[i]); break;
+      case Path::I8Rows: panel_rows<I8Block>(xq, c0, std::min(T, c0 + chunk), L, g, ys[i]); break;
+      case Path::A8Rows: panel_rows<A8Block>(xa, c0, std::min(T, c0 + chunk), L, g, ys[i]); break;
       default: small_group(x, T, L, g, ys[i], scratch); break;
     }
   };
@@ -816,7 +781,7 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
   }
   for (int i = 0; i < n; ++i) {
     const Linear& L = *layers[i];
-    if (L.b && path != Path::A8Rows)  // a8_panel adds its own
+    if (L.b && !panels)  // panel_rows adds its own
       for (int t = 0; t < T; ++t) Vec(ys[i] + static_cast<size_t>(t) * L.out, L.out) += ConstVec(L.b, L.out);
   }
 }

@@ -585,10 +585,10 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
     7-bit integers, a scale per 256 values, error at most 1/126 of the block's largest value:
     faster prompts at a measured cost in accuracy; see benchmarks/bench_speed.py and
     benchmarks/bench_accuracy.py). Activations, norms, attention and accumulation stay fp32, except
-    that int8 steps of up to 16 tokens (decoding, batches, beams) round each layer's input to 16-bit
-    fixed point (a scale per 256 values; error at most 1/65534 of the block's largest value) to
-    sum the products exactly in int32. w8a8 runs one linear kernel at every number of tokens: a
-    row's product is the same bit for bit whether it was decoded alone, in a batch, or in a prompt.
+    that int8 layers round their input to 16-bit fixed point (a scale per 256 values; error at most
+    1/65534 of the block's largest value) to sum the products exactly in int32. int8 and w8a8 run
+    one linear kernel at every number of tokens: a row's product is the same bit for bit whether it
+    was decoded alone, in a batch, or in a prompt.
     ``tokenizer`` overrides the tokenizer found beside the weights (a path or a Tokenizer).
     """
     path = os.fspath(path)

@@ -29,9 +29,9 @@ void for_each_index(int64_t n, bool parallel, F&& fn) {
 enum class WeightType { F32, BF16, I8, I8A8 };
 
 // Reduced-precision weights are always (out, in): bf16, or int8 with one fp32 scale per output
-// row (symmetric, scale = max|w| / 127). Activations stay fp32, except in the int8 kernel for up to
-// 16 rows, which rounds them to 16-bit fixed point per block of 256 values, and in the I8A8 kernel
-// (every row count), which rounds them to 7-bit integers per block of 256 (see kernels.cc).
+// row (symmetric, scale = max|w| / 127), stored in panels of 16 rows. Activations stay fp32 with
+// fp32 and bf16 weights; the int8 kernel rounds them to 16-bit fixed point per block of 256 values,
+// the I8A8 kernel to 7-bit integers per block of 256, at every row count (see kernels.cc).
 struct Linear {
   const float* w = nullptr;
   const float* b = nullptr;  // (out) or null
@@ -40,7 +40,7 @@ struct Linear {
   bool in_major = false;     // true: w is (in, out); only before quantize_linear
   WeightType type = WeightType::F32;
   const uint16_t* w_bf16 = nullptr;
-  const int8_t* w_i8 = nullptr;  // (out, in); I8A8: in panels of 16 rows (see kernels.cc)
+  const int8_t* w_i8 = nullptr;  // in panels of 16 rows (see kernels.cc)
   const float* scales = nullptr;  // (out), int8 only
   const int32_t* wsums = nullptr; // I8A8 only: each panel's offset sums per block of 256 inputs
 };
@@ -58,8 +58,9 @@ void quantize_linear(Linear& layer, WeightType type, QuantizedWeights& store);
 // Best read bandwidth (bytes / s) over `repeats` passes summing an `nbytes` buffer on n_threads.
 double read_bandwidth(size_t nbytes, int n_threads, int repeats);
 
-// y (T, out) = x (T, in) W^T + b. One row runs a matrix-vector kernel that reads the weights
-// once; 2..16 rows a register-tiled kernel that also reads them once; more a oneDNN matmul.
+// y (T, out) = x (T, in) W^T + b. fp32 and bf16: one row runs a matrix-vector kernel that reads
+// the weights once; 2..16 rows a register-tiled kernel that also reads them once; more a oneDNN
+// matmul. int8 and w8a8: integer panel kernels at every row count.
 void linear(const float* x, int T, const Linear& layer, float* y);
 // ys[i] = linear(x, T, *layers[i]) for up to 4 layers reading the same input (a Llama layer's q, k
 // and v; gate and up): with T <= 16 rows they share one parallel region and one conversion of x.
