@@ -269,6 +269,12 @@ static void quantize_u7(const float* x, int T, int n, Int8Rows& v) {
 // Each lane sums one output, so a result needs no horizontal sum, and a panel is one contiguous
 // stream. Inputs are padded with zero weights to whole steps, outputs to whole panels.
 constexpr int kPanel = 16;
+// The first tile of each block asks for the panel bytes this far ahead, a cache line per 64 bytes
+// it reads: one stream per thread is not always enough for the hardware prefetcher to keep memory
+// busy. Interleaved in one process against none: one-row decode +4-14 % on three of the four
+// 8-bit rows (GPT-2 / Llama int8 / w8a8; Llama w8a8 +9 % and -7 % in two runs), batch 16 +4-9 %,
+// 512-token prompts -2 % to +9 %.
+constexpr int kPanelPrefetch = 1024;
 inline int panel_count(int out) { return (out + kPanel - 1) / kPanel; }
 inline int panel_steps(int in, int G) { return (in + G - 1) / G; }
 
@@ -307,7 +313,7 @@ static inline void add_block(const __m256i* a0, const __m256i* a1, const Rows& x
 // NT activation rows from t0, over steps [s0, s1) of the block. The integer sum is exact (int8:
 // at most 256 x 32767 x 127, below 2^31; w8a8: 256 x 127 x 127), so every tile shape gives it the
 // same value, and the fp32 sum runs over the blocks in order: a row's result does not depend on how
-// many rows share the call, prompts included.
+// many rows share the call, prompts included. pf > 0: prefetch the panel that many bytes ahead.
 #if !(defined(__AVX2__) && defined(__FMA__))
 // The same integer sums without vectors (a build for CPUs without AVX2).
 template <int G, int NT, typename Rows>
@@ -331,7 +337,7 @@ struct I8Block {  // 16-bit activations, steps of 2
   static constexpr int G = 2;
   using Rows = Int16Rows;
   static void run(const int8_t* panel, const int32_t*, const Rows& xr, int t0, int s0, int s1, int b,
-                  float (*f)[kPanel]) {
+                  float (*f)[kPanel], int pf) {
 #if defined(__AVX2__) && defined(__FMA__)
     __m256i a0[NT], a1[NT];
     const int16_t* x[NT];
@@ -341,6 +347,7 @@ struct I8Block {  // 16-bit activations, steps of 2
     }
     for (int s = s0; s < s1; ++s) {
       const int8_t* ws = panel + 32 * static_cast<size_t>(s);
+      if (pf && (s & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(ws) + pf, _MM_HINT_T0);
       const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ws)));
       const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ws + 16)));
       for (int t = 0; t < NT; ++t) {
@@ -353,6 +360,7 @@ struct I8Block {  // 16-bit activations, steps of 2
     }
     add_block<NT>(a0, a1, xr, t0, b, f);
 #else
+    (void)pf;
     scalar_block<G, NT>(panel, nullptr, xr, t0, s0, s1, b, f);
 #endif
   }
@@ -363,7 +371,7 @@ struct A8Block {  // 7-bit activations stored with an offset of 64, steps of 4
   static constexpr int G = 4;
   using Rows = Int8Rows;
   static void run(const int8_t* panel, const int32_t* start, const Rows& xr, int t0, int s0, int s1, int b,
-                  float (*f)[kPanel]) {
+                  float (*f)[kPanel], int pf) {
 #if defined(__AVX2__) && defined(__FMA__)
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256i st0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(start));
@@ -376,6 +384,7 @@ struct A8Block {  // 7-bit activations stored with an offset of 64, steps of 4
     }
     for (int s = s0; s < s1; ++s) {
       const int8_t* ws = panel + 64 * static_cast<size_t>(s);
+      if (pf) _mm_prefetch(reinterpret_cast<const char*>(ws) + pf, _MM_HINT_T0);
       const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws));
       const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws + 32));
       for (int t = 0; t < NT; ++t) {
@@ -388,6 +397,7 @@ struct A8Block {  // 7-bit activations stored with an offset of 64, steps of 4
     }
     add_block<NT>(a0, a1, xr, t0, b, f);
 #else
+    (void)pf;
     scalar_block<G, NT>(panel, start, xr, t0, s0, s1, b, f);
 #endif
   }
@@ -409,11 +419,12 @@ static void panel_rows(const typename Block<1>::Rows& xr, int t_lo, int t_hi, co
     const int s0 = b * kBlockSteps, s1 = std::min(steps, s0 + kBlockSteps);
     const int32_t* start = L.wsums ? L.wsums + (static_cast<size_t>(p) * xr.blocks + b) * kPanel : nullptr;
     for (int t = 0; t < T; t += 4) {
+      const int pf = t == 0 ? kPanelPrefetch : 0;
       switch (std::min(4, T - t)) {
-        case 4: Block<4>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t); break;
-        case 3: Block<3>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t); break;
-        case 2: Block<2>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t); break;
-        default: Block<1>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t); break;
+        case 4: Block<4>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t, pf); break;
+        case 3: Block<3>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t, pf); break;
+        case 2: Block<2>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t, pf); break;
+        default: Block<1>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t, pf); break;
       }
     }
   }
