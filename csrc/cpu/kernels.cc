@@ -309,13 +309,8 @@ static inline void add_block(const __m256i* a0, const __m256i* a1, const Rows& x
 }
 #endif
 
-// f[t][r] += (block b's integer sum of panel row r . activation row t) * the row's block scale, for
-// NT activation rows from t0, over steps [s0, s1) of the block. The integer sum is exact (int8:
-// at most 256 x 32767 x 127, below 2^31; w8a8: 256 x 127 x 127), so every tile shape gives it the
-// same value, and the fp32 sum runs over the blocks in order: a row's result does not depend on how
-// many rows share the call, prompts included. pf > 0: prefetch the panel that many bytes ahead.
 #if !(defined(__AVX2__) && defined(__FMA__))
-// The same integer sums without vectors (a build for CPUs without AVX2).
+// The integer block sums of I8Block / A8Block below, without vectors (a build for CPUs without AVX2).
 template <int G, int NT, typename Rows>
 static void scalar_block(const int8_t* panel, const int32_t* start, const Rows& xr, int t0, int s0, int s1, int b,
                          float (*f)[kPanel]) {
@@ -332,6 +327,12 @@ static void scalar_block(const int8_t* panel, const int32_t* start, const Rows& 
   }
 }
 #endif
+
+// f[t][r] += (block b's integer sum of panel row r . activation row t) * the row's block scale, for
+// NT activation rows from t0, over steps [s0, s1) of the block. The integer sum is exact (int8:
+// at most 256 x 32767 x 127, below 2^31; w8a8: 256 x 127 x 127), so every tile shape gives it the
+// same value, and the fp32 sum runs over the blocks in order: a row's result does not depend on how
+// many rows share the call, prompts included. pf > 0: prefetch the panel that many bytes ahead.
 template <int NT>
 struct I8Block {  // 16-bit activations, steps of 2
   static constexpr int G = 2;
@@ -737,7 +738,7 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
   // at a time: a chunk's activations stay in cache while the weights stream past them.
   const bool panels = path == Path::I8Rows || path == Path::A8Rows;
   const int chunk = panels ? kPanelRows : T;
-  // Groups of 4 output rows (w8a8: panels of 16) of every layer in one parallel region: one wake-up
+  // Groups of 4 output rows (int8, w8a8: panels of 16) of every layer in one parallel region: one wake-up
   // and one barrier for, say, a Llama layer's q, k and v instead of three.
   int first[kMaxLayers + 1] = {0};
   int64_t work = 0;

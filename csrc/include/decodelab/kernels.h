@@ -63,7 +63,8 @@ double read_bandwidth(size_t nbytes, int n_threads, int repeats);
 // matmul. int8 and w8a8: integer panel kernels at every row count.
 void linear(const float* x, int T, const Linear& layer, float* y);
 // ys[i] = linear(x, T, *layers[i]) for up to 4 layers reading the same input (a Llama layer's q, k
-// and v; gate and up): with T <= 16 rows they share one parallel region and one conversion of x.
+// and v; gate and up): with T <= 16 rows (int8 and w8a8: any T) they share one parallel region and
+// one conversion of x.
 void linear_many(const float* x, int T, const Linear* const* layers, float* const* ys, int n);
 
 // y (M, N) = x (M, K) W^T + b with W (N, K) and b (N) or null. oneDNN.
