@@ -164,3 +164,41 @@ def test_same_input_gives_bitwise_same_logits(stories, n):
     c2 = stories.new_cache()
     stories.prefill(ids[:-1], c2)
     assert np.array_equal(again, stories.decode(ids[-1], c2))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+def test_concurrent_calls_on_separate_caches_match_serial_ones(checkpoint, dtype):
+    # Scratch is lent by the model to one call at a time; calls from several Python threads (the
+    # engine releases the GIL) must each get their own, or their activations would mix.
+    m = decodelab.load(checkpoint("llama-tiny"), dtype=dtype)
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(0, m.config.vocab_size, size=n).tolist() for n in (40, 23, 31, 17, 40, 9)]
+
+    def run(ids):
+        c = m.new_cache()
+        rows = [m.prefill(ids, c)]
+        for t in ids[:6]:
+            rows.append(m.decode(t, c))
+        return np.stack(rows)
+
+    serial = [run(p) for p in prompts]
+    results = [None] * len(prompts)
+    errors = []
+
+    def worker(i):
+        try:
+            for _ in range(5):
+                results[i] = run(prompts[i])
+                if not np.array_equal(results[i], serial[i]):
+                    return
+        except Exception as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for got, want in zip(results, serial):
+        np.testing.assert_array_equal(got, want)

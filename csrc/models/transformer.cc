@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -133,7 +134,28 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     W.release(!cfg_.tie_word_embeddings ? "lm_head.weight"
               : cfg_.is_llama()         ? "model.embed_tokens.weight"
                                         : "transformer.wte.weight");
+    if (weight_type_ == WeightType::BF16) {
+      // bf16 prompts widen each layer's weights into a scratch of the calling thread that grows
+      // to the largest layer: one trial run on the largest maps it now (the output head, larger
+      // still, is widened only for all-position logits and is left out).
+      const Linear* big = nullptr;
+      for (const Layer& l : layers_)
+        for (const Linear* x : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.fc, &l.down})
+          if (x->w_bf16 && (!big || static_cast<size_t>(x->in) * x->out > static_cast<size_t>(big->in) * big->out))
+            big = x;
+      if (big) {
+        constexpr int kRows = 17;  // the fewest rows that take the widening path
+        std::vector<float> x(static_cast<size_t>(kRows) * big->in, 0.0f), y(static_cast<size_t>(kRows) * big->out);
+        linear(x.data(), kRows, *big, y.data());
+      }
+    }
   }
+  // The first scratch, sized for kReservedRows rows and written through (resize zero-fills), so
+  // its pages are mapped now rather than inside the first request.
+  auto ws = std::make_unique<Workspace>();
+  const int rows = std::min(kReservedRows, cfg_.max_position);
+  ws->reserve(cfg_, rows, aligned_stride(rows), n_threads_);
+  spare_ws_.push_back(std::move(ws));
 }
 
 uint64_t Transformer::quantized_bytes() const {
@@ -180,11 +202,36 @@ std::shared_ptr<BlockPool> Transformer::pool(KVDType dtype) const {
   return pools_[static_cast<int>(dtype)];
 }
 
+class Transformer::WorkspaceLease {
+ public:
+  explicit WorkspaceLease(const Transformer& m) : m_(m) {
+    std::lock_guard<std::mutex> lock(m_.ws_mu_);
+    if (m_.spare_ws_.empty()) {
+      ws_ = std::make_unique<Workspace>();
+    } else {
+      ws_ = std::move(m_.spare_ws_.back());
+      m_.spare_ws_.pop_back();
+    }
+  }
+  ~WorkspaceLease() {
+    std::lock_guard<std::mutex> lock(m_.ws_mu_);
+    m_.spare_ws_.push_back(std::move(ws_));
+  }
+  WorkspaceLease(const WorkspaceLease&) = delete;
+  WorkspaceLease& operator=(const WorkspaceLease&) = delete;
+  Workspace& get() { return *ws_; }
+
+ private:
+  const Transformer& m_;
+  std::unique_ptr<Workspace> ws_;
+};
+
 void Transformer::forward(const int32_t* tokens, int T, KVCache& cache, float* logits, bool all_logits) const {
   check_tokens(tokens, T, cache);
   cache.prepare_append(T);
   KVCache* c = &cache;
-  run(tokens, T, &c, &T, 1, logits, all_logits, cache.workspace());
+  WorkspaceLease ws(*this);
+  run(tokens, T, &c, &T, 1, logits, all_logits, ws.get());
 }
 
 void Transformer::decode_batch(const int32_t* tokens, int B, KVCache* const* caches, float* logits,
@@ -197,7 +244,12 @@ void Transformer::decode_batch(const int32_t* tokens, int B, KVCache* const* cac
   }
   for (int b = 0; b < B; ++b) caches[b]->prepare_append(1);
   std::vector<int> rows(B, 1);
-  run(tokens, B, caches, rows.data(), B, logits, false, ws ? *ws : caches[0]->workspace());
+  if (ws) {
+    run(tokens, B, caches, rows.data(), B, logits, false, *ws);
+  } else {
+    WorkspaceLease lease(*this);
+    run(tokens, B, caches, rows.data(), B, logits, false, lease.get());
+  }
 }
 
 // Rows are grouped in segments: segment s has rows[s] consecutive tokens of one sequence,

@@ -103,8 +103,6 @@ class KVCache {
   void truncate(int n);  // keep the first n tokens
   void clear() { truncate(0); }
 
-  Workspace& workspace() { return ws_; }
-
  private:
   std::shared_ptr<BlockPool> pool_;
   std::vector<int> table_;
@@ -113,7 +111,6 @@ class KVCache {
   int max_capacity_;  // the model's context window
   bool grow_;
   std::vector<int32_t> token_ids_;
-  Workspace ws_;
 };
 
 }  // namespace decodelab

@@ -33,7 +33,7 @@ class Transformer {
 
   // One decode step for B sequences at once, token b continuing caches[b] (distinct caches of
   // this model, any lengths); logits (B, vocab). The weights are read once for the whole batch.
-  // `ws`: scratch to use instead of caches[0]'s (for callers whose caches are short-lived).
+  // `ws`: scratch to use instead of one lent by the model.
   void decode_batch(const int32_t* tokens, int B, KVCache* const* caches, float* logits,
                     Workspace* ws = nullptr) const;
 
@@ -45,6 +45,10 @@ class Transformer {
   // The pool for `dtype`, or null if no cache of that dtype was made yet.
   std::shared_ptr<BlockPool> pool(KVDType dtype) const;
   static constexpr int kBlockSize = 16;  // tokens per cache block, as vLLM's default
+  // Rows of activations the model's first scratch is sized (and touched) for at load: a prompt up
+  // to this long runs on memory that is already mapped, so the first request pays no page faults
+  // for it (tens of milliseconds for a 100M-parameter model here).
+  static constexpr int kReservedRows = 512;
 
  private:
   struct Layer {
@@ -75,6 +79,11 @@ class Transformer {
   std::vector<float> rope_cos_, rope_sin_;  // (max_position, head_dim/2)
   WeightType weight_type_ = WeightType::F32;
   std::vector<QuantizedWeights> quantized_;  // one per quantized linear layer
+  // Scratch lent to one forward pass at a time: calls on different caches may run at once from
+  // several Python threads, and each takes its own; one is made at load, more only if needed.
+  class WorkspaceLease;
+  mutable std::mutex ws_mu_;
+  mutable std::vector<std::unique_ptr<Workspace>> spare_ws_;
   mutable std::mutex pools_mu_;
   mutable std::shared_ptr<BlockPool> pools_[2];  // by KVDType
 };
