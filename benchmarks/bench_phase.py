@@ -8,10 +8,15 @@ is too slow and too mixed.
 Phases: "prefill" (one prompt of --prompt tokens), "decode" (--steps one-token steps after a
 prompt of --prompt tokens), "batch" (--steps steps of decode_batch over --batch sequences, each
 after a 32-token prompt). Prints the best of --repeats in tokens/s and one JSON line.
+
+"first": the first prompt after load(), which bench_speed.py times (after the same 8-token
+warm-up), against the --repeats prompts after it, each on a new cache: tokens/s and the minor page
+faults each took (memory mapped for the first time), and the seconds load() took.
 """
 import argparse
 import json
 import os
+import resource
 import time
 
 import numpy as np
@@ -22,7 +27,7 @@ import decodelab
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("folder")
-    ap.add_argument("--phase", choices=["prefill", "decode", "batch"], required=True)
+    ap.add_argument("--phase", choices=["prefill", "decode", "batch", "first"], required=True)
     ap.add_argument("--dtype", default="float32", help="weights: float32, bfloat16, int8 or w8a8")
     ap.add_argument("--kv", default="float32", help="KV cache: float32 or bfloat16")
     ap.add_argument("--prompt", type=int, default=512)
@@ -31,11 +36,28 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     a = ap.parse_args()
+    t = time.perf_counter()
     m = decodelab.load(a.folder, dtype=a.dtype, threads=a.threads)
+    load_s = time.perf_counter() - t
     V = m.config.vocab_size
     rng = np.random.default_rng(0)
     prompt = rng.integers(3, V, size=a.prompt).tolist()
     m.generate(prompt[:8], max_new_tokens=4, eos_token_id=[], cache=m.new_cache(dtype=a.kv))  # warm-up
+    if a.phase == "first":
+        rates, faults = [], []
+        for _ in range(1 + a.repeats):
+            c = m.new_cache(dtype=a.kv)
+            f = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            t = time.perf_counter()
+            m.prefill(prompt, c)
+            rates.append(a.prompt / (time.perf_counter() - t))
+            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f)
+        print(f"{os.path.basename(os.path.normpath(a.folder))} weights {a.dtype} KV {a.kv}: load {load_s:.2f} s; "
+              f"first prompt {rates[0]:.1f} tok/s, {faults[0]} page faults; then "
+              + ", ".join(f"{r:.1f} ({n})" for r, n in zip(rates[1:], faults[1:])))
+        print(json.dumps({"folder": a.folder, "phase": a.phase, "dtype": a.dtype, "kv": a.kv, "prompt": a.prompt,
+                          "threads": a.threads, "load_s": load_s, "tok_s": rates, "page_faults": faults}))
+        return
     best = 0.0
     for _ in range(a.repeats):
         if a.phase == "prefill":

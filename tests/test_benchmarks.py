@@ -1,9 +1,11 @@
-"""The plain-C baseline of benchmarks/bench_speed.py computes the same model as decodelab: if it
-did not, its speed would say nothing."""
+"""Benchmark tools measure what they say: the plain-C baseline of benchmarks/bench_speed.py
+computes the same model as decodelab (if it did not, its speed would say nothing), and
+bench_phase.py's first-prompt phase reports one figure per prompt."""
 import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -26,3 +28,16 @@ def test_plain_c_baseline_matches_decodelab_greedy(stories, stories_bin, tmp_pat
         prompt.append(3 + rng % (stories.config.vocab_size - 3))
     g = stories.generate(prompt, max_new_tokens=N + 1, eos_token_id=[])
     assert g.token_ids[-1] == last
+
+
+def test_first_prompt_phase_reports_each_prompt(checkpoint):
+    # bench_phase.py --phase first is how the first-request figures in the notes are taken: one
+    # rate and one page-fault count per prompt, the first one first.
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_phase.py"), str(checkpoint("llama-tiny")),
+                          "--phase", "first", "--prompt", "24", "--repeats", "2", "--threads", "1"],
+                         capture_output=True, text=True, check=True)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["phase"] == "first" and res["prompt"] == 24
+    assert len(res["tok_s"]) == 3 and all(r > 0 for r in res["tok_s"])
+    assert len(res["page_faults"]) == 3 and all(isinstance(n, int) and n >= 0 for n in res["page_faults"])
+    assert res["load_s"] > 0
