@@ -699,7 +699,7 @@ Path path_of(const Linear& L, int T) {
   // int8 and w8a8 run their panels at every row count: see I8Block.
   if (L.type == WeightType::I8A8) return Path::A8Rows;
   if (L.type == WeightType::I8) return Path::I8Rows;
-  if (T > 16) return Path::Gemm;
+  if (T >= kGemmMinRows) return Path::Gemm;
   if (T == 1) return L.type == WeightType::BF16 ? Path::Bf16Row : Path::F32Row;
   return Path::SmallRows;
 }

@@ -229,7 +229,6 @@ BeamResult beam_search(const Transformer& model, KVCache& prompt_cache, const st
   // Row b of `logits` holds the next-token logits of running[b]; the next step's rows are
   // written into `next_logits` and the buffers swapped, so no step allocates them anew.
   std::vector<float> logits(V), next_logits;
-  Workspace ws;  // forks are new cache objects each step; the batched step reuses this scratch
   const auto t0 = clock::now();
   Beam root;
   root.cache = prompt_cache.fork();
@@ -369,7 +368,7 @@ BeamResult beam_search(const Transformer& model, KVCache& prompt_cache, const st
       caches.push_back(child.cache.get());
     }
     next_logits.resize(static_cast<size_t>(next.size()) * V);
-    model.decode_batch(toks.data(), static_cast<int>(next.size()), caches.data(), next_logits.data(), &ws);
+    model.decode_batch(toks.data(), static_cast<int>(next.size()), caches.data(), next_logits.data());
     logits.swap(next_logits);
     running.swap(next);
     res.peak_cache_bytes = std::max(res.peak_cache_bytes, in_use());

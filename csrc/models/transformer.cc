@@ -144,9 +144,9 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
           if (x->w_bf16 && (!big || static_cast<size_t>(x->in) * x->out > static_cast<size_t>(big->in) * big->out))
             big = x;
       if (big) {
-        constexpr int kRows = 17;  // the fewest rows that take the widening path
-        std::vector<float> x(static_cast<size_t>(kRows) * big->in, 0.0f), y(static_cast<size_t>(kRows) * big->out);
-        linear(x.data(), kRows, *big, y.data());
+        std::vector<float> x(static_cast<size_t>(kGemmMinRows) * big->in, 0.0f);
+        std::vector<float> y(static_cast<size_t>(kGemmMinRows) * big->out);
+        linear(x.data(), kGemmMinRows, *big, y.data());
       }
     }
   }
@@ -234,8 +234,7 @@ void Transformer::forward(const int32_t* tokens, int T, KVCache& cache, float* l
   run(tokens, T, &c, &T, 1, logits, all_logits, ws.get());
 }
 
-void Transformer::decode_batch(const int32_t* tokens, int B, KVCache* const* caches, float* logits,
-                               Workspace* ws) const {
+void Transformer::decode_batch(const int32_t* tokens, int B, KVCache* const* caches, float* logits) const {
   if (B < 1) throw std::invalid_argument("decode_batch needs at least one sequence");
   for (int b = 0; b < B; ++b) {
     check_tokens(tokens + b, 1, *caches[b]);
@@ -244,12 +243,8 @@ void Transformer::decode_batch(const int32_t* tokens, int B, KVCache* const* cac
   }
   for (int b = 0; b < B; ++b) caches[b]->prepare_append(1);
   std::vector<int> rows(B, 1);
-  if (ws) {
-    run(tokens, B, caches, rows.data(), B, logits, false, *ws);
-  } else {
-    WorkspaceLease lease(*this);
-    run(tokens, B, caches, rows.data(), B, logits, false, lease.get());
-  }
+  WorkspaceLease ws(*this);
+  run(tokens, B, caches, rows.data(), B, logits, false, ws.get());
 }
 
 // Rows are grouped in segments: segment s has rows[s] consecutive tokens of one sequence,

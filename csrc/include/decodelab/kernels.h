@@ -58,6 +58,10 @@ void quantize_linear(Linear& layer, WeightType type, QuantizedWeights& store);
 // Best read bandwidth (bytes / s) over `repeats` passes summing an `nbytes` buffer on n_threads.
 double read_bandwidth(size_t nbytes, int n_threads, int repeats);
 
+// The fewest rows for which fp32 and bf16 layers run the oneDNN matmul rather than the kernels
+// that read the weights once per call.
+constexpr int kGemmMinRows = 17;
+
 // y (T, out) = x (T, in) W^T + b. fp32 and bf16: one row runs a matrix-vector kernel that reads
 // the weights once; 2..16 rows a register-tiled kernel that also reads them once; more a oneDNN
 // matmul. int8 and w8a8: integer panel kernels at every row count.

@@ -33,9 +33,7 @@ class Transformer {
 
   // One decode step for B sequences at once, token b continuing caches[b] (distinct caches of
   // this model, any lengths); logits (B, vocab). The weights are read once for the whole batch.
-  // `ws`: scratch to use instead of one lent by the model.
-  void decode_batch(const int32_t* tokens, int B, KVCache* const* caches, float* logits,
-                    Workspace* ws = nullptr) const;
+  void decode_batch(const int32_t* tokens, int B, KVCache* const* caches, float* logits) const;
 
   // Throws unless the cache belongs to this model and each id is in the vocabulary.
   void check_tokens(const int32_t* tokens, int T, const KVCache& cache) const;
