@@ -146,6 +146,18 @@ def test_8bit_rows_do_not_depend_on_how_many_are_batched(dtype, T):
     np.testing.assert_array_equal(together, alone)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "w8a8"])
+def test_linear_repeats_give_the_same_product(dtype):
+    """benchmarks/bench_linear.py times `repeats` products on one stored copy of the weights; each
+    repeat must compute the same thing, and a count below 1 is refused."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((70, 96)).astype(np.float32)
+    w = (0.05 * rng.standard_normal((40, 96))).astype(np.float32)
+    np.testing.assert_array_equal(_core.linear(x, w, dtype, 3), _core.linear(x, w, dtype))
+    with pytest.raises(ValueError, match="repeats must be >= 1, got 0"):
+        _core.linear(x, w, dtype, 0)
+
+
 def test_w8a8_error_bound_and_cost_against_int8():
     """7-bit activations cost at most half a step of each block's scale (max / 63) per value; that
     is more than int8's 16-bit activations, and it is stated, not hidden."""

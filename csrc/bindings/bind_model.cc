@@ -164,7 +164,8 @@ void register_device(py::module_& m) {
         "Best read bandwidth in bytes/s summing an nbytes buffer: the memory bound of a decode step.");
   m.def(
       "linear",
-      [](const FloatArray& x, const FloatArray& w, const std::string& dtype) {
+      [](const FloatArray& x, const FloatArray& w, const std::string& dtype, int repeats) {
+        if (repeats < 1) throw std::invalid_argument("repeats must be >= 1, got " + std::to_string(repeats));
         if (x.ndim() != 2 || w.ndim() != 2)
           throw std::invalid_argument("x must be (T, in) and w (out, in), got " + std::to_string(x.ndim()) + "-D and " +
                                       std::to_string(w.ndim()) + "-D");
@@ -179,12 +180,13 @@ void register_device(py::module_& m) {
         py::array_t<float> y({static_cast<py::ssize_t>(T), static_cast<py::ssize_t>(L.out)});
         {
           py::gil_scoped_release release;
-          linear(x.data(), T, L, y.mutable_data());
+          for (int r = 0; r < repeats; ++r) linear(x.data(), T, L, y.mutable_data());
         }
         return y;
       },
-      py::arg("x"), py::arg("w"), py::arg("dtype") = "float32",
-      "y = x w^T through the engine's kernels, w given in fp32 and stored as dtype first (for tests).");
+      py::arg("x"), py::arg("w"), py::arg("dtype") = "float32", py::arg("repeats") = 1,
+      "y = x w^T through the engine's kernels, w given in fp32 and stored as dtype first (for tests);\n"
+      "repeats > 1 runs the product that many times on the one stored copy (for timing the kernel alone).");
   m.def(
       "linear_many",
       [](const FloatArray& x, const std::vector<FloatArray>& ws, const std::string& dtype) {

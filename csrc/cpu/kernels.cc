@@ -633,7 +633,6 @@ double read_bandwidth(size_t nbytes, int n_threads, int repeats) {
 }
 
 namespace {
-// Which kernel a layer runs for T rows.
 // Group indices [0, n) split over a team for one pass: each thread owns an equal contiguous range
 // and takes it from the front, kStep groups at a time; a thread whose range runs out takes steps
 // from the back of the fullest other range. Every thread reads its own rows as one stream, as with
@@ -695,6 +694,7 @@ class GroupRanges {
 
 enum class Path { F32Row, Bf16Row, I8Rows, A8Rows, SmallRows, Gemm };
 
+// Which kernel a layer runs for T rows.
 Path path_of(const Linear& L, int T) {
   // int8 and w8a8 run their panels at every row count: see I8Block.
   if (L.type == WeightType::I8A8) return Path::A8Rows;
@@ -766,25 +766,25 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
   // chunks counts all its rows, so a small model's prompt still spreads over the threads.
   const bool one_pass = chunk >= T;
   if (work * (one_pass ? 1 : T) >= (1 << 16)) {
-    // One pass over the groups (a decode step, a small batch) balances the threads as it goes; a
-    // prompt's chunks keep the static split, so each thread's weights stay its own across chunks.
-    thread_local GroupRanges ranges;  // the calling thread's; the team reads it through a reference
-    if (one_pass) ranges.reset(first[n], omp_get_max_threads());
-    GroupRanges& shared_ranges = ranges;
+    // The groups of each pass (one for a decode step or a small batch, one per chunk of a prompt's
+    // rows) are split by GroupRanges: each thread starts on its own range, the same in every
+    // chunk, so it reads its own weights as one stream, and takes from the other's range once its
+    // own is done. A thread that finishes a chunk first goes on to the next without waiting, so a
+    // thread slowed by a neighbour on the shared host is caught up with at the end of the call,
+    // not at every chunk. Interleaved in one process against a static split per chunk (512 rows,
+    // kernel alone): w8a8 +5-10 %, int8 +11 %; GPT-2 w8a8 prompts +5 %, int8 +8 %.
+    const int n_chunks = (T + chunk - 1) / chunk;
+    thread_local std::vector<GroupRanges> ranges;  // the calling thread's; the team reads it by reference
+    if (static_cast<int>(ranges.size()) < n_chunks) ranges.resize(n_chunks);
+    for (int c = 0; c < n_chunks; ++c) ranges[c].reset(first[n], omp_get_max_threads());
+    std::vector<GroupRanges>& shared_ranges = ranges;
 #pragma omp parallel
     {
       if (widen_rows) grow(scratch, static_cast<size_t>(4) * layers[0]->in);
-      if (one_pass) {
-        int b, e;
-        while (shared_ranges.next(omp_get_thread_num(), b, e))
-          for (int G = b; G < e; ++G) run_group(G, scratch.data(), 0);
-      } else {
-        for (int c0 = 0; c0 < T; c0 += chunk) {
-          // No barrier between chunks: a thread's groups are the same in each, and so are its rows.
-#pragma omp for schedule(static) nowait
-          for (int G = 0; G < first[n]; ++G) run_group(G, scratch.data(), c0);
-        }
-      }
+      int b, e;
+      for (int c = 0; c < n_chunks; ++c)
+        while (shared_ranges[c].next(omp_get_thread_num(), b, e))
+          for (int G = b; G < e; ++G) run_group(G, scratch.data(), c * chunk);
     }
   } else {
     if (widen_rows) grow(scratch, static_cast<size_t>(4) * layers[0]->in);
