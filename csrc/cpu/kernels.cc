@@ -898,11 +898,15 @@ inline float dot_kv(const float* q, const uint16_t* k, int n) {
 using StridedRows = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
 using StridedRowsOut = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
 
-// Prefill attention (fp32 or bf16 cache) as matrix products: for each KV head and tile of up to
-// kTile queries, the keys and values of positions [0, p0 + t1) are gathered from their blocks into
-// contiguous scratch once, then every query head of the group computes scores = Q K^T and
-// out = softmax(scores) V as two small GEMMs. The causal mask zeroes, per row, the columns after
-// the row's own position (at most kTile - 1 of them inside the tile).
+// Prefill attention (fp32 or bf16 cache) as matrix products. The keys and values of positions
+// [0, p0 + T) of every KV head are first gathered (and widened) from their blocks into one
+// contiguous buffer, once for all query tiles. Then, for each KV head and tile of up to kTile
+// queries, every query head of the group computes raw scores Q K^T over the keys up to the tile's
+// last position and out = softmax(scale * scores) V as two small GEMMs; the scale is applied inside
+// the softmax pass, with the row maximum taken on the raw scores (scale > 0 keeps it the maximum).
+// The causal mask zeroes, per row, the columns after the row's own position (at most kTile - 1 of
+// them inside the tile). Tiles run from the last (the most keys) to the first, so the largest tasks
+// are handed out first and the team finishes together.
 template <typename E>
 void attention_prefill(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0,
                        int n_heads, float* out, int n_threads) {
@@ -912,34 +916,43 @@ void attention_prefill(const float* q, const BlockPool& pool, const int* table, 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int n_tiles = (T + kTile - 1) / kTile;
   const int64_t qstride = static_cast<int64_t>(n_heads) * hd;
-#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(n_threads)
-  for (int kh = 0; kh < n_kv; ++kh) {
-    for (int tile = 0; tile < n_tiles; ++tile) {
-      thread_local FloatBuffer kv, scores;
+  const int n_all = p0 + T, n_blocks = (n_all + bs - 1) / bs;
+  const size_t head_elems = static_cast<size_t>(n_all) * hd;
+  thread_local FloatBuffer kv_buf;  // the calling thread's; the team reads it through a pointer
+  grow(kv_buf, 2 * static_cast<size_t>(n_kv) * head_elems);
+  float* kv_all = kv_buf.data();  // head kh: keys at 2 kh * head_elems, values right after
+#pragma omp parallel num_threads(n_threads)
+  {
+#pragma omp for collapse(2) schedule(static)
+    for (int kh = 0; kh < n_kv; ++kh) {
+      for (int b = 0; b < n_blocks; ++b) {
+        const E* blk = reinterpret_cast<const E*>(pool.data(table[b]));
+        const size_t n = static_cast<size_t>(std::min(bs, n_all - b * bs)) * hd;
+        float* K = kv_all + 2 * static_cast<size_t>(kh) * head_elems + static_cast<size_t>(b) * bs * hd;
+        widen(blk + pool.slab(layer, 0, kh), n, K);
+        widen(blk + pool.slab(layer, 1, kh), n, K + head_elems);
+      }
+    }
+#pragma omp for schedule(dynamic)
+    for (int task = 0; task < n_tiles * n_kv; ++task) {
+      const int tile = n_tiles - 1 - task / n_kv, kh = task % n_kv;
+      thread_local FloatBuffer scores;
       const int t0 = tile * kTile, t1 = std::min(T, t0 + kTile), rows = t1 - t0;
       const int n_ctx = p0 + t1;
-      grow(kv, static_cast<size_t>(2) * n_ctx * hd);
       grow(scores, static_cast<size_t>(kTile) * n_ctx);
-      float* K = kv.data();
-      float* V = K + static_cast<size_t>(n_ctx) * hd;
-      for (int b = 0, n_blocks = (n_ctx + bs - 1) / bs; b < n_blocks; ++b) {
-        const E* blk = reinterpret_cast<const E*>(pool.data(table[b]));
-        const size_t n = static_cast<size_t>(std::min(bs, n_ctx - b * bs)) * hd;
-        widen(blk + pool.slab(layer, 0, kh), n, K + static_cast<size_t>(b) * bs * hd);
-        widen(blk + pool.slab(layer, 1, kh), n, V + static_cast<size_t>(b) * bs * hd);
-      }
-      Eigen::Map<const RowMatrix> Km(K, n_ctx, hd), Vm(V, n_ctx, hd);
+      const float* K = kv_all + 2 * static_cast<size_t>(kh) * head_elems;
+      Eigen::Map<const RowMatrix> Km(K, n_ctx, hd), Vm(K + head_elems, n_ctx, hd);
       Eigen::Map<RowMatrix> S(scores.data(), rows, n_ctx);
       for (int g = 0; g < group; ++g) {
         const int h = kh * group + g;
         StridedRows Q(q + static_cast<size_t>(t0) * qstride + static_cast<size_t>(h) * hd, rows, hd,
                       Eigen::OuterStride<>(qstride));
-        S.noalias() = (Q * Km.transpose()) * scale;
+        S.noalias() = Q * Km.transpose();
         for (int r = 0; r < rows; ++r) {
           const int valid = p0 + t0 + r + 1;
           auto row = S.row(r);
           const float mx = row.head(valid).maxCoeff();
-          row.head(valid) = (row.head(valid).array() - mx).exp();
+          row.head(valid) = ((row.head(valid).array() - mx) * scale).exp();
           row.head(valid) /= row.head(valid).sum();
           row.tail(n_ctx - valid).setZero();
         }
