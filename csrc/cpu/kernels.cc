@@ -898,15 +898,72 @@ inline float dot_kv(const float* q, const uint16_t* k, int n) {
 using StridedRows = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
 using StridedRowsOut = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
 
+#if defined(__AVX2__) && defined(__FMA__)
+// Register tiles for prefill attention (hd a multiple of 16). Each keeps NR x 16 outputs in 2 NR
+// accumulators and per step broadcasts NR values against two 8-wide loads: an outer product, so no
+// horizontal sums and nothing packed.
+//
+// s (NR rows, stride lds; columns [0, n16), n16 a multiple of 16) = q (NR rows, stride ldq) K^T,
+// where kt holds the keys in panels of 16: panel j / 16 is hd rows of 16 key values, contiguous.
+template <int NR>
+void qk_rows(const float* q, int64_t ldq, const float* kt, int hd, int n16, float* s, int lds) {
+  for (int j = 0; j < n16; j += 16) {
+    __m256 a0[NR], a1[NR];
+    for (int r = 0; r < NR; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
+    const float* panel = kt + static_cast<size_t>(j) * hd;
+    for (int d = 0; d < hd; ++d) {
+      const float* k = panel + 16 * d;
+      const __m256 k0 = _mm256_loadu_ps(k), k1 = _mm256_loadu_ps(k + 8);
+      for (int r = 0; r < NR; ++r) {
+        const __m256 qb = _mm256_broadcast_ss(q + r * ldq + d);
+        a0[r] = _mm256_fmadd_ps(qb, k0, a0[r]);
+        a1[r] = _mm256_fmadd_ps(qb, k1, a1[r]);
+      }
+    }
+    for (int r = 0; r < NR; ++r) {
+      _mm256_storeu_ps(s + static_cast<size_t>(r) * lds + j, a0[r]);
+      _mm256_storeu_ps(s + static_cast<size_t>(r) * lds + j + 8, a1[r]);
+    }
+  }
+}
+
+// o (NR rows, stride ldo; hd columns) = p (NR rows over n keys, stride ldp) V, where vp holds the
+// values in panels of 16 columns: panel c / 16 is ldv rows of 16 values, contiguous.
+template <int NR>
+void pv_rows(const float* p, int ldp, const float* vp, int ldv, int hd, int n, float* o, int64_t ldo) {
+  for (int c = 0; c < hd; c += 16) {
+    __m256 a0[NR], a1[NR];
+    for (int r = 0; r < NR; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
+    const float* panel = vp + static_cast<size_t>(c) * ldv;
+    for (int j = 0; j < n; ++j) {
+      const float* vr = panel + 16 * j;
+      const __m256 v0 = _mm256_loadu_ps(vr), v1 = _mm256_loadu_ps(vr + 8);
+      for (int r = 0; r < NR; ++r) {
+        const __m256 pb = _mm256_broadcast_ss(p + static_cast<size_t>(r) * ldp + j);
+        a0[r] = _mm256_fmadd_ps(pb, v0, a0[r]);
+        a1[r] = _mm256_fmadd_ps(pb, v1, a1[r]);
+      }
+    }
+    for (int r = 0; r < NR; ++r) {
+      _mm256_storeu_ps(o + r * ldo + c, a0[r]);
+      _mm256_storeu_ps(o + r * ldo + c + 8, a1[r]);
+    }
+  }
+}
+
+#endif
+
 // Prefill attention (fp32 or bf16 cache) as matrix products. The keys and values of positions
 // [0, p0 + T) of every KV head are first gathered (and widened) from their blocks into one
-// contiguous buffer, once for all query tiles. Then, for each KV head and tile of up to kTile
-// queries, every query head of the group computes raw scores Q K^T over the keys up to the tile's
-// last position and out = softmax(scale * scores) V as two small GEMMs; the scale is applied inside
-// the softmax pass, with the row maximum taken on the raw scores (scale > 0 keeps it the maximum).
-// The causal mask zeroes, per row, the columns after the row's own position (at most kTile - 1 of
-// them inside the tile). Tiles run from the last (the most keys) to the first, so the largest tasks
-// are handed out first and the team finishes together.
+// contiguous buffer, once for all query tiles; with AVX2 and hd a multiple of 16 they go in as
+// the register tiles above read them (keys transposed in panels of 16 keys, values in panels of 16
+// columns), otherwise the products run on Eigen. Then, for each KV head and tile of up to kTile queries, every query head of the group
+// computes raw scores Q K^T over the keys up to the tile's last position and out = softmax(scale *
+// scores) V; the scale is applied inside the softmax pass, with the row maximum taken on the raw
+// scores (scale > 0 keeps it the maximum). The causal mask zeroes, per row, the columns after the
+// row's own position (at most kTile - 1 of them inside the tile). Tiles run from the last (the
+// most keys) to the first, so the largest tasks are handed out first and the team finishes
+// together.
 template <typename E>
 void attention_prefill(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0,
                        int n_heads, float* out, int n_threads) {
@@ -917,20 +974,46 @@ void attention_prefill(const float* q, const BlockPool& pool, const int* table, 
   const int n_tiles = (T + kTile - 1) / kTile;
   const int64_t qstride = static_cast<int64_t>(n_heads) * hd;
   const int n_all = p0 + T, n_blocks = (n_all + bs - 1) / bs;
-  const size_t head_elems = static_cast<size_t>(n_all) * hd;
+#if defined(__AVX2__) && defined(__FMA__)
+  const bool tiles = hd % 16 == 0;
+#else
+  const bool tiles = false;
+#endif
+  const int ldk = (n_all + 15) / 16 * 16;  // keys in whole panels of 16
+  const size_t head_elems = static_cast<size_t>(tiles ? ldk : n_all) * hd;
   thread_local FloatBuffer kv_buf;  // the calling thread's; the team reads it through a pointer
   grow(kv_buf, 2 * static_cast<size_t>(n_kv) * head_elems);
   float* kv_all = kv_buf.data();  // head kh: keys at 2 kh * head_elems, values right after
 #pragma omp parallel num_threads(n_threads)
   {
+    thread_local FloatBuffer rows_buf;
+    grow(rows_buf, static_cast<size_t>(bs) * hd);
 #pragma omp for collapse(2) schedule(static)
     for (int kh = 0; kh < n_kv; ++kh) {
       for (int b = 0; b < n_blocks; ++b) {
         const E* blk = reinterpret_cast<const E*>(pool.data(table[b]));
-        const size_t n = static_cast<size_t>(std::min(bs, n_all - b * bs)) * hd;
-        float* K = kv_all + 2 * static_cast<size_t>(kh) * head_elems + static_cast<size_t>(b) * bs * hd;
-        widen(blk + pool.slab(layer, 0, kh), n, K);
-        widen(blk + pool.slab(layer, 1, kh), n, K + head_elems);
+        const int nb = std::min(bs, n_all - b * bs);
+        float* K = kv_all + 2 * static_cast<size_t>(kh) * head_elems;
+        if (!tiles) {
+          widen(blk + pool.slab(layer, 0, kh), static_cast<size_t>(nb) * hd, K + static_cast<size_t>(b) * bs * hd);
+          widen(blk + pool.slab(layer, 1, kh), static_cast<size_t>(nb) * hd, K + head_elems + static_cast<size_t>(b) * bs * hd);
+          continue;
+        }
+        float* rows = rows_buf.data();
+        widen(blk + pool.slab(layer, 1, kh), static_cast<size_t>(nb) * hd, rows);
+        for (int c = 0; c < hd; c += 16)  // value j, columns [c, c + 16) at panel c / 16, row j
+          for (int j = 0; j < nb; ++j)
+            std::memcpy(K + head_elems + static_cast<size_t>(c) * ldk + 16 * static_cast<size_t>(b * bs + j),
+                        rows + static_cast<size_t>(j) * hd + c, 16 * sizeof(float));
+        widen(blk + pool.slab(layer, 0, kh), static_cast<size_t>(nb) * hd, rows);
+        for (int j = b * bs; j < b * bs + nb; ++j) {  // key j, dim d at panel j / 16, row d, lane j % 16
+          float* dst = K + static_cast<size_t>(j / 16) * 16 * hd + j % 16;
+          const float* src = rows + static_cast<size_t>(j - b * bs) * hd;
+          for (int d = 0; d < hd; ++d) dst[16 * d] = src[d];
+        }
+        if (b == n_blocks - 1)  // zero keys in the padding lanes of the last panel
+          for (int j = n_all; j < ldk; ++j)
+            for (int d = 0; d < hd; ++d) K[static_cast<size_t>(j / 16) * 16 * hd + 16 * d + j % 16] = 0.0f;
       }
     }
 #pragma omp for schedule(dynamic)
@@ -938,27 +1021,66 @@ void attention_prefill(const float* q, const BlockPool& pool, const int* table, 
       const int tile = n_tiles - 1 - task / n_kv, kh = task % n_kv;
       thread_local FloatBuffer scores;
       const int t0 = tile * kTile, t1 = std::min(T, t0 + kTile), rows = t1 - t0;
-      const int n_ctx = p0 + t1;
-      grow(scores, static_cast<size_t>(kTile) * n_ctx);
+      const int n_ctx = p0 + t1, n16 = (n_ctx + 15) / 16 * 16;
+      grow(scores, static_cast<size_t>(kTile) * n16);
       const float* K = kv_all + 2 * static_cast<size_t>(kh) * head_elems;
-      Eigen::Map<const RowMatrix> Km(K, n_ctx, hd), Vm(K + head_elems, n_ctx, hd);
-      Eigen::Map<RowMatrix> S(scores.data(), rows, n_ctx);
+      const float* V = K + head_elems;
       for (int g = 0; g < group; ++g) {
         const int h = kh * group + g;
-        StridedRows Q(q + static_cast<size_t>(t0) * qstride + static_cast<size_t>(h) * hd, rows, hd,
-                      Eigen::OuterStride<>(qstride));
-        S.noalias() = Q * Km.transpose();
+        const float* qh = q + static_cast<size_t>(t0) * qstride + static_cast<size_t>(h) * hd;
+        float* oh = out + static_cast<size_t>(t0) * qstride + static_cast<size_t>(h) * hd;
+        const int lds = tiles ? n16 : n_ctx;
+        Eigen::Map<RowMatrix> S(scores.data(), rows, lds);
+#if defined(__AVX2__) && defined(__FMA__)
+        if (tiles) {
+          for (int r = 0; r < rows; r += 6) {
+            const float* qr = qh + r * qstride;
+            float* sr = scores.data() + static_cast<size_t>(r) * lds;
+            switch (std::min(6, rows - r)) {
+              case 6: qk_rows<6>(qr, qstride, K, hd, n16, sr, lds); break;
+              case 5: qk_rows<5>(qr, qstride, K, hd, n16, sr, lds); break;
+              case 4: qk_rows<4>(qr, qstride, K, hd, n16, sr, lds); break;
+              case 3: qk_rows<3>(qr, qstride, K, hd, n16, sr, lds); break;
+              case 2: qk_rows<2>(qr, qstride, K, hd, n16, sr, lds); break;
+              default: qk_rows<1>(qr, qstride, K, hd, n16, sr, lds); break;
+            }
+          }
+        }
+#endif
+        if (!tiles) {
+          Eigen::Map<const RowMatrix> Km(K, n_ctx, hd);
+          StridedRows Q(qh, rows, hd, Eigen::OuterStride<>(qstride));
+          S.noalias() = Q * Km.transpose();
+        }
         for (int r = 0; r < rows; ++r) {
           const int valid = p0 + t0 + r + 1;
           auto row = S.row(r);
           const float mx = row.head(valid).maxCoeff();
           row.head(valid) = ((row.head(valid).array() - mx) * scale).exp();
           row.head(valid) /= row.head(valid).sum();
-          row.tail(n_ctx - valid).setZero();
+          row.segment(valid, n_ctx - valid).setZero();
         }
-        StridedRowsOut O(out + static_cast<size_t>(t0) * qstride + static_cast<size_t>(h) * hd, rows, hd,
-                         Eigen::OuterStride<>(qstride));
-        O.noalias() = S * Vm;
+#if defined(__AVX2__) && defined(__FMA__)
+        if (tiles) {
+          for (int r = 0; r < rows; r += 6) {
+            const float* pr = scores.data() + static_cast<size_t>(r) * lds;
+            float* orow = oh + r * qstride;
+            switch (std::min(6, rows - r)) {
+              case 6: pv_rows<6>(pr, lds, V, ldk, hd, n_ctx, orow, qstride); break;
+              case 5: pv_rows<5>(pr, lds, V, ldk, hd, n_ctx, orow, qstride); break;
+              case 4: pv_rows<4>(pr, lds, V, ldk, hd, n_ctx, orow, qstride); break;
+              case 3: pv_rows<3>(pr, lds, V, ldk, hd, n_ctx, orow, qstride); break;
+              case 2: pv_rows<2>(pr, lds, V, ldk, hd, n_ctx, orow, qstride); break;
+              default: pv_rows<1>(pr, lds, V, ldk, hd, n_ctx, orow, qstride); break;
+            }
+          }
+        }
+#endif
+        if (!tiles) {
+          Eigen::Map<const RowMatrix> Vm(V, n_ctx, hd);
+          StridedRowsOut O(oh, rows, hd, Eigen::OuterStride<>(qstride));
+          O.noalias() = S.leftCols(n_ctx) * Vm;
+        }
       }
     }
   }
