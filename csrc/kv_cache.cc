@@ -62,6 +62,9 @@ BlockPool::Stats BlockPool::stats() const {
 void Workspace::reserve(const ModelConfig& cfg, int T, int n_ctx, int n_threads) {
   const size_t need_scores = static_cast<size_t>(n_threads) * n_ctx;
   if (scores.size() < need_scores) scores.resize(need_scores);
+  // A prompt's keys and values, gathered from the cache blocks for prefill attention.
+  const size_t need_gather = static_cast<size_t>(2) * cfg.n_kv_heads * aligned_stride(n_ctx) * cfg.head_dim;
+  if (gather.size() < need_gather) gather.resize(need_gather);
   if (T <= rows) return;
   const size_t qd = static_cast<size_t>(cfg.n_heads) * cfg.head_dim;
   const size_t kvd = static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim;

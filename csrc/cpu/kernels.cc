@@ -966,7 +966,7 @@ void pv_rows(const float* p, int ldp, const float* vp, int ldv, int hd, int n, f
 // together.
 template <typename E>
 void attention_prefill(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0,
-                       int n_heads, float* out, int n_threads) {
+                       int n_heads, float* out, float* kv_all, int n_threads) {
   constexpr int kTile = 32;
   const int n_kv = pool.n_kv_heads(), hd = pool.head_dim(), bs = pool.block_size();
   const int group = n_heads / n_kv;
@@ -981,9 +981,7 @@ void attention_prefill(const float* q, const BlockPool& pool, const int* table, 
 #endif
   const int ldk = (n_all + 15) / 16 * 16;  // keys in whole panels of 16
   const size_t head_elems = static_cast<size_t>(tiles ? ldk : n_all) * hd;
-  thread_local FloatBuffer kv_buf;  // the calling thread's; the team reads it through a pointer
-  grow(kv_buf, 2 * static_cast<size_t>(n_kv) * head_elems);
-  float* kv_all = kv_buf.data();  // head kh: keys at 2 kh * head_elems, values right after
+  // kv_all (the caller's, 2 n_kv head_elems floats): head kh's keys at 2 kh head_elems, values after
 #pragma omp parallel num_threads(n_threads)
   {
     thread_local FloatBuffer rows_buf;
@@ -1234,12 +1232,12 @@ void attention_paged_impl(const float* q, const BlockPool& pool, const int* tabl
 }  // namespace
 
 void attention_paged(const float* q, const BlockPool& pool, const int* block_table, int layer, int T, int p0,
-                     int n_heads, float* out, float* scratch, int scratch_stride, int n_threads) {
+                     int n_heads, float* out, float* scratch, int scratch_stride, float* gather, int n_threads) {
   // Eight or more queries: matrix products over keys and values gathered (and widened) per head.
   if (T >= 8 && pool.dtype() == KVDType::F32)
-    attention_prefill<float>(q, pool, block_table, layer, T, p0, n_heads, out, n_threads);
+    attention_prefill<float>(q, pool, block_table, layer, T, p0, n_heads, out, gather, n_threads);
   else if (T >= 8)
-    attention_prefill<uint16_t>(q, pool, block_table, layer, T, p0, n_heads, out, n_threads);
+    attention_prefill<uint16_t>(q, pool, block_table, layer, T, p0, n_heads, out, gather, n_threads);
   else if (pool.dtype() == KVDType::F32)
     attention_paged_impl<float>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride, n_threads);
   else

@@ -311,7 +311,7 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
       const int* table = caches[s]->block_table().data();
       store_kv(ks, vs, pool, table, li, rows[s], p0[s]);
       attention_paged(qs, pool, table, li, rows[s], p0[s], NH, ws.att.data() + static_cast<size_t>(first[s]) * QD,
-                      scratch, score_stride, threads);
+                      scratch, score_stride, ws.gather.data(), threads);
     };
     if (per_seq) {
 #pragma omp parallel for schedule(dynamic) num_threads(n_threads_)

@@ -71,7 +71,7 @@ class BlockPool {
 // allocates nothing per token once warm.
 struct Workspace {
   int rows = 0;
-  FloatBuffer x, h, q, k, v, qkv, att, ff_a, ff_b, scores;
+  FloatBuffer x, h, q, k, v, qkv, att, ff_a, ff_b, scores, gather;
   void reserve(const ModelConfig& cfg, int T, int n_ctx, int n_threads);
 };
 
