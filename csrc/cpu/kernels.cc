@@ -899,58 +899,49 @@ using StridedRows = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
 using StridedRowsOut = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
 
 #if defined(__AVX2__) && defined(__FMA__)
-// Register tiles for prefill attention (hd a multiple of 16). Each keeps NR x 16 outputs in 2 NR
-// accumulators and per step broadcasts NR values against two 8-wide loads: an outer product, so no
-// horizontal sums and nothing packed.
-//
-// s (NR rows, stride lds; columns [0, n16), n16 a multiple of 16) = q (NR rows, stride ldq) K^T,
-// where kt holds the keys in panels of 16: panel j / 16 is hd rows of 16 key values, contiguous.
+// Register tiles for prefill attention (hd a multiple of 16): both of its products as one kernel.
+// out (NR rows, stride ldo; 16 columns) = a (NR rows of K values, stride lda) b, where b is K rows
+// of 16 values, contiguous. NR x 16 outputs stay in 2 NR accumulators; each step broadcasts NR
+// values against two 8-wide loads: an outer product, so no horizontal sums and nothing packed.
 template <int NR>
-void qk_rows(const float* q, int64_t ldq, const float* kt, int hd, int n16, float* s, int lds) {
-  for (int j = 0; j < n16; j += 16) {
-    __m256 a0[NR], a1[NR];
-    for (int r = 0; r < NR; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
-    const float* panel = kt + static_cast<size_t>(j) * hd;
-    for (int d = 0; d < hd; ++d) {
-      const float* k = panel + 16 * d;
-      const __m256 k0 = _mm256_loadu_ps(k), k1 = _mm256_loadu_ps(k + 8);
-      for (int r = 0; r < NR; ++r) {
-        const __m256 qb = _mm256_broadcast_ss(q + r * ldq + d);
-        a0[r] = _mm256_fmadd_ps(qb, k0, a0[r]);
-        a1[r] = _mm256_fmadd_ps(qb, k1, a1[r]);
-      }
-    }
+void panel_tile(const float* a, int64_t lda, const float* b, int K, float* out, int64_t ldo) {
+  __m256 a0[NR], a1[NR];
+  for (int r = 0; r < NR; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
+  for (int k = 0; k < K; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(b + 16 * static_cast<size_t>(k)), b1 = _mm256_loadu_ps(b + 16 * static_cast<size_t>(k) + 8);
     for (int r = 0; r < NR; ++r) {
-      _mm256_storeu_ps(s + static_cast<size_t>(r) * lds + j, a0[r]);
-      _mm256_storeu_ps(s + static_cast<size_t>(r) * lds + j + 8, a1[r]);
+      const __m256 ab = _mm256_broadcast_ss(a + r * lda + k);
+      a0[r] = _mm256_fmadd_ps(ab, b0, a0[r]);
+      a1[r] = _mm256_fmadd_ps(ab, b1, a1[r]);
     }
+  }
+  for (int r = 0; r < NR; ++r) {
+    _mm256_storeu_ps(out + r * ldo, a0[r]);
+    _mm256_storeu_ps(out + r * ldo + 8, a1[r]);
   }
 }
 
-// o (NR rows, stride ldo; hd columns) = p (NR rows over n keys, stride ldp) V, where vp holds the
-// values in panels of 16 columns: panel c / 16 is ldv rows of 16 values, contiguous.
-template <int NR>
-void pv_rows(const float* p, int ldp, const float* vp, int ldv, int hd, int n, float* o, int64_t ldo) {
-  for (int c = 0; c < hd; c += 16) {
-    __m256 a0[NR], a1[NR];
-    for (int r = 0; r < NR; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
-    const float* panel = vp + static_cast<size_t>(c) * ldv;
-    for (int j = 0; j < n; ++j) {
-      const float* vr = panel + 16 * j;
-      const __m256 v0 = _mm256_loadu_ps(vr), v1 = _mm256_loadu_ps(vr + 8);
-      for (int r = 0; r < NR; ++r) {
-        const __m256 pb = _mm256_broadcast_ss(p + static_cast<size_t>(r) * ldp + j);
-        a0[r] = _mm256_fmadd_ps(pb, v0, a0[r]);
-        a1[r] = _mm256_fmadd_ps(pb, v1, a1[r]);
+// out (rows x 16 n_panels, stride ldo) = a (rows x K, stride lda) times n_panels panels of b, each
+// K rows of 16 values, panel_stride floats apart; in tiles of up to 6 rows. Scores are
+// Q K^T with the keys in panels of 16 keys (K = hd); outputs are P V with the values in panels of
+// 16 columns (K = the keys).
+void panel_product(const float* a, int64_t lda, int rows, const float* b, size_t panel_stride, int K, int n_panels,
+                   float* out, int64_t ldo) {
+  for (int r = 0; r < rows; r += 6)
+    for (int p = 0; p < n_panels; ++p) {
+      const float* ar = a + r * lda;
+      const float* bp = b + p * panel_stride;
+      float* o = out + r * ldo + 16 * p;
+      switch (std::min(6, rows - r)) {
+        case 6: panel_tile<6>(ar, lda, bp, K, o, ldo); break;
+        case 5: panel_tile<5>(ar, lda, bp, K, o, ldo); break;
+        case 4: panel_tile<4>(ar, lda, bp, K, o, ldo); break;
+        case 3: panel_tile<3>(ar, lda, bp, K, o, ldo); break;
+        case 2: panel_tile<2>(ar, lda, bp, K, o, ldo); break;
+        default: panel_tile<1>(ar, lda, bp, K, o, ldo); break;
       }
     }
-    for (int r = 0; r < NR; ++r) {
-      _mm256_storeu_ps(o + r * ldo + c, a0[r]);
-      _mm256_storeu_ps(o + r * ldo + c + 8, a1[r]);
-    }
-  }
 }
-
 #endif
 
 // Prefill attention (fp32 or bf16 cache) as matrix products. The keys and values of positions
@@ -1030,20 +1021,7 @@ void attention_prefill(const float* q, const BlockPool& pool, const int* table, 
         const int lds = tiles ? n16 : n_ctx;
         Eigen::Map<RowMatrix> S(scores.data(), rows, lds);
 #if defined(__AVX2__) && defined(__FMA__)
-        if (tiles) {
-          for (int r = 0; r < rows; r += 6) {
-            const float* qr = qh + r * qstride;
-            float* sr = scores.data() + static_cast<size_t>(r) * lds;
-            switch (std::min(6, rows - r)) {
-              case 6: qk_rows<6>(qr, qstride, K, hd, n16, sr, lds); break;
-              case 5: qk_rows<5>(qr, qstride, K, hd, n16, sr, lds); break;
-              case 4: qk_rows<4>(qr, qstride, K, hd, n16, sr, lds); break;
-              case 3: qk_rows<3>(qr, qstride, K, hd, n16, sr, lds); break;
-              case 2: qk_rows<2>(qr, qstride, K, hd, n16, sr, lds); break;
-              default: qk_rows<1>(qr, qstride, K, hd, n16, sr, lds); break;
-            }
-          }
-        }
+        if (tiles) panel_product(qh, qstride, rows, K, 16 * static_cast<size_t>(hd), hd, n16 / 16, scores.data(), lds);
 #endif
         if (!tiles) {
           Eigen::Map<const RowMatrix> Km(K, n_ctx, hd);
@@ -1059,20 +1037,7 @@ void attention_prefill(const float* q, const BlockPool& pool, const int* table, 
           row.segment(valid, n_ctx - valid).setZero();
         }
 #if defined(__AVX2__) && defined(__FMA__)
-        if (tiles) {
-          for (int r = 0; r < rows; r += 6) {
-            const float* pr = scores.data() + static_cast<size_t>(r) * lds;
-            float* orow = oh + r * qstride;
-            switch (std::min(6, rows - r)) {
-              case 6: pv_rows<6>(pr, lds, V, ldk, hd, n_ctx, orow, qstride); break;
-              case 5: pv_rows<5>(pr, lds, V, ldk, hd, n_ctx, orow, qstride); break;
-              case 4: pv_rows<4>(pr, lds, V, ldk, hd, n_ctx, orow, qstride); break;
-              case 3: pv_rows<3>(pr, lds, V, ldk, hd, n_ctx, orow, qstride); break;
-              case 2: pv_rows<2>(pr, lds, V, ldk, hd, n_ctx, orow, qstride); break;
-              default: pv_rows<1>(pr, lds, V, ldk, hd, n_ctx, orow, qstride); break;
-            }
-          }
-        }
+        if (tiles) panel_product(scores.data(), lds, rows, V, 16 * static_cast<size_t>(ldk), n_ctx, hd / 16, oh, qstride);
 #endif
         if (!tiles) {
           Eigen::Map<const RowMatrix> Vm(V, n_ctx, hd);
