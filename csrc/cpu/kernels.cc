@@ -546,7 +546,6 @@ constexpr int kBf16DirectRows = 6;
 // the activation rows in even/odd order) or widened to fp32 once (bf16, into the thread's `scratch` of
 // 4 * in values), and multiplied with all T activation rows in register tiles. The weights are
 // read once for the whole batch and the activations stay in cache.
-
 static void small_group(const float* x, const float* xd, bool direct, int T, const Linear& L, int g, float* y,
                         float* scratch) {
   const bool wide = L.type != WeightType::F32;
