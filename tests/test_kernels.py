@@ -158,6 +158,19 @@ def test_linear_repeats_give_the_same_product(dtype):
         _core.linear(x, w, dtype, 0)
 
 
+def test_linear_seconds_times_each_product():
+    """bench_linear.py's timer: one time per product, each positive; bad counts and shapes refused."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((3, 96)).astype(np.float32)
+    w = (0.05 * rng.standard_normal((40, 96))).astype(np.float32)
+    s = _core.linear_seconds(x, w, "int8", 4)
+    assert s.shape == (4,) and s.dtype == np.float64 and (s > 0).all() and (s < 10).all()
+    with pytest.raises(ValueError, match="repeats must be >= 1, got 0"):
+        _core.linear_seconds(x, w, "float32", 0)
+    with pytest.raises(ValueError, match=r"x \(3, 96\) does not fit w \(40, 95\)"):
+        _core.linear_seconds(x, np.ascontiguousarray(w[:, :95]), "float32", 1)
+
+
 def test_w8a8_error_bound_and_cost_against_int8():
     """7-bit activations cost at most half a step of each block's scale (max / 63) per value; that
     is more than int8's 16-bit activations, and it is stated, not hidden."""

@@ -156,6 +156,18 @@ py::dict pool_stats(const std::shared_ptr<BlockPool>& p) {
   return d;
 }
 
+// The test bindings' y = x w^T: x (T, in), w (out, in), T, out >= 1, repeats >= 1.
+void check_linear_args(const FloatArray& x, const FloatArray& w, int repeats) {
+  if (repeats < 1) throw std::invalid_argument("repeats must be >= 1, got " + std::to_string(repeats));
+  if (x.ndim() != 2 || w.ndim() != 2)
+    throw std::invalid_argument("x must be (T, in) and w (out, in), got " + std::to_string(x.ndim()) + "-D and " +
+                                std::to_string(w.ndim()) + "-D");
+  if (x.shape(1) != w.shape(1) || x.shape(0) < 1 || w.shape(0) < 1)
+    throw std::invalid_argument("x (" + std::to_string(x.shape(0)) + ", " + std::to_string(x.shape(1)) +
+                                ") does not fit w (" + std::to_string(w.shape(0)) + ", " + std::to_string(w.shape(1)) +
+                                ")");
+}
+
 }  // namespace
 
 void register_device(py::module_& m) {
@@ -165,14 +177,7 @@ void register_device(py::module_& m) {
   m.def(
       "linear",
       [](const FloatArray& x, const FloatArray& w, const std::string& dtype, int repeats) {
-        if (repeats < 1) throw std::invalid_argument("repeats must be >= 1, got " + std::to_string(repeats));
-        if (x.ndim() != 2 || w.ndim() != 2)
-          throw std::invalid_argument("x must be (T, in) and w (out, in), got " + std::to_string(x.ndim()) + "-D and " +
-                                      std::to_string(w.ndim()) + "-D");
-        if (x.shape(1) != w.shape(1) || x.shape(0) < 1 || w.shape(0) < 1)
-          throw std::invalid_argument("x (" + std::to_string(x.shape(0)) + ", " + std::to_string(x.shape(1)) +
-                                      ") does not fit w (" + std::to_string(w.shape(0)) + ", " +
-                                      std::to_string(w.shape(1)) + ")");
+        check_linear_args(x, w, repeats);
         const WeightType type = parse_weight_dtype(dtype);
         const int T = static_cast<int>(x.shape(0));
         QuantizedWeights store;
@@ -187,6 +192,30 @@ void register_device(py::module_& m) {
       py::arg("x"), py::arg("w"), py::arg("dtype") = "float32", py::arg("repeats") = 1,
       "y = x w^T through the engine's kernels, w given in fp32 and stored as dtype first (for tests);\n"
       "repeats > 1 runs the product that many times on the one stored copy (for timing the kernel alone).");
+  m.def(
+      "linear_seconds",
+      [](const FloatArray& x, const FloatArray& w, const std::string& dtype, int repeats) {
+        check_linear_args(x, w, repeats);
+        const WeightType type = parse_weight_dtype(dtype);
+        const int T = static_cast<int>(x.shape(0));
+        QuantizedWeights store;
+        const Linear L = test_layer(w, type, store);
+        std::vector<float> y(static_cast<size_t>(T) * L.out);
+        py::array_t<double> seconds(repeats);
+        double* s = seconds.mutable_data();
+        {
+          py::gil_scoped_release release;
+          for (int r = 0; r < repeats; ++r) {
+            const auto t0 = std::chrono::steady_clock::now();
+            linear(x.data(), T, L, y.data());
+            s[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          }
+        }
+        return seconds;
+      },
+      py::arg("x"), py::arg("w"), py::arg("dtype") = "float32", py::arg("repeats") = 1,
+      "Seconds each of `repeats` products y = x w^T took on one stored copy of w as dtype (the\n"
+      "conversion is not timed): the kernel alone, for benchmarks.");
   m.def(
       "linear_many",
       [](const FloatArray& x, const std::vector<FloatArray>& ws, const std::string& dtype) {
