@@ -60,7 +60,7 @@ BlockPool::Stats BlockPool::stats() const {
 }
 
 void Workspace::reserve(const ModelConfig& cfg, int T, int n_ctx, int n_threads) {
-  const size_t need_scores = static_cast<size_t>(n_threads) * n_ctx;
+  const size_t need_scores = static_cast<size_t>(n_threads) * cfg.n_heads * n_ctx;
   if (scores.size() < need_scores) scores.resize(need_scores);
   // A prompt's keys and values, gathered from the cache blocks for prefill attention.
   const size_t need_gather = static_cast<size_t>(2) * cfg.n_kv_heads * aligned_stride(n_ctx) * cfg.head_dim;

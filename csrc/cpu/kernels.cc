@@ -1125,15 +1125,36 @@ void attention_prefill(const float* q, const BlockPool& pool, const int* table, 
   }
 }
 
+// Asks memory for `bytes` at p a few cache lines per next() over `calls` calls, so the requests
+// ride inside the arithmetic on the current slab instead of leaving as one burst, which fills the
+// core's miss buffers and stalls it (a slab of keys or values is 16 rows of one head: 4 KiB fp32).
+struct Trickle {
+  const char* p = nullptr;
+  const char* end = nullptr;
+  int per = 0;
+  Trickle(const void* base, size_t bytes, int calls)
+      : p(static_cast<const char*>(base)), end(base ? p + bytes : nullptr),
+        per(static_cast<int>(((bytes + 63) / 64 + calls - 1) / std::max(calls, 1))) {}
+  void next() {
+    for (int k = 0; k < per && p < end; ++k, p += 64) _mm_prefetch(p, _MM_HINT_T0);
+  }
+  void rest() {
+    for (; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T0);
+  }
+};
+
 #if defined(__AVX2__) && defined(__FMA__)
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) { return load8_bf16(p); }
 
 // s[r] = scale * dot(key row r, q) for `rows` rows of hd values (hd % 8 == 0), fp32 or bf16 keys;
 // returns the largest. Eight rows share one reduction tree instead of a horizontal sum each.
+// Along the way asks for the pf_bytes at pf (the next slab; none when pf is null).
 template <typename E>
-float key_scores(const E* k, const float* q, int rows, int hd, float scale, float* s) {
+float key_scores(const E* k, const float* q, int rows, int hd, float scale, float* s, const void* pf,
+                 size_t pf_bytes) {
   float mx = -std::numeric_limits<float>::infinity();
+  Trickle ahead(pf, pf_bytes, rows / 8 * (hd / 8) + rows % 8);
   int r = 0;
   for (; r + 8 <= rows; r += 8) {
     // Across the eight rows first, so the eight sums advance side by side, not one chain at a time.
@@ -1142,7 +1163,9 @@ float key_scores(const E* k, const float* q, int rows, int hd, float scale, floa
     const __m256 q0 = _mm256_loadu_ps(q);
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) a[j] = _mm256_mul_ps(load8(kr + static_cast<size_t>(j) * hd), q0);
+    ahead.next();
     for (int i = 8; i < hd; i += 8) {
+      ahead.next();
       const __m256 qi = _mm256_loadu_ps(q + i);
 #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(load8(kr + static_cast<size_t>(j) * hd + i), qi, a[j]);
@@ -1155,24 +1178,29 @@ float key_scores(const E* k, const float* q, int rows, int hd, float scale, floa
     for (int j = 0; j < 8; ++j) mx = std::max(mx, s[r + j]);
   }
   for (; r < rows; ++r) {
+    ahead.next();
     const E* kr = k + static_cast<size_t>(r) * hd;
     __m256 a = _mm256_setzero_ps();
     for (int i = 0; i < hd; i += 8) a = _mm256_fmadd_ps(load8(kr + i), _mm256_loadu_ps(q + i), a);
     s[r] = hsum256(a) * scale;
     mx = std::max(mx, s[r]);
   }
+  ahead.rest();
   return mx;
 }
 
-// o (hd) += sum_r p[r] * value row r (hd % 8 == 0): four rows per pass over o.
+// o (hd) += sum_r p[r] * value row r (hd % 8 == 0): four rows per pass over o. Asks for the next
+// slab along the way, as key_scores does.
 template <typename E>
-void add_weighted_values(const E* v, const float* p, int rows, int hd, float* o) {
+void add_weighted_values(const E* v, const float* p, int rows, int hd, float* o, const void* pf, size_t pf_bytes) {
+  Trickle ahead(pf, pf_bytes, rows / 4 * (hd / 8) + rows % 4);
   int r = 0;
   for (; r + 4 <= rows; r += 4) {
     const E* v0 = v + static_cast<size_t>(r) * hd;
     const __m256 p0 = _mm256_set1_ps(p[r]), p1 = _mm256_set1_ps(p[r + 1]);
     const __m256 p2 = _mm256_set1_ps(p[r + 2]), p3 = _mm256_set1_ps(p[r + 3]);
     for (int i = 0; i < hd; i += 8) {
+      ahead.next();
       __m256 a = _mm256_fmadd_ps(p0, load8(v0 + i), _mm256_loadu_ps(o + i));
       a = _mm256_fmadd_ps(p1, load8(v0 + hd + i), a);
       a = _mm256_fmadd_ps(p2, load8(v0 + 2 * hd + i), a);
@@ -1181,92 +1209,131 @@ void add_weighted_values(const E* v, const float* p, int rows, int hd, float* o)
     }
   }
   for (; r < rows; ++r) {
+    ahead.next();
     const E* vr = v + static_cast<size_t>(r) * hd;
     const __m256 pr = _mm256_set1_ps(p[r]);
     for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(pr, load8(vr + i), _mm256_loadu_ps(o + i)));
   }
+  ahead.rest();
 }
 constexpr bool kVectorAttention = true;
 #else
 template <typename E>
-float key_scores(const E*, const float*, int, int, float, float*) { return 0.0f; }
+float key_scores(const E*, const float*, int, int, float, float*, const void*, size_t) { return 0.0f; }
 template <typename E>
-void add_weighted_values(const E*, const float*, int, int, float*) {}
+void add_weighted_values(const E*, const float*, int, int, float*, const void*, size_t) {}
 constexpr bool kVectorAttention = false;
 #endif
 
-// Requests `bytes` at p into cache. Cache blocks live on separate pages, where the hardware
-// prefetcher stops; asking for the next block while this one computes was worth about 2 % of
-// GPT-2 int8 decode after 768 positions (benchmarks/bench_phase.py, A/B runs).
+// Requests `bytes` at p into cache at once (attention's plain loops, for head sizes the vector
+// kernels do not take; those trickle the requests instead).
 inline void prefetch_range(const void* p, size_t bytes) {
   const char* c = static_cast<const char*>(p);
   for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
 }
 
-// Decode-style attention (each query over its own causal prefix) straight from the paged cache:
-// one (query, head) per task, scores for a block of keys at a time, then softmax and the weighted
-// sum of values. Head sizes that are a multiple of 8 take the vector kernels above for fp32 and
-// bf16 caches alike; others a plain loop.
+// Decode-style attention (query t over its causal prefix) straight from the paged cache, for a
+// thread's run of KV heads [kh0, kh1): block by block, every head of the run in turn, so a thread
+// reads its heads' slabs of one cache block (adjacent in memory) before the next block, and the
+// query heads of a KV group share each key and value slab while it is in cache. Cache blocks live
+// apart, where the hardware prefetcher stops, so each slab's kernel asks for the head's next slab
+// as it goes. Scores for all the run's heads first, then softmax, then the weighted values; sc
+// holds (kh1 - kh0) * group rows of `stride` scores. Head sizes that are a multiple of 8 take the
+// vector kernels above for fp32 and bf16 caches alike; others a plain loop.
 template <typename E>
-void attention_paged_impl(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0,
-                          int n_heads, float* out, float* scratch, int stride, int n_threads) {
+void attend_heads(const float* q, const BlockPool& pool, const int* table, int layer, int t, int p0, int n_heads,
+                  int kh0, int kh1, float* out, float* sc, int stride, bool vec) {
   const int n_kv = pool.n_kv_heads(), hd = pool.head_dim(), bs = pool.block_size();
-  const int group = n_heads / n_kv;
+  const int group = n_heads / n_kv, nh = (kh1 - kh0) * group;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const bool vec = kVectorAttention && hd % 8 == 0;
-  const int64_t work = static_cast<int64_t>(T) * n_heads * (p0 + T) * hd;  // multiply-adds, roughly
-#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(n_threads) if (work >= (1 << 12))
-  for (int t = 0; t < T; ++t) {
-    for (int h = 0; h < n_heads; ++h) {
-      float* sc = scratch + static_cast<size_t>(omp_get_thread_num()) * stride;
-      const int n_ctx = p0 + t + 1;  // causal: positions 0 .. p0+t
-      const int kh = h / group;
-      const float* qh = q + (static_cast<size_t>(t) * n_heads + h) * hd;
-      const int n_blocks = (n_ctx + bs - 1) / bs;
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int b = 0; b < n_blocks; ++b) {
-        const E* kb = reinterpret_cast<const E*>(pool.data(table[b])) + pool.slab(layer, 0, kh);
-        const int rows = std::min(bs, n_ctx - b * bs);
-        if (b + 1 < n_blocks) {
-          prefetch_range(reinterpret_cast<const E*>(pool.data(table[b + 1])) + pool.slab(layer, 0, kh),
-                         static_cast<size_t>(std::min(bs, n_ctx - (b + 1) * bs)) * hd * sizeof(E));
-        } else {  // the values' first block comes next
-          prefetch_range(reinterpret_cast<const E*>(pool.data(table[0])) + pool.slab(layer, 1, kh),
-                         static_cast<size_t>(std::min(bs, n_ctx)) * hd * sizeof(E));
-        }
+  const int n_ctx = p0 + t + 1, n_blocks = (n_ctx + bs - 1) / bs;
+  auto slab = [&](int b, int kind, int kh) {
+    return reinterpret_cast<const E*>(pool.data(table[b])) + pool.slab(layer, kind, kh);
+  };
+  auto rows_of = [&](int b) { return std::min(bs, n_ctx - b * bs); };
+  thread_local FloatBuffer maxima;  // each head's largest score, then 1 / its softmax sum
+  grow(maxima, nh);
+  float* m = maxima.data();
+  std::fill(m, m + nh, -std::numeric_limits<float>::infinity());
+  for (int b = 0; b < n_blocks; ++b) {
+    const int rows = rows_of(b);
+    for (int kh = kh0; kh < kh1; ++kh) {
+      const E* kb = slab(b, 0, kh);
+      // This head's next slab: its keys in the next block, or after the last its values' first.
+      const E* next = b + 1 < n_blocks ? slab(b + 1, 0, kh) : slab(0, 1, kh);
+      const size_t next_bytes = static_cast<size_t>(rows_of(b + 1 < n_blocks ? b + 1 : 0)) * hd * sizeof(E);
+      if (!vec) prefetch_range(next, next_bytes);
+      for (int g = 0; g < group; ++g) {
+        const int j = (kh - kh0) * group + g, h = kh * group + g;
+        const float* qh = q + (static_cast<size_t>(t) * n_heads + h) * hd;
+        float* s = sc + static_cast<size_t>(j) * stride + b * bs;
         if (vec) {
-          mx = std::max(mx, key_scores(kb, qh, rows, hd, scale, sc + b * bs));
+          m[j] = std::max(m[j], key_scores(kb, qh, rows, hd, scale, s, g == 0 ? next : nullptr, next_bytes));
         } else {
           for (int r = 0; r < rows; ++r) {
-            const float s = dot_kv(qh, kb + static_cast<size_t>(r) * hd, hd) * scale;
-            sc[b * bs + r] = s;
-            mx = std::max(mx, s);
+            s[r] = dot_kv(qh, kb + static_cast<size_t>(r) * hd, hd) * scale;
+            m[j] = std::max(m[j], s[r]);
           }
         }
       }
-      Eigen::Map<Eigen::ArrayXf> p(sc, n_ctx);
-      p = (p - mx).exp();  // vectorised
-      const float inv = 1.0f / p.sum();
-      float* o = out + (static_cast<size_t>(t) * n_heads + h) * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (int b = 0; b < n_blocks; ++b) {
-        const E* vb = reinterpret_cast<const E*>(pool.data(table[b])) + pool.slab(layer, 1, kh);
-        const int rows = std::min(bs, n_ctx - b * bs);
-        if (b + 1 < n_blocks)
-          prefetch_range(reinterpret_cast<const E*>(pool.data(table[b + 1])) + pool.slab(layer, 1, kh),
-                         static_cast<size_t>(std::min(bs, n_ctx - (b + 1) * bs)) * hd * sizeof(E));
+    }
+  }
+  for (int j = 0; j < nh; ++j) {
+    Eigen::Map<Eigen::ArrayXf> p(sc + static_cast<size_t>(j) * stride, n_ctx);
+    p = (p - m[j]).exp();  // vectorised
+    m[j] = 1.0f / p.sum();
+    const int h = kh0 * group + j;
+    float* o = out + (static_cast<size_t>(t) * n_heads + h) * hd;
+    std::fill(o, o + hd, 0.0f);
+  }
+  for (int b = 0; b < n_blocks; ++b) {
+    const int rows = rows_of(b);
+    for (int kh = kh0; kh < kh1; ++kh) {
+      const E* vb = slab(b, 1, kh);
+      const E* next = b + 1 < n_blocks ? slab(b + 1, 1, kh) : nullptr;
+      const size_t next_bytes = next ? static_cast<size_t>(rows_of(b + 1)) * hd * sizeof(E) : 0;
+      if (!vec && next) prefetch_range(next, next_bytes);
+      for (int g = 0; g < group; ++g) {
+        const int j = (kh - kh0) * group + g, h = kh * group + g;
+        const float* p = sc + static_cast<size_t>(j) * stride + b * bs;
+        float* o = out + (static_cast<size_t>(t) * n_heads + h) * hd;
         if (vec) {
-          add_weighted_values(vb, sc + b * bs, rows, hd, o);
+          add_weighted_values(vb, p, rows, hd, o, g == 0 ? next : nullptr, next_bytes);
         } else {
           for (int r = 0; r < rows; ++r) {
-            const float pr = sc[b * bs + r];
             const E* vr = vb + static_cast<size_t>(r) * hd;
 #pragma omp simd
-            for (int i = 0; i < hd; ++i) o[i] += pr * load(vr, i);
+            for (int i = 0; i < hd; ++i) o[i] += p[r] * load(vr, i);
           }
         }
       }
-      Vec(o, hd) *= inv;
+    }
+  }
+  for (int j = 0; j < nh; ++j) {
+    const int h = kh0 * group + j;
+    Vec(out + (static_cast<size_t>(t) * n_heads + h) * hd, hd) *= m[j];
+  }
+}
+
+// Decode attention for T < 8 queries: the (query, KV head) pairs split evenly into one contiguous
+// run per thread (not handed out one at a time: a run reads adjacent slabs, and its GQA heads
+// share them). scratch holds n_threads * n_heads * stride floats.
+template <typename E>
+void attention_runs(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0, int n_heads,
+                    float* out, float* scratch, int stride, int n_threads) {
+  const int n_kv = pool.n_kv_heads(), hd = pool.head_dim();
+  const bool vec = kVectorAttention && hd % 8 == 0;
+  const int items = T * n_kv;
+  const int64_t work = static_cast<int64_t>(T) * n_heads * (p0 + T) * hd;  // multiply-adds, roughly
+#pragma omp parallel num_threads(n_threads) if (work >= (1 << 12))
+  {
+    const int nth = omp_get_num_threads(), id = omp_get_thread_num();
+    float* sc = scratch + static_cast<size_t>(id) * n_heads * stride;
+    const int i1 = static_cast<int>(static_cast<int64_t>(items) * (id + 1) / nth);
+    for (int i = static_cast<int>(static_cast<int64_t>(items) * id / nth); i < i1;) {
+      const int t = i / n_kv, kh0 = i % n_kv, kh1 = std::min(n_kv, kh0 + (i1 - i));
+      attend_heads<E>(q, pool, table, layer, t, p0, n_heads, kh0, kh1, out, sc, stride, vec);
+      i += kh1 - kh0;
     }
   }
 }
@@ -1280,10 +1347,9 @@ void attention_paged(const float* q, const BlockPool& pool, const int* block_tab
   else if (T >= 8)
     attention_prefill<uint16_t>(q, pool, block_table, layer, T, p0, n_heads, out, gather, n_threads);
   else if (pool.dtype() == KVDType::F32)
-    attention_paged_impl<float>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride, n_threads);
+    attention_runs<float>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride, n_threads);
   else
-    attention_paged_impl<uint16_t>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride,
-                                   n_threads);
+    attention_runs<uint16_t>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride, n_threads);
 }
 
 void store_kv(const float* k, const float* v, BlockPool& pool, const int* table, int layer, int T, int p0) {

@@ -316,7 +316,7 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
     if (per_seq) {
 #pragma omp parallel for schedule(dynamic) num_threads(n_threads_)
       for (int s = 0; s < n_seg; ++s)
-        attend(s, ws.scores.data() + static_cast<size_t>(omp_get_thread_num()) * score_stride, 1);
+        attend(s, ws.scores.data() + static_cast<size_t>(omp_get_thread_num()) * NH * score_stride, 1);
     } else {
       for (int s = 0; s < n_seg; ++s) attend(s, ws.scores.data(), n_threads_);
     }

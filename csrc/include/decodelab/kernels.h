@@ -93,8 +93,9 @@ void rope(float* x, int T, int n_heads, int head_dim, int p0, const float* cos_t
 
 // Causal attention for T queries at positions p0 .. p0+T-1 over one layer of a paged cache
 // that holds positions 0 .. p0+T-1. q (T, n_heads, head_dim); out (T, n_heads, head_dim);
-// scratch holds n_threads * scratch_stride floats, scratch_stride >= p0 + T; gather (used from 8
-// queries up) holds 2 * n_kv_heads * aligned_stride(p0 + T) * head_dim floats.
+// scratch holds n_threads * n_heads * scratch_stride floats, scratch_stride >= p0 + T (a
+// multiple of 16 keeps each head's scores on a cache line); gather (used from 8 queries up)
+// holds 2 * n_kv_heads * aligned_stride(p0 + T) * head_dim floats.
 void attention_paged(const float* q, const BlockPool& pool, const int* block_table, int layer, int T, int p0,
                      int n_heads, float* out, float* scratch, int scratch_stride, float* gather, int n_threads);
 
