@@ -244,8 +244,9 @@ def test_decode_batch_equals_one_by_one(checkpoint, shape):
 @pytest.mark.parametrize("head_dim", [8, 12, 24, 64, 128])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_decode_attention_head_sizes(checkpoint, head_dim, dtype):
-    """One-token steps (the decode attention kernels; vector ones when head_dim % 8 == 0) against a
-    full forward pass (the prefill kernels), over several cache blocks, with grouped-query heads."""
+    """One-token steps (the decode attention kernels; vector ones when head_dim % 8 == 0, and for a
+    bf16 cache the even/odd ones when head_dim % 16 == 0) against a full forward pass (the prefill
+    kernels), over several cache blocks, with grouped-query heads."""
     shape = dict(arch="llama", hidden_size=2 * head_dim, intermediate_size=96, num_hidden_layers=2,
                  num_attention_heads=2, num_key_value_heads=1, vocab_size=256, max_position_embeddings=128,
                  tie_word_embeddings=False)
