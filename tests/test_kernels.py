@@ -221,3 +221,16 @@ def test_linear_rejects_bad_shapes_and_dtype():
         _core.linear(np.zeros((2, 5), np.float32), np.zeros((3, 4), np.float32))
     with pytest.raises(ValueError, match="dtype must be 'float32', 'bfloat16', 'int8' or 'w8a8', got 'int4'"):
         _core.linear(np.zeros((1, 4), np.float32), np.zeros((3, 4), np.float32), "int4")
+
+
+def test_attention_seconds_times_each_step():
+    """bench_attention.py's timer: one time per decode step, each positive; bad shapes refused with
+    the value and the limit."""
+    s = _core.attention_seconds(2, 4, 2, 16, 40, "bfloat16", 3, 2)
+    assert s.shape == (3,) and (s > 0).all() and (s < 10).all()
+    with pytest.raises(ValueError, match="n_kv_heads must divide n_heads = 4, got 3"):
+        _core.attention_seconds(2, 4, 3, 16, 40)
+    with pytest.raises(ValueError, match="n_ctx must be >= 1, got 0"):
+        _core.attention_seconds(2, 4, 2, 16, 0)
+    with pytest.raises(ValueError, match="more than the limit of 4096 MiB"):
+        _core.attention_seconds(64, 64, 64, 128, 1 << 20)

@@ -10,6 +10,7 @@
 
 #include <cstring>
 
+#include "decodelab/aligned.h"
 #include "decodelab/bf16.h"
 #include "decodelab/decoding.h"
 #include "decodelab/device.h"
@@ -216,6 +217,82 @@ void register_device(py::module_& m) {
       py::arg("x"), py::arg("w"), py::arg("dtype") = "float32", py::arg("repeats") = 1,
       "Seconds each of `repeats` products y = x w^T took on one stored copy of w as dtype (the\n"
       "conversion is not timed): the kernel alone, for benchmarks.");
+  m.def(
+      "attention_seconds",
+      [](int n_layers, int n_heads, int n_kv_heads, int head_dim, int n_ctx, const std::string& kv_dtype, int repeats,
+         int threads) {
+        auto at_least_1 = [](const char* name, int v) {
+          if (v < 1) throw std::invalid_argument(std::string(name) + " must be >= 1, got " + std::to_string(v));
+        };
+        at_least_1("n_layers", n_layers);
+        at_least_1("n_heads", n_heads);
+        at_least_1("n_kv_heads", n_kv_heads);
+        at_least_1("head_dim", head_dim);
+        at_least_1("n_ctx", n_ctx);
+        at_least_1("repeats", repeats);
+        at_least_1("threads", threads);
+        if (n_heads % n_kv_heads)
+          throw std::invalid_argument("n_kv_heads must divide n_heads = " + std::to_string(n_heads) + ", got " +
+                                      std::to_string(n_kv_heads));
+        const KVDType dtype = parse_kv_dtype(kv_dtype);
+        const double cache_bytes = 2.0 * n_layers * n_kv_heads * head_dim * static_cast<double>(n_ctx) *
+                                   (dtype == KVDType::F32 ? 4 : 2);
+        constexpr double kMaxBytes = 4.0 * (1 << 30);
+        if (cache_bytes > kMaxBytes)
+          throw std::invalid_argument("the cache would take " + std::to_string(cache_bytes / (1 << 20)) +
+                                      " MiB, more than the limit of 4096 MiB");
+        ModelConfig cfg;
+        cfg.arch = "llama";
+        cfg.n_layers = n_layers;
+        cfg.n_heads = n_heads;
+        cfg.n_kv_heads = n_kv_heads;
+        cfg.head_dim = head_dim;
+        cfg.dim = n_heads * head_dim;
+        BlockPool pool(cfg, nullptr, dtype, Transformer::kBlockSize);
+        const int bs = Transformer::kBlockSize, n_blocks = (n_ctx + bs - 1) / bs;
+        std::vector<int> table(n_blocks);
+        uint32_t state = 12345;  // small pseudo-random keys and values, as a model's would be
+        auto next_value = [&state]() {
+          state = state * 1664525u + 1013904223u;
+          return static_cast<float>(state >> 8) / 16777216.0f - 0.5f;
+        };
+        for (int b = 0; b < n_blocks; ++b) {
+          table[b] = pool.alloc();
+          const size_t n = pool.block_bytes() / pool.elem_bytes();
+          if (dtype == KVDType::F32) {
+            float* f = reinterpret_cast<float*>(pool.data(table[b]));
+            for (size_t i = 0; i < n; ++i) f[i] = next_value();
+          } else {
+            uint16_t* u = reinterpret_cast<uint16_t*>(pool.data(table[b]));
+            for (size_t i = 0; i < n; ++i) u[i] = f32_to_bf16(next_value());
+          }
+        }
+        const int stride = aligned_stride(n_ctx);
+        std::vector<float> q(static_cast<size_t>(n_heads) * head_dim), out(q.size());
+        for (float& v : q) v = next_value();
+        std::vector<float> scratch(static_cast<size_t>(threads) * n_heads * stride), gather(1);
+        std::vector<char> flush(64 << 20);  // more than the last-level cache: each step reads the cache from memory
+        py::array_t<double> seconds(repeats);
+        double* sec = seconds.mutable_data();
+        {
+          py::gil_scoped_release release;
+          for (int r = 0; r < repeats; ++r) {
+            std::memset(flush.data(), r, flush.size());
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int layer = 0; layer < n_layers; ++layer)
+              attention_paged(q.data(), pool, table.data(), layer, 1, n_ctx - 1, n_heads, out.data(), scratch.data(),
+                              stride, gather.data(), threads);
+            sec[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          }
+        }
+        for (int b = 0; b < n_blocks; ++b) pool.release(table[b]);
+        return seconds;
+      },
+      py::arg("n_layers"), py::arg("n_heads"), py::arg("n_kv_heads"), py::arg("head_dim"), py::arg("n_ctx"),
+      py::arg("kv_dtype") = "float32", py::arg("repeats") = 10, py::arg("threads") = 1,
+      "Seconds each of `repeats` decode steps' attention took (one query at position n_ctx - 1 over\n"
+      "every layer of a paged cache of n_ctx positions, read from memory): the kernel alone, for\n"
+      "benchmarks.");
   m.def(
       "linear_many",
       [](const FloatArray& x, const std::vector<FloatArray>& ws, const std::string& dtype) {
