@@ -157,7 +157,24 @@ py::dict pool_stats(const std::shared_ptr<BlockPool>& p) {
   return d;
 }
 
-// The test bindings' y = x w^T: x (T, in), w (out, in), T, out >= 1, repeats >= 1.
+// The test bindings' y = x w^T through the engine's kernels: x (T, in), w (out, in) given in fp32
+// and stored as dtype once, then `repeats` products on that one copy into y (T, out), the seconds
+// each took into `seconds` when it is not null (the conversion is not timed).
+void test_linear(const FloatArray& x, const FloatArray& w, const std::string& dtype, int repeats, float* y,
+                 double* seconds) {
+  const WeightType type = parse_weight_dtype(dtype);
+  QuantizedWeights store;
+  const Linear L = test_layer(w, type, store);
+  const int T = static_cast<int>(x.shape(0));
+  py::gil_scoped_release release;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    linear(x.data(), T, L, y);
+    if (seconds) seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+}
+
+// x (T, in) and w (out, in) with T, out >= 1, and repeats >= 1, or ValueError naming them.
 void check_linear_args(const FloatArray& x, const FloatArray& w, int repeats) {
   if (repeats < 1) throw std::invalid_argument("repeats must be >= 1, got " + std::to_string(repeats));
   if (x.ndim() != 2 || w.ndim() != 2)
@@ -179,39 +196,20 @@ void register_device(py::module_& m) {
       "linear",
       [](const FloatArray& x, const FloatArray& w, const std::string& dtype, int repeats) {
         check_linear_args(x, w, repeats);
-        const WeightType type = parse_weight_dtype(dtype);
-        const int T = static_cast<int>(x.shape(0));
-        QuantizedWeights store;
-        const Linear L = test_layer(w, type, store);
-        py::array_t<float> y({static_cast<py::ssize_t>(T), static_cast<py::ssize_t>(L.out)});
-        {
-          py::gil_scoped_release release;
-          for (int r = 0; r < repeats; ++r) linear(x.data(), T, L, y.mutable_data());
-        }
+        py::array_t<float> y({x.shape(0), w.shape(0)});
+        test_linear(x, w, dtype, repeats, y.mutable_data(), nullptr);
         return y;
       },
       py::arg("x"), py::arg("w"), py::arg("dtype") = "float32", py::arg("repeats") = 1,
       "y = x w^T through the engine's kernels, w given in fp32 and stored as dtype first (for tests);\n"
-      "repeats > 1 runs the product that many times on the one stored copy (for timing the kernel alone).");
+      "repeats > 1 runs the product that many times on the one stored copy, as linear_seconds does.");
   m.def(
       "linear_seconds",
       [](const FloatArray& x, const FloatArray& w, const std::string& dtype, int repeats) {
         check_linear_args(x, w, repeats);
-        const WeightType type = parse_weight_dtype(dtype);
-        const int T = static_cast<int>(x.shape(0));
-        QuantizedWeights store;
-        const Linear L = test_layer(w, type, store);
-        std::vector<float> y(static_cast<size_t>(T) * L.out);
+        std::vector<float> y(static_cast<size_t>(x.shape(0)) * w.shape(0));
         py::array_t<double> seconds(repeats);
-        double* s = seconds.mutable_data();
-        {
-          py::gil_scoped_release release;
-          for (int r = 0; r < repeats; ++r) {
-            const auto t0 = std::chrono::steady_clock::now();
-            linear(x.data(), T, L, y.data());
-            s[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          }
-        }
+        test_linear(x, w, dtype, repeats, y.data(), seconds.mutable_data());
         return seconds;
       },
       py::arg("x"), py::arg("w"), py::arg("dtype") = "float32", py::arg("repeats") = 1,

@@ -41,6 +41,17 @@ static inline __m256 load8_bf16(const uint16_t* p) {
   const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
 }
+
+// 16 bf16 values loaded as eight 32-bit lanes v: the even-indexed ones as fp32 (each lane shifted
+// left 16) and the odd-indexed ones (each lane's low half masked off). Two cheap ALU operations
+// instead of two widening shuffles, against fp32 operands in even/odd order (split_even_odd).
+static inline __m256 bf16_even(__m256i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
+static inline __m256 bf16_odd(__m256i v) {
+  return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+static inline __m256i load16_bf16(const uint16_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
 #endif
 
 // The 4 weight rows of group g (rows [4g, 4g + 4) of `base`): a short last group repeats its last
@@ -107,16 +118,15 @@ static void bf16_row_group(const float* x, const float* xd, const Linear& L, int
   const char* next = reinterpret_cast<const char*>(L.w_bf16 + static_cast<size_t>(o0 + 4) * L.in);
   const bool has_next = o0 + 8 <= L.out;
   int next_line = 0;
-  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
   __m256 ae[4], ao[4];
   for (int r = 0; r < 4; ++r) ae[r] = ao[r] = _mm256_setzero_ps();
   for (; i < n16; i += 16) {
     for (int k = 0; k < 2 && has_next && next_line < lines; ++k) _mm_prefetch(next + 64 * next_line++, _MM_HINT_T0);
     const __m256 xe = _mm256_load_ps(xd + i), xo = _mm256_load_ps(xd + i + 8);
     for (int r = 0; r < 4; ++r) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r] + i));
-      ae[r] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), xe, ae[r]);
-      ao[r] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), xo, ao[r]);
+      const __m256i v = load16_bf16(w[r] + i);
+      ae[r] = _mm256_fmadd_ps(bf16_even(v), xe, ae[r]);
+      ao[r] = _mm256_fmadd_ps(bf16_odd(v), xo, ao[r]);
     }
   }
   for (int r = 0; r < 4; ++r) acc[r] = hsum256(_mm256_add_ps(ae[r], ao[r]));
@@ -507,7 +517,6 @@ template <int NT>
 static void dot_4xN_bf16(const uint16_t* const* w, const float* xd, int n16, int ldx, float out[4][3],
                          const char* const* pf, int npf) {
 #if defined(__AVX2__) && defined(__FMA__)
-  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
   __m256 acc[4][NT];
   for (int r = 0; r < 4; ++r)
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
@@ -521,8 +530,8 @@ static void dot_4xN_bf16(const uint16_t* const* w, const float* xd, int n16, int
         __asm__("" : "+x"(xv[t]));  // in a register, not folded into each of the 4 rows' FMAs
       }
       for (int r = 0; r < 4; ++r) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r] + i));
-        const __m256 wv = _mm256_castsi256_ps(half == 0 ? _mm256_slli_epi32(v, 16) : _mm256_and_si256(v, hi));
+        const __m256i v = load16_bf16(w[r] + i);
+        const __m256 wv = half == 0 ? bf16_even(v) : bf16_odd(v);
         for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
       }
     }
@@ -984,7 +993,8 @@ void panel_tile(const float* a, int64_t lda, const float* b, int K, float* out, 
   __m256 a0[NR], a1[NR];
   for (int r = 0; r < NR; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
   for (int k = 0; k < K; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(b + 16 * static_cast<size_t>(k)), b1 = _mm256_loadu_ps(b + 16 * static_cast<size_t>(k) + 8);
+    const float* bk = b + 16 * static_cast<size_t>(k);
+    const __m256 b0 = _mm256_loadu_ps(bk), b1 = _mm256_loadu_ps(bk + 8);
     for (int r = 0; r < NR; ++r) {
       const __m256 ab = _mm256_broadcast_ss(a + r * lda + k);
       a0[r] = _mm256_fmadd_ps(ab, b0, a0[r]);
@@ -1024,13 +1034,13 @@ void panel_product(const float* a, int64_t lda, int rows, const float* b, size_t
 // [0, p0 + T) of every KV head are first gathered (and widened) from their blocks into one
 // contiguous buffer, once for all query tiles; with AVX2 and hd a multiple of 16 they go in as
 // the register tiles above read them (keys transposed in panels of 16 keys, values in panels of 16
-// columns), otherwise the products run on Eigen. Then, for each KV head and tile of up to kTile queries, every query head of the group
-// computes raw scores Q K^T over the keys up to the tile's last position and out = softmax(scale *
-// scores) V; the scale is applied inside the softmax pass, with the row maximum taken on the raw
-// scores (scale > 0 keeps it the maximum). The causal mask zeroes, per row, the columns after the
-// row's own position (at most kTile - 1 of them inside the tile). Tiles run from the last (the
-// most keys) to the first, so the largest tasks are handed out first and the team finishes
-// together.
+// columns), otherwise the products run on Eigen. Then, for each KV head and tile of up to kTile
+// queries, every query head of the group computes raw scores Q K^T over the keys up to the tile's
+// last position and out = softmax(scale * scores) V; the scale is applied inside the softmax pass,
+// with the row maximum taken on the raw scores (scale > 0 keeps it the maximum). The causal mask
+// zeroes, per row, the columns after the row's own position (at most kTile - 1 of them inside the
+// tile). Tiles run from the last (the most keys) to the first, so the largest tasks are handed out
+// first and the team finishes together.
 template <typename E>
 void attention_prefill(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0,
                        int n_heads, float* out, float* kv_all, int n_threads) {
@@ -1061,7 +1071,8 @@ void attention_prefill(const float* q, const BlockPool& pool, const int* table, 
         float* K = kv_all + 2 * static_cast<size_t>(kh) * head_elems;
         if (!tiles) {
           widen(blk + pool.slab(layer, 0, kh), static_cast<size_t>(nb) * hd, K + static_cast<size_t>(b) * bs * hd);
-          widen(blk + pool.slab(layer, 1, kh), static_cast<size_t>(nb) * hd, K + head_elems + static_cast<size_t>(b) * bs * hd);
+          widen(blk + pool.slab(layer, 1, kh), static_cast<size_t>(nb) * hd,
+                K + head_elems + static_cast<size_t>(b) * bs * hd);
           continue;
         }
         float* rows = rows_buf.data();
@@ -1113,7 +1124,8 @@ void attention_prefill(const float* q, const BlockPool& pool, const int* table, 
           row.segment(valid, n_ctx - valid).setZero();
         }
 #if defined(__AVX2__) && defined(__FMA__)
-        if (tiles) panel_product(scores.data(), lds, rows, V, 16 * static_cast<size_t>(ldk), n_ctx, hd / 16, oh, qstride);
+        if (tiles)
+          panel_product(scores.data(), lds, rows, V, 16 * static_cast<size_t>(ldk), n_ctx, hd / 16, oh, qstride);
 #endif
         if (!tiles) {
           Eigen::Map<const RowMatrix> Vm(V, n_ctx, hd);
@@ -1147,101 +1159,66 @@ struct Trickle {
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) { return load8_bf16(p); }
 
-// s[r] = scale * dot(key row r, q) for `rows` rows of hd values (hd % 8 == 0), fp32 or bf16 keys;
-// returns the largest. Eight rows share one reduction tree instead of a horizontal sum each.
-// Along the way asks for the pf_bytes at pf (the next slab; none when pf is null).
+// How the attention kernels read a row of keys or values, kStep values at a time. InOrder: 8
+// values as they lie (fp32, or bf16 widened by shuffles). EvenOdd: 16 bf16 values split by
+// bf16_even / bf16_odd, against a query and an output kept in even/odd order (bf16 caches with head
+// sizes a multiple of 16).
 template <typename E>
-float key_scores(const E* k, const float* q, int rows, int hd, float scale, float* s, const void* pf,
-                 size_t pf_bytes) {
+struct InOrder {
+  using Elem = E;
+  static constexpr int kStep = 8;
+  // a + row . q, lane by lane, over the step's values
+  static __m256 dot(const E* row, const float* q, __m256 a) {
+    return _mm256_fmadd_ps(load8(row), _mm256_loadu_ps(q), a);
+  }
+  // o += p[0] row0 + ... + p[n - 1] row(n - 1), the rows hd apart, over the step's values
+  template <int N>
+  static void add(const E* v, int hd, const __m256* p, float* o) {
+    __m256 a = _mm256_loadu_ps(o);
+    for (int j = 0; j < N; ++j) a = _mm256_fmadd_ps(p[j], load8(v + static_cast<size_t>(j) * hd), a);
+    _mm256_storeu_ps(o, a);
+  }
+};
+struct EvenOdd {
+  using Elem = uint16_t;
+  static constexpr int kStep = 16;
+  static __m256 dot(const uint16_t* row, const float* qd, __m256 a) {
+    const __m256i v = load16_bf16(row);
+    a = _mm256_fmadd_ps(bf16_even(v), _mm256_loadu_ps(qd), a);
+    return _mm256_fmadd_ps(bf16_odd(v), _mm256_loadu_ps(qd + 8), a);
+  }
+  template <int N>
+  static void add(const uint16_t* v, int hd, const __m256* p, float* od) {
+    __m256 e = _mm256_loadu_ps(od), o = _mm256_loadu_ps(od + 8);
+    for (int j = 0; j < N; ++j) {
+      const __m256i w = load16_bf16(v + static_cast<size_t>(j) * hd);
+      e = _mm256_fmadd_ps(p[j], bf16_even(w), e);
+      o = _mm256_fmadd_ps(p[j], bf16_odd(w), o);
+    }
+    _mm256_storeu_ps(od, e);
+    _mm256_storeu_ps(od + 8, o);
+  }
+};
+
+// s[r] = scale * dot(key row r, q) for `rows` rows of hd values (hd % Read::kStep == 0); returns
+// the largest. Eight rows share one reduction tree instead of a horizontal sum each. Along the way
+// asks for the pf_bytes at pf (the next slab; none when pf is null).
+template <typename Read>
+float key_scores(const typename Read::Elem* k, const float* q, int rows, int hd, float scale, float* s,
+                 const void* pf, size_t pf_bytes) {
+  constexpr int kStep = Read::kStep;
   float mx = -std::numeric_limits<float>::infinity();
-  Trickle ahead(pf, pf_bytes, rows / 8 * (hd / 8) + rows % 8);
+  Trickle ahead(pf, pf_bytes, rows / 8 * (hd / kStep) + rows % 8);
   int r = 0;
   for (; r + 8 <= rows; r += 8) {
     // Across the eight rows first, so the eight sums advance side by side, not one chain at a time.
-    const E* kr = k + static_cast<size_t>(r) * hd;
+    const auto* kr = k + static_cast<size_t>(r) * hd;
     __m256 a[8];
-    const __m256 q0 = _mm256_loadu_ps(q);
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) a[j] = _mm256_mul_ps(load8(kr + static_cast<size_t>(j) * hd), q0);
-    ahead.next();
-    for (int i = 8; i < hd; i += 8) {
-      ahead.next();
-      const __m256 qi = _mm256_loadu_ps(q + i);
-#pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(load8(kr + static_cast<size_t>(j) * hd + i), qi, a[j]);
-    }
-    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-    __m256 s8 = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-    s8 = _mm256_mul_ps(s8, _mm256_set1_ps(scale));
-    _mm256_storeu_ps(s + r, s8);
-    for (int j = 0; j < 8; ++j) mx = std::max(mx, s[r + j]);
-  }
-  for (; r < rows; ++r) {
-    ahead.next();
-    const E* kr = k + static_cast<size_t>(r) * hd;
-    __m256 a = _mm256_setzero_ps();
-    for (int i = 0; i < hd; i += 8) a = _mm256_fmadd_ps(load8(kr + i), _mm256_loadu_ps(q + i), a);
-    s[r] = hsum256(a) * scale;
-    mx = std::max(mx, s[r]);
-  }
-  ahead.rest();
-  return mx;
-}
-
-// o (hd) += sum_r p[r] * value row r (hd % 8 == 0): four rows per pass over o. Asks for the next
-// slab along the way, as key_scores does.
-template <typename E>
-void add_weighted_values(const E* v, const float* p, int rows, int hd, float* o, const void* pf, size_t pf_bytes) {
-  Trickle ahead(pf, pf_bytes, rows / 4 * (hd / 8) + rows % 4);
-  int r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    const E* v0 = v + static_cast<size_t>(r) * hd;
-    const __m256 p0 = _mm256_set1_ps(p[r]), p1 = _mm256_set1_ps(p[r + 1]);
-    const __m256 p2 = _mm256_set1_ps(p[r + 2]), p3 = _mm256_set1_ps(p[r + 3]);
-    for (int i = 0; i < hd; i += 8) {
-      ahead.next();
-      __m256 a = _mm256_fmadd_ps(p0, load8(v0 + i), _mm256_loadu_ps(o + i));
-      a = _mm256_fmadd_ps(p1, load8(v0 + hd + i), a);
-      a = _mm256_fmadd_ps(p2, load8(v0 + 2 * hd + i), a);
-      a = _mm256_fmadd_ps(p3, load8(v0 + 3 * hd + i), a);
-      _mm256_storeu_ps(o + i, a);
-    }
-  }
-  for (; r < rows; ++r) {
-    ahead.next();
-    const E* vr = v + static_cast<size_t>(r) * hd;
-    const __m256 pr = _mm256_set1_ps(p[r]);
-    for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(pr, load8(vr + i), _mm256_loadu_ps(o + i)));
-  }
-  ahead.rest();
-}
-
-// bf16 caches with head sizes a multiple of 16: as key_scores and add_weighted_values, but 16
-// values loaded as 32-bit lanes give the even-indexed ones by a shift and the odd-indexed ones by
-// a mask (as the bf16 weight kernels do), against a query and an output in even/odd order (per
-// 16 values: the 8 even, then the 8 odd). Two ALU operations per 16 values instead of two
-// widening shuffles.
-float key_scores_eo(const uint16_t* k, const float* qd, int rows, int hd, float scale, float* s, const void* pf,
-                    size_t pf_bytes) {
-  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
-  float mx = -std::numeric_limits<float>::infinity();
-  Trickle ahead(pf, pf_bytes, rows / 8 * (hd / 16) + rows % 8);
-  int r = 0;
-  for (; r + 8 <= rows; r += 8) {
-    const uint16_t* kr = k + static_cast<size_t>(r) * hd;
-    __m256 a[8];
-#pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) a[j] = _mm256_setzero_ps();
-    for (int i = 0; i < hd; i += 16) {
+    for (int i = 0; i < hd; i += kStep) {
       ahead.next();
-      const __m256 qe = _mm256_loadu_ps(qd + i), qo = _mm256_loadu_ps(qd + i + 8);
 #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kr + static_cast<size_t>(j) * hd + i));
-        a[j] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), qe, a[j]);
-        a[j] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), qo, a[j]);
-      }
+      for (int j = 0; j < 8; ++j) a[j] = Read::dot(kr + static_cast<size_t>(j) * hd + i, q + i, a[j]);
     }
     const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
     const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
@@ -1252,13 +1229,9 @@ float key_scores_eo(const uint16_t* k, const float* qd, int rows, int hd, float 
   }
   for (; r < rows; ++r) {
     ahead.next();
-    const uint16_t* kr = k + static_cast<size_t>(r) * hd;
+    const auto* kr = k + static_cast<size_t>(r) * hd;
     __m256 a = _mm256_setzero_ps();
-    for (int i = 0; i < hd; i += 16) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kr + i));
-      a = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), _mm256_loadu_ps(qd + i), a);
-      a = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi)), _mm256_loadu_ps(qd + i + 8), a);
-    }
+    for (int i = 0; i < hd; i += kStep) a = Read::dot(kr + i, q + i, a);
     s[r] = hsum256(a) * scale;
     mx = std::max(mx, s[r]);
   }
@@ -1266,48 +1239,45 @@ float key_scores_eo(const uint16_t* k, const float* qd, int rows, int hd, float 
   return mx;
 }
 
-void add_weighted_values_eo(const uint16_t* v, const float* p, int rows, int hd, float* od, const void* pf,
-                            size_t pf_bytes) {
-  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
-  Trickle ahead(pf, pf_bytes, rows / 4 * (hd / 16) + rows % 4);
+// o (hd) += sum_r p[r] * value row r (hd % Read::kStep == 0): four rows per pass over o. Asks for
+// the next slab along the way, as key_scores does.
+template <typename Read>
+void add_weighted_values(const typename Read::Elem* v, const float* p, int rows, int hd, float* o, const void* pf,
+                         size_t pf_bytes) {
+  constexpr int kStep = Read::kStep;
+  Trickle ahead(pf, pf_bytes, rows / 4 * (hd / kStep) + rows % 4);
   int r = 0;
   for (; r + 4 <= rows; r += 4) {
-    const uint16_t* v0 = v + static_cast<size_t>(r) * hd;
-    __m256 pr[4];
-    for (int j = 0; j < 4; ++j) pr[j] = _mm256_set1_ps(p[r + j]);
-    for (int i = 0; i < hd; i += 16) {
+    const auto* v0 = v + static_cast<size_t>(r) * hd;
+    const __m256 pr[4] = {_mm256_set1_ps(p[r]), _mm256_set1_ps(p[r + 1]), _mm256_set1_ps(p[r + 2]),
+                          _mm256_set1_ps(p[r + 3])};
+    for (int i = 0; i < hd; i += kStep) {
       ahead.next();
-      __m256 e = _mm256_loadu_ps(od + i), o = _mm256_loadu_ps(od + i + 8);
-      for (int j = 0; j < 4; ++j) {
-        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v0 + static_cast<size_t>(j) * hd + i));
-        e = _mm256_fmadd_ps(pr[j], _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)), e);
-        o = _mm256_fmadd_ps(pr[j], _mm256_castsi256_ps(_mm256_and_si256(w, hi)), o);
-      }
-      _mm256_storeu_ps(od + i, e);
-      _mm256_storeu_ps(od + i + 8, o);
+      Read::template add<4>(v0 + i, hd, pr, o + i);
     }
   }
   for (; r < rows; ++r) {
     ahead.next();
-    const uint16_t* vr = v + static_cast<size_t>(r) * hd;
     const __m256 pr = _mm256_set1_ps(p[r]);
-    for (int i = 0; i < hd; i += 16) {
-      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + i));
-      _mm256_storeu_ps(od + i, _mm256_fmadd_ps(pr, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)), _mm256_loadu_ps(od + i)));
-      _mm256_storeu_ps(od + i + 8,
-                       _mm256_fmadd_ps(pr, _mm256_castsi256_ps(_mm256_and_si256(w, hi)), _mm256_loadu_ps(od + i + 8)));
-    }
+    for (int i = 0; i < hd; i += kStep) Read::template add<1>(v + static_cast<size_t>(r) * hd + i, hd, &pr, o + i);
   }
   ahead.rest();
 }
 constexpr bool kVectorAttention = true;
 #else
 template <typename E>
-float key_scores(const E*, const float*, int, int, float, float*, const void*, size_t) { return 0.0f; }
-template <typename E>
-void add_weighted_values(const E*, const float*, int, int, float*, const void*, size_t) {}
-float key_scores_eo(const uint16_t*, const float*, int, int, float, float*, const void*, size_t) { return 0.0f; }
-void add_weighted_values_eo(const uint16_t*, const float*, int, int, float*, const void*, size_t) {}
+struct InOrder {
+  using Elem = E;
+};
+struct EvenOdd {
+  using Elem = uint16_t;
+};
+template <typename Read>
+float key_scores(const typename Read::Elem*, const float*, int, int, float, float*, const void*, size_t) {
+  return 0.0f;
+}
+template <typename Read>
+void add_weighted_values(const typename Read::Elem*, const float*, int, int, float*, const void*, size_t) {}
 constexpr bool kVectorAttention = false;
 #endif
 
@@ -1344,24 +1314,14 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
   // bf16 caches (head size a multiple of 16): the run's queries and outputs in even/odd order.
   constexpr bool bf16 = std::is_same<E, uint16_t>::value;
   const bool eo = bf16 && vec && hd % 16 == 0;
-  thread_local FloatBuffer eo_buf;
-  float* qd = nullptr;
-  float* od = nullptr;
-  if (eo) {
-    grow(eo_buf, static_cast<size_t>(2) * nh * hd);
-    qd = eo_buf.data();
-    od = qd + static_cast<size_t>(nh) * hd;
-    for (int j = 0; j < nh; ++j) {
-      const float* qh = q + (static_cast<size_t>(t) * n_heads + kh0 * group + j) * hd;
-      float* d = qd + static_cast<size_t>(j) * hd;
-      for (int i = 0; i < hd; i += 16)
-        for (int e = 0; e < 8; ++e) {
-          d[i + e] = qh[i + 2 * e];
-          d[i + 8 + e] = qh[i + 2 * e + 1];
-        }
-    }
-    std::fill(od, od + static_cast<size_t>(nh) * hd, 0.0f);
+  thread_local FloatBuffer qd_buf, od_buf;
+  if (eo) {  // the run's nh query heads lie together in q
+    split_even_odd(q + (static_cast<size_t>(t) * n_heads + kh0 * group) * hd, nh, hd, qd_buf);
+    grow(od_buf, static_cast<size_t>(nh) * hd);
+    std::fill(od_buf.data(), od_buf.data() + static_cast<size_t>(nh) * hd, 0.0f);
   }
+  const float* qd = qd_buf.data();
+  float* od = od_buf.data();
   for (int b = 0; b < n_blocks; ++b) {
     const int rows = rows_of(b);
     for (int kh = kh0; kh < kh1; ++kh) {
@@ -1377,12 +1337,13 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
         const void* pf = g == 0 ? next : nullptr;
         if constexpr (bf16) {
           if (eo) {
-            m[j] = std::max(m[j], key_scores_eo(kb, qd + static_cast<size_t>(j) * hd, rows, hd, scale, s, pf, next_bytes));
+            m[j] = std::max(m[j], key_scores<EvenOdd>(kb, qd + static_cast<size_t>(j) * hd, rows, hd, scale, s, pf,
+                                                      next_bytes));
             continue;
           }
         }
         if (vec) {
-          m[j] = std::max(m[j], key_scores(kb, qh, rows, hd, scale, s, pf, next_bytes));
+          m[j] = std::max(m[j], key_scores<InOrder<E>>(kb, qh, rows, hd, scale, s, pf, next_bytes));
         } else {
           for (int r = 0; r < rows; ++r) {
             s[r] = dot_kv(qh, kb + static_cast<size_t>(r) * hd, hd) * scale;
@@ -1414,12 +1375,12 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
         const void* pf = g == 0 ? next : nullptr;
         if constexpr (bf16) {
           if (eo) {
-            add_weighted_values_eo(vb, p, rows, hd, od + static_cast<size_t>(j) * hd, pf, next_bytes);
+            add_weighted_values<EvenOdd>(vb, p, rows, hd, od + static_cast<size_t>(j) * hd, pf, next_bytes);
             continue;
           }
         }
         if (vec) {
-          add_weighted_values(vb, p, rows, hd, o, pf, next_bytes);
+          add_weighted_values<InOrder<E>>(vb, p, rows, hd, o, pf, next_bytes);
         } else {
           for (int r = 0; r < rows; ++r) {
             const E* vr = vb + static_cast<size_t>(r) * hd;
