@@ -191,7 +191,8 @@ void check_linear_args(const FloatArray& x, const FloatArray& w, int repeats) {
 void register_device(py::module_& m) {
   m.def("read_bandwidth", &read_bandwidth, py::arg("nbytes"), py::arg("n_threads"), py::arg("repeats") = 5,
         py::call_guard<py::gil_scoped_release>(),
-        "Best read bandwidth in bytes/s summing an nbytes buffer: the memory bound of a decode step.");
+        "Best read bandwidth in bytes/s summing an nbytes buffer (in huge pages where the system allows): the "
+        "memory bound of a decode step.");
   m.def(
       "linear",
       [](const FloatArray& x, const FloatArray& w, const std::string& dtype, int repeats) {

@@ -296,14 +296,16 @@ inline int panel_steps(int in, int G) { return (in + G - 1) / G; }
 // Packs row-major int8 (out, in) into panels of G-value steps. With `start` (w8a8), also fills
 // start[(p * blocks + b) * 16 + r] with -64 x the sum of row 16p + r over block b: the activations'
 // offset of 64 adds 64 x that to each block's integer sum, so the sum starts there instead of at 0.
-static void pack_panels(const int8_t* w, int out, int in, int G, std::vector<int8_t>& packed,
-                        std::vector<int32_t>* start) {
+static size_t packed_size(int out, int in, int G) {
+  return static_cast<size_t>(panel_count(out)) * kPanel * panel_steps(in, G) * G;
+}
+static void pack_panels(const int8_t* w, int out, int in, int G, int8_t* packed, std::vector<int32_t>* start) {
   const int steps = panel_steps(in, G), blocks = (in + kI8Block - 1) / kI8Block;
-  packed.assign(static_cast<size_t>(panel_count(out)) * kPanel * steps * G, 0);
+  std::memset(packed, 0, packed_size(out, in, G));
   if (start) start->assign(static_cast<size_t>(panel_count(out)) * blocks * kPanel, 0);
   for (int o = 0; o < out; ++o) {
     const int p = o / kPanel, r = o % kPanel;
-    int8_t* dst = packed.data() + static_cast<size_t>(p) * kPanel * steps * G + r * G;
+    int8_t* dst = packed + static_cast<size_t>(p) * kPanel * steps * G + r * G;
     for (int i = 0; i < in; ++i) {
       const int8_t v = w[static_cast<size_t>(o) * in + i];
       dst[static_cast<size_t>(i / G) * kPanel * G + i % G] = v;
@@ -626,20 +628,34 @@ static void matmul_widened(const float* x, int T, const Linear& L, float* y) {
   matmul_onednn(x, T, L.in, base, L.out, y, L.b);
 }
 
-void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q) {
+size_t quantized_size(const Linear& L, WeightType type) {
+  switch (type) {
+    case WeightType::BF16: return static_cast<size_t>(L.out) * L.in * sizeof(uint16_t);
+    case WeightType::I8: return packed_size(L.out, L.in, I8Block<1>::G);
+    case WeightType::I8A8: return packed_size(L.out, L.in, A8Block<1>::G);
+    default: return 0;
+  }
+}
+
+void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* dst) {
   if (type == WeightType::F32) return;
   const size_t n = static_cast<size_t>(L.out) * L.in;
+  q.bytes = quantized_size(L, type);
+  if (!dst) {
+    q.own.resize(q.bytes);
+    dst = q.own.data();
+  }
   auto at = [&](int o, int i) {
     return L.in_major ? L.w[static_cast<size_t>(i) * L.out + o] : L.w[static_cast<size_t>(o) * L.in + i];
   };
   if (type == WeightType::BF16) {
-    q.bf16.resize(n);
+    uint16_t* w = reinterpret_cast<uint16_t*>(dst);
 #pragma omp parallel for schedule(static)
     for (int o = 0; o < L.out; ++o)
-      for (int i = 0; i < L.in; ++i) q.bf16[static_cast<size_t>(o) * L.in + i] = f32_to_bf16(at(o, i));
-    L.w_bf16 = q.bf16.data();
+      for (int i = 0; i < L.in; ++i) w[static_cast<size_t>(o) * L.in + i] = f32_to_bf16(at(o, i));
+    L.w_bf16 = w;
   } else {
-    q.i8.resize(n);
+    std::vector<int8_t> rows(n);
     q.scales.resize(L.out);
 #pragma omp parallel for schedule(static)
     for (int o = 0; o < L.out; ++o) {
@@ -648,17 +664,15 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q) {
       const float scale = mx > 0.0f ? mx / 127.0f : 1.0f;
       q.scales[o] = scale;
       for (int i = 0; i < L.in; ++i)
-        q.i8[static_cast<size_t>(o) * L.in + i] = static_cast<int8_t>(std::lrint(at(o, i) / scale));
+        rows[static_cast<size_t>(o) * L.in + i] = static_cast<int8_t>(std::lrint(at(o, i) / scale));
     }
-    std::vector<int8_t> rows;
-    rows.swap(q.i8);
     if (type == WeightType::I8A8) {
-      pack_panels(rows.data(), L.out, L.in, A8Block<1>::G, q.i8, &q.wsums);
+      pack_panels(rows.data(), L.out, L.in, A8Block<1>::G, reinterpret_cast<int8_t*>(dst), &q.wsums);
       L.wsums = q.wsums.data();
     } else {
-      pack_panels(rows.data(), L.out, L.in, I8Block<1>::G, q.i8, nullptr);
+      pack_panels(rows.data(), L.out, L.in, I8Block<1>::G, reinterpret_cast<int8_t*>(dst), nullptr);
     }
-    L.w_i8 = q.i8.data();
+    L.w_i8 = reinterpret_cast<const int8_t*>(dst);
     L.scales = q.scales.data();
   }
   L.type = type;
@@ -668,7 +682,7 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q) {
 
 double read_bandwidth(size_t nbytes, int n_threads, int repeats) {
   const size_t n = std::max<size_t>(nbytes / sizeof(float), 1024);
-  std::vector<float> buf(n);
+  std::vector<float, HugePageAllocator<float>> buf(n);
 #pragma omp parallel for num_threads(n_threads) schedule(static)
   for (size_t i = 0; i < n; ++i) buf[i] = static_cast<float>(i & 1023);
   double best = 0.0;

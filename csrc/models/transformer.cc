@@ -126,8 +126,14 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     for (Layer& l : layers_)
       for (Linear* x : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.fc, &l.down})
         if (x->w) all.push_back(x);
+    // Every layer's converted weights in one block of huge pages (see HugePageAllocator), each at a
+    // 64-byte boundary: a decode step streams them all, and most layers are smaller than one page.
+    std::vector<size_t> at(all.size() + 1, 0);
+    for (size_t i = 0; i < all.size(); ++i)
+      at[i + 1] = at[i] + ((quantized_size(*all[i], weight_type_) + kAlign - 1) / kAlign * kAlign);
+    arena_.resize(at.back());
     quantized_.resize(all.size());
-    for (size_t i = 0; i < all.size(); ++i) quantize_linear(*all[i], weight_type_, quantized_[i]);
+    for (size_t i = 0; i < all.size(); ++i) quantize_linear(*all[i], weight_type_, quantized_[i], arena_.data() + at[i]);
     // The fp32 mapping of quantized weights is not read again: drop it from the resident set.
     for (const auto& name : linear_names) W.release(name);
     // A tied head is also the embedding table, whose rows are then read one per token.
@@ -160,7 +166,7 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
 
 uint64_t Transformer::quantized_bytes() const {
   uint64_t n = 0;
-  for (const auto& q : quantized_) n += q.bf16.size() * 2 + q.i8.size() + q.scales.size() * 4 + q.wsums.size() * 4;
+  for (const auto& q : quantized_) n += q.bytes + q.scales.size() * 4 + q.wsums.size() * 4;
   return n;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <new>
 #include <vector>
 
@@ -29,6 +30,29 @@ struct AlignedAllocator {
 };
 
 using FloatBuffer = std::vector<float, AlignedAllocator<float>>;
+
+// Storage read end to end on every decode step (converted weights, the bandwidth probe): blocks
+// of 2 MiB or more start on a 2 MiB boundary and ask the kernel for transparent huge pages before
+// the first write, so streaming them walks one page table entry per 2 MiB instead of per 4 KiB.
+// Where huge pages are off (or the hint is refused) they are ordinary pages; nothing else changes.
+// Defined in loaders/weights.cc.
+void* huge_alloc(std::size_t bytes);
+void huge_free(void* p, std::size_t bytes);
+
+template <typename T>
+struct HugePageAllocator {
+  using value_type = T;
+  HugePageAllocator() = default;
+  template <typename U>
+  HugePageAllocator(const HugePageAllocator<U>&) {}
+  T* allocate(std::size_t n) { return static_cast<T*>(huge_alloc(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) { huge_free(p, n * sizeof(T)); }
+  template <typename U>
+  bool operator==(const HugePageAllocator<U>&) const { return true; }
+  template <typename U>
+  bool operator!=(const HugePageAllocator<U>&) const { return false; }
+};
+using HugeBytes = std::vector<uint8_t, HugePageAllocator<uint8_t>>;
 
 // Makes a reused scratch buffer hold at least n elements. It never shrinks: resizing down and back
 // up would zero-fill the regrown part on every call (a layer of 768 inputs after one of 2048).

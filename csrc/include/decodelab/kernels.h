@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "decodelab/aligned.h"
 #include "decodelab/kv_cache.h"
 
 namespace decodelab {
@@ -47,15 +48,22 @@ struct Linear {
 
 // Owned reduced-precision copy of a linear layer's weights.
 struct QuantizedWeights {
-  std::vector<uint16_t> bf16;
-  std::vector<int8_t> i8;
+  HugeBytes own;  // the converted weights, unless quantize_linear was given a place for them
+  size_t bytes = 0;  // of the converted weights, wherever they are
   std::vector<float> scales;
   std::vector<int32_t> wsums;
 };
-// Converts `layer` (fp32, either layout) to `type`, filling `store` and pointing the layer at it.
-void quantize_linear(Linear& layer, WeightType type, QuantizedWeights& store);
+// Bytes of the converted weights of `layer` as `type` (bf16 rows or int8 panels; 0 for F32).
+size_t quantized_size(const Linear& layer, WeightType type);
+// Converts `layer` (fp32, either layout) to `type` and points the layer at the result: the weights
+// go to `dst` (quantized_size bytes, 64-byte aligned) when given, else to store.own; scales and
+// sums go to `store`.
+void quantize_linear(Linear& layer, WeightType type, QuantizedWeights& store, uint8_t* dst = nullptr);
 
 // Best read bandwidth (bytes / s) over `repeats` passes summing an `nbytes` buffer on n_threads.
+// The buffer is in huge pages where the system allows, as the converted weights are: with 4 KiB
+// pages the same loop read 30-35 GB/s here against 35-38 (scratch test, four rounds), a bound the
+// weights in huge pages could then pass.
 double read_bandwidth(size_t nbytes, int n_threads, int repeats);
 
 // The fewest rows for which fp32 and bf16 layers run the oneDNN matmul rather than the kernels

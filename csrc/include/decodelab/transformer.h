@@ -77,6 +77,7 @@ class Transformer {
   std::vector<float> rope_cos_, rope_sin_;  // (max_position, head_dim/2)
   WeightType weight_type_ = WeightType::F32;
   std::vector<QuantizedWeights> quantized_;  // one per quantized linear layer
+  HugeBytes arena_;                          // their converted weights
   // Scratch lent to one forward pass at a time: calls on different caches may run at once from
   // several Python threads, and each takes its own; one is made at load, more only if needed.
   class WorkspaceLease;

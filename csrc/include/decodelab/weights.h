@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "decodelab/aligned.h"
+
 namespace decodelab {
 
 enum class DType { F32, F16, BF16 };
@@ -76,7 +78,7 @@ class WeightStore {
   };
   std::vector<std::unique_ptr<MappedFile>> files_;
   std::unordered_map<std::string, Entry> tensors_;
-  std::vector<std::vector<float>> owned_;
+  std::vector<std::vector<float, HugePageAllocator<float>>> owned_;  // read on every step, as the mapping is
   uint64_t owned_bytes_ = 0;
 };
 
