@@ -131,23 +131,68 @@ def test_timings_reported(stories):
     assert g.prompt_tokens == 5 and g.generated_tokens == 20
 
 
-def test_fp32_weights_are_used_in_place(checkpoint, stories):
-    m = decodelab.load(checkpoint("llama-tiny"))
+def _padded(n_floats):
+    # Each layer's copy starts on a 64-byte boundary of the model's block.
+    return (4 * n_floats + 63) // 64 * 64
+
+
+def _read_per_step(tensors, tied_name):
+    # The tensors a decode step reads in full: every linear layer and the output head.
+    names = [n for n in tensors if n.endswith(("_proj.weight", "c_attn.weight", "c_proj.weight", "c_fc.weight",
+                                               "lm_head.weight"))]
+    if not any(n == "lm_head.weight" for n in names):
+        names.append(tied_name)
+    return names
+
+
+def test_fp32_weights_used_in_place_with_zero_copy(checkpoint, stories_bin):
+    m = decodelab.load(checkpoint("llama-tiny"), zero_copy=True)
     assert m.weight_bytes["converted"] == 0 and m.weight_bytes["mapped"] > 0
-    assert stories.weight_bytes == {"mapped": 1056540, "converted": 0, "quantized": 0}
+    s = decodelab.load(stories_bin, zero_copy=True)
+    assert s.weight_bytes == {"mapped": 1056540, "converted": 0, "quantized": 0}
     # bf16 weights are converted to fp32 once: every parameter, 4 bytes each.
-    b = decodelab.load(checkpoint("llama-tiny", dtype="bfloat16"))
+    b = decodelab.load(checkpoint("llama-tiny", dtype="bfloat16"), zero_copy=True)
     n_params = sum(t.size for t in decodelab.testing.random_weights("llama-tiny")[1].values())
     assert b.weight_bytes["converted"] == 4 * n_params
 
 
+def test_fp32_weights_copied_once_by_default(checkpoint):
+    # By default the linear layers and the head (here tied to the embedding table or not, as the
+    # tiny config says) are copied into one block, each padded to 64 bytes; nothing else is.
+    m = decodelab.load(checkpoint("llama-tiny"))
+    tensors = decodelab.testing.random_weights("llama-tiny")[1]
+    names = _read_per_step(tensors, "model.embed_tokens.weight")
+    assert m.weight_bytes["converted"] == sum(_padded(tensors[n].size) for n in names)
+    assert decodelab.load(checkpoint("llama-tiny"), dtype="int8").weight_bytes["converted"] == 0
+
+
+@pytest.mark.parametrize("name", ["llama-tiny", "gpt2-tiny"])
+def test_copied_and_mapped_fp32_weights_give_the_same_logits(checkpoint, name):
+    ids = [int(i) for i in np.random.default_rng(3).integers(3, 200, 40)]
+    copied, mapped = decodelab.load(checkpoint(name)), decodelab.load(checkpoint(name), zero_copy=True)
+    assert np.array_equal(copied.forward(ids), mapped.forward(ids))
+    a, b = copied.new_cache(), mapped.new_cache()
+    copied.prefill(ids[:30], a), mapped.prefill(ids[:30], b)
+    assert np.array_equal(copied.decode_batch(ids[30:33], [a, a.fork(), a.fork()]),
+                          mapped.decode_batch(ids[30:33], [b, b.fork(), b.fork()]))
+
+
+def test_zero_copy_must_be_a_bool(checkpoint):
+    with pytest.raises(TypeError, match="zero_copy must be True or False, got 'yes'"):
+        decodelab.load(checkpoint("llama-tiny"), zero_copy="yes")
+
+
 def test_gpt2_conv1d_weights_are_transposed_once(checkpoint):
     # GPT-2 stores Conv1D weights (in, out); fp32 decode uses an (out, in) copy of each, made once
-    # at load, and nothing else is copied. Quantized loads convert from the mapping directly.
-    m = decodelab.load(checkpoint("gpt2-tiny"))
+    # at load, and with zero_copy nothing else is copied. Quantized loads convert from the mapping
+    # directly.
+    m = decodelab.load(checkpoint("gpt2-tiny"), zero_copy=True)
     tensors = decodelab.testing.random_weights("gpt2-tiny")[1]
     conv = sum(t.size for n, t in tensors.items() if n.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")))
     assert m.weight_bytes["converted"] == 4 * conv
+    # By default the transposed copies and the tied head go into the model's block instead.
+    names = _read_per_step(tensors, "transformer.wte.weight")
+    assert decodelab.load(checkpoint("gpt2-tiny")).weight_bytes["converted"] == sum(_padded(tensors[n].size) for n in names)
     assert decodelab.load(checkpoint("gpt2-tiny"), dtype="int8").weight_bytes["converted"] == 0
 
 

@@ -423,7 +423,8 @@ the first write into a shared block copies that block (copy-on-write).
 
   py::class_<Transformer, std::shared_ptr<Transformer>>(m, "Engine")
       .def(py::init([](const ModelConfig& cfg, const std::vector<std::string>& files,
-                       const std::vector<TensorTuple>& tensors, int n_threads, const std::string& weight_dtype) {
+                       const std::vector<TensorTuple>& tensors, int n_threads, const std::string& weight_dtype,
+                       bool zero_copy) {
              std::vector<TensorInfo> infos;
              infos.reserve(tensors.size());
              for (const auto& t : tensors) {
@@ -434,10 +435,10 @@ the first write into a shared block copies that block (copy-on-write).
              const WeightType wt = parse_weight_dtype(weight_dtype);
              auto store = std::make_shared<WeightStore>(files, infos);
              py::gil_scoped_release nogil;
-             return std::make_shared<Transformer>(cfg, store, n_threads, wt);
+             return std::make_shared<Transformer>(cfg, store, n_threads, wt, zero_copy);
            }),
            py::arg("config"), py::arg("files"), py::arg("tensors"), py::arg("n_threads"),
-           py::arg("weight_dtype") = "float32")
+           py::arg("weight_dtype") = "float32", py::arg("zero_copy") = false)
       .def_property_readonly("weight_dtype", [](const Transformer& e) {
         switch (e.weight_type()) {
           case WeightType::F32: return "float32";

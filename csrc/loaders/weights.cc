@@ -163,29 +163,48 @@ const float* WeightStore::f32(const std::string& name, const std::vector<int64_t
   return dst;
 }
 
-const float* WeightStore::f32_transposed(const std::string& name, const std::vector<int64_t>& shape) {
-  if (shape.size() != 2) throw std::invalid_argument("tensor '" + name + "': only matrices can be transposed");
+bool WeightStore::in_place(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return false;
+  const Entry& e = it->second;
+  return e.supported && e.dtype == DType::F32 &&
+         reinterpret_cast<uintptr_t>(files_[e.info.file]->data() + e.info.offset) % alignof(float) == 0;
+}
+
+void WeightStore::copy_f32(const std::string& name, const std::vector<int64_t>& shape, bool transpose, float* dst) {
+  if (shape.size() != 2) throw std::invalid_argument("tensor '" + name + "': only matrices are copied");
   const size_t owned_before = owned_.size();
   const float* src = f32(name, shape);  // checks name, dtype and shape; may convert into owned_
   const int64_t R = shape[0], C = shape[1];
-  std::vector<float, HugePageAllocator<float>> out(static_cast<size_t>(R) * C);
-  float* dst = out.data();
-  // Blocked so that both the rows read and the rows written stay in cache.
-  constexpr int64_t kB = 64;
+  if (transpose) {
+    // Blocked so that both the rows read and the rows written stay in cache.
+    constexpr int64_t kB = 64;
 #pragma omp parallel for schedule(static) collapse(2)
-  for (int64_t r0 = 0; r0 < R; r0 += kB)
-    for (int64_t c0 = 0; c0 < C; c0 += kB)
-      for (int64_t r = r0; r < std::min(R, r0 + kB); ++r)
-        for (int64_t c = c0; c < std::min(C, c0 + kB); ++c) dst[c * R + r] = src[r * C + c];
+    for (int64_t r0 = 0; r0 < R; r0 += kB)
+      for (int64_t c0 = 0; c0 < C; c0 += kB)
+        for (int64_t r = r0; r < std::min(R, r0 + kB); ++r)
+          for (int64_t c = c0; c < std::min(C, c0 + kB); ++c) dst[c * R + r] = src[r * C + c];
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < R; ++r) std::memcpy(dst + r * C, src + r * C, static_cast<size_t>(C) * sizeof(float));
+  }
   if (owned_.size() > owned_before) {  // the fp32 conversion is no longer needed
     owned_bytes_ -= owned_.back().size() * sizeof(float);
     owned_.pop_back();
   }
+  release(name);
+}
+
+const float* WeightStore::f32_transposed(const std::string& name, const std::vector<int64_t>& shape) {
+  if (shape.size() != 2) throw std::invalid_argument("tensor '" + name + "': only matrices can be transposed");
+  std::vector<float, HugePageAllocator<float>> out(static_cast<size_t>(shape[0]) * shape[1]);
+  copy_f32(name, shape, true, out.data());
   owned_.push_back(std::move(out));
   owned_bytes_ += owned_.back().size() * sizeof(float);
-  release(name);
   return owned_.back().data();
 }
+
+void WeightStore::add_owned_bytes(int64_t n) { owned_bytes_ += n; }
 
 void WeightStore::release(const std::string& name) const {
   auto it = tensors_.find(name);

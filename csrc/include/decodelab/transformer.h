@@ -16,8 +16,10 @@ namespace decodelab {
 class Transformer {
  public:
   // weight_type: the precision the linear layers (and the output head) are kept and read in.
+  // zero_copy: fp32 linear layers and head are read from the file mapping itself rather than
+  // copied once into huge pages (see Transformer::Transformer).
   Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> weights, int n_threads,
-              WeightType weight_type = WeightType::F32);
+              WeightType weight_type = WeightType::F32, bool zero_copy = false);
   WeightType weight_type() const { return weight_type_; }
   uint64_t quantized_bytes() const;
 
@@ -78,6 +80,7 @@ class Transformer {
   WeightType weight_type_ = WeightType::F32;
   std::vector<QuantizedWeights> quantized_;  // one per quantized linear layer
   HugeBytes arena_;                          // their converted weights
+  HugeBytes f32_arena_;                      // fp32 layers copied from the mapping
   // Scratch lent to one forward pass at a time: calls on different caches may run at once from
   // several Python threads, and each takes its own; one is made at load, more only if needed.
   class WorkspaceLease;

@@ -62,6 +62,13 @@ class WeightStore {
   // its Conv1D weights (in, out); a matrix-vector product reads (out, in) rows faster.
   const float* f32_transposed(const std::string& name, const std::vector<int64_t>& shape);
 
+  // Whether f32(name, ...) returns the mapped bytes themselves (fp32 at a 4-byte boundary).
+  bool in_place(const std::string& name) const;
+
+  // Copies fp32 matrix `name` of shape (rows, cols) into `dst` (rows * cols floats), transposed to
+  // (cols, rows) when `transpose`, then drops its mapped pages from the resident set.
+  void copy_f32(const std::string& name, const std::vector<int64_t>& shape, bool transpose, float* dst);
+
   // Tell the kernel that the mapped pages of tensor `name` will not be read soon (after a
   // converted copy was made): they leave the process's resident set and come back from the page
   // cache if they are read again. A hint only; the data stays valid.
@@ -69,6 +76,7 @@ class WeightStore {
 
   uint64_t mapped_bytes() const;   // bytes of the mapped files
   uint64_t owned_bytes() const { return owned_bytes_; }  // bytes of converted copies
+  void add_owned_bytes(int64_t n);  // copies held elsewhere (a model's fp32 arena)
 
  private:
   struct Entry {
