@@ -455,10 +455,9 @@ the first write into a shared block copies that block (copy-on-write).
           "mapped_bytes", [](const Transformer& e) { return e.weights().mapped_bytes(); },
           "Bytes of the memory-mapped weight files.")
       .def_property_readonly(
-          "owned_bytes", [](const Transformer& e) { return e.weights().owned_bytes(); },
-          "Bytes of weights converted into owned fp32 buffers (f16/bf16 or unaligned data, GPT-2 Conv1D weights "
-          "transposed for fp32 decode); 0 when every "
-          "weight is used in place from the mapping.")
+          "owned_bytes", &Transformer::owned_bytes,
+          "Bytes of fp32 copies of weights: f16/bf16 or unaligned data, and with fp32 weights the linear layers and "
+          "head copied from the mapping (GPT-2 Conv1D weights transposed); 0 when every weight is read in place.")
       .def(
           "new_cache",
           [](const Transformer& e, int capacity, const std::string& dtype, bool grow) {

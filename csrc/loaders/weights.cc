@@ -1,7 +1,6 @@
 #include "decodelab/weights.h"
 
 #include "decodelab/aligned.h"
-
 #include "decodelab/bf16.h"
 
 #include <fcntl.h>
@@ -12,9 +11,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
-#include <new>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <sstream>
 #include <stdexcept>
 
@@ -203,8 +202,6 @@ const float* WeightStore::f32_transposed(const std::string& name, const std::vec
   owned_bytes_ += owned_.back().size() * sizeof(float);
   return owned_.back().data();
 }
-
-void WeightStore::add_owned_bytes(int64_t n) { owned_bytes_ += n; }
 
 void WeightStore::release(const std::string& name) const {
   auto it = tensors_.find(name);

@@ -16,7 +16,23 @@ void require(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument("invalid model config: " + what);
 }
 std::string L(int i) { return std::to_string(i); }
+
+// Offsets of consecutive blocks of the given byte sizes, each starting on a 64-byte boundary; the
+// last entry is the total.
+std::vector<size_t> aligned_offsets(const std::vector<size_t>& bytes) {
+  std::vector<size_t> at(bytes.size() + 1, 0);
+  for (size_t i = 0; i < bytes.size(); ++i) at[i + 1] = at[i] + (bytes[i] + kAlign - 1) / kAlign * kAlign;
+  return at;
+}
 }  // namespace
+
+std::vector<Linear*> Transformer::layer_linears() {
+  std::vector<Linear*> all;
+  for (Layer& l : layers_)
+    for (Linear* x : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.fc, &l.down})
+      if (x->w) all.push_back(x);
+  return all;
+}
 
 void ModelConfig::validate() const {
   require(arch == "llama" || arch == "gpt2", "arch must be 'llama' or 'gpt2', got '" + arch + "'");
@@ -126,18 +142,17 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
   if (copy_f32) {
     // fp32 weights read on every decode step are copied once from the file mapping into one block
     // of huge pages (see HugePageAllocator), each layer at a 64-byte boundary, and their mapped
-    // pages leave the resident set. Through the mapping's 4 KiB pages the same decode ran 10-17 %
-    // slower (Llama 110M, context 1, three alternating processes: 15.13 against 13.71 ms/token).
+    // pages leave the resident set. Through the mapping's 4 KiB pages the same decode ran 10-20 %
+    // slower (Llama 110M, context 1, five alternating pairs: 15.1-17.0 against 13.3-14.1 ms/token).
     // GPT-2's Conv1D weights are transposed to (out, in) on the way.
     if (W.in_place(head_name)) to_copy[lm_head_.w] = head_name;
     std::vector<Linear*> all;
-    if (to_copy.count(lm_head_.w)) all.push_back(&lm_head_);
-    for (Layer& l : layers_)
-      for (Linear* x : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.fc, &l.down})
-        if (x->w && to_copy.count(x->w)) all.push_back(x);
-    std::vector<size_t> at(all.size() + 1, 0);
-    for (size_t i = 0; i < all.size(); ++i)
-      at[i + 1] = at[i] + (static_cast<size_t>(all[i]->in) * all[i]->out * sizeof(float) + kAlign - 1) / kAlign * kAlign;
+    for (Linear* x : layer_linears())
+      if (to_copy.count(x->w)) all.push_back(x);
+    if (to_copy.count(lm_head_.w)) all.insert(all.begin(), &lm_head_);
+    std::vector<size_t> bytes;
+    for (const Linear* x : all) bytes.push_back(static_cast<size_t>(x->in) * x->out * sizeof(float));
+    const std::vector<size_t> at = aligned_offsets(bytes);
     f32_arena_.resize(at.back());
     for (size_t i = 0; i < all.size(); ++i) {
       Linear& x = *all[i];
@@ -148,25 +163,20 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
       x.w = dst;
       x.in_major = false;
     }
-    W.add_owned_bytes(static_cast<int64_t>(at.back()));
   }
   // Prefill's matrix products, set up now rather than inside the first request. Every matmul
   // reads (out, in) weights; a GPT-2 source still (in, out) before quantization serves as K x N
   // floats for the trial run, whose output is discarded.
-  for (const Layer& l : layers_)
-    for (const Linear* x : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.fc, &l.down})
-      if (x->w) matmul_onednn_prepare(x->w, x->in, x->out, x->b);
+  for (const Linear* x : layer_linears()) matmul_onednn_prepare(x->w, x->in, x->out, x->b);
   matmul_onednn_prepare(lm_head_.w, lm_head_.in, lm_head_.out);
   if (weight_type_ != WeightType::F32) {
-    std::vector<Linear*> all{&lm_head_};
-    for (Layer& l : layers_)
-      for (Linear* x : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.fc, &l.down})
-        if (x->w) all.push_back(x);
+    std::vector<Linear*> all = layer_linears();
+    all.insert(all.begin(), &lm_head_);
     // Every layer's converted weights in one block of huge pages (see HugePageAllocator), each at a
     // 64-byte boundary: a decode step streams them all, and most layers are smaller than one page.
-    std::vector<size_t> at(all.size() + 1, 0);
-    for (size_t i = 0; i < all.size(); ++i)
-      at[i + 1] = at[i] + ((quantized_size(*all[i], weight_type_) + kAlign - 1) / kAlign * kAlign);
+    std::vector<size_t> bytes;
+    for (const Linear* x : all) bytes.push_back(quantized_size(*x, weight_type_));
+    const std::vector<size_t> at = aligned_offsets(bytes);
     arena_.resize(at.back());
     quantized_.resize(all.size());
     for (size_t i = 0; i < all.size(); ++i) quantize_linear(*all[i], weight_type_, quantized_[i], arena_.data() + at[i]);
@@ -179,10 +189,9 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
       // to the largest layer: one trial run on the largest maps it now (the output head, larger
       // still, is widened only for all-position logits and is left out).
       const Linear* big = nullptr;
-      for (const Layer& l : layers_)
-        for (const Linear* x : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.fc, &l.down})
-          if (x->w_bf16 && (!big || static_cast<size_t>(x->in) * x->out > static_cast<size_t>(big->in) * big->out))
-            big = x;
+      for (const Linear* x : layer_linears())
+        if (x->w_bf16 && (!big || static_cast<size_t>(x->in) * x->out > static_cast<size_t>(big->in) * big->out))
+          big = x;
       if (big) {
         std::vector<float> x(static_cast<size_t>(kGemmMinRows) * big->in, 0.0f);
         std::vector<float> y(static_cast<size_t>(kGemmMinRows) * big->out);
@@ -197,6 +206,8 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
   ws->reserve(cfg_, rows, aligned_stride(rows), n_threads_);
   spare_ws_.push_back(std::move(ws));
 }
+
+uint64_t Transformer::owned_bytes() const { return weights_->owned_bytes() + f32_arena_.size(); }
 
 uint64_t Transformer::quantized_bytes() const {
   uint64_t n = 0;

@@ -593,7 +593,7 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
     was decoded alone, in a batch, or in a prompt.
     ``tokenizer`` overrides the tokenizer found beside the weights (a path or a Tokenizer).
     ``zero_copy``: with fp32, the linear layers and the head are by default copied once from the
-    file mapping into memory in huge pages, where a decode step reads them 10-17 % faster here
+    file mapping into memory in huge pages, where a decode step reads them 10-20 % faster here
     (bf16 and int8 are converted copies anyway); True reads them from the mapping itself instead
     (no copy at load, pages shared with other processes that map the same file). Either way the
     result is the same bit for bit.

@@ -22,6 +22,8 @@ class Transformer {
               WeightType weight_type = WeightType::F32, bool zero_copy = false);
   WeightType weight_type() const { return weight_type_; }
   uint64_t quantized_bytes() const;
+  // Bytes of fp32 copies: the store's conversions and the layers copied from the mapping.
+  uint64_t owned_bytes() const;
 
   const ModelConfig& config() const { return cfg_; }
   const WeightStore& weights() const { return *weights_; }
@@ -64,6 +66,7 @@ class Transformer {
     Linear down;
   };
   void norm(const float* x, const float* w, const float* b, int T, float* y) const;
+  std::vector<Linear*> layer_linears();  // every layer's linear layers present in this architecture
   void run(const int32_t* tokens, int R, KVCache* const* caches, const int* rows, int n_seg, float* logits,
            bool all_logits, Workspace& ws) const;
 

@@ -76,7 +76,6 @@ class WeightStore {
 
   uint64_t mapped_bytes() const;   // bytes of the mapped files
   uint64_t owned_bytes() const { return owned_bytes_; }  // bytes of converted copies
-  void add_owned_bytes(int64_t n);  // copies held elsewhere (a model's fp32 arena)
 
  private:
   struct Entry {
