@@ -87,52 +87,74 @@ static void f32_row_group(const float* x, const Linear& L, int g, float* y) {
   for (int r = 0; r < nr; ++r) y[o0 + r] = acc[r];
 }
 
-// y (out) = W x for bf16 W (out, in). A bf16 value is the top half of an fp32 one, so 16 weights
-// loaded as 32-bit lanes give the odd-indexed ones by masking off the low halves and the
-// even-indexed ones by shifting left 16: two cheap ALU operations instead of two widening shuffles.
-// x is reordered once per call to match (per 16 values: the 8 even, then the 8 odd; split_even_odd).
-// Rows [4g, 4g + 4), with the next group prefetched as in the int8 kernel.
-// T rows of n values, row t's reordered values at xd[t * (n / 16 * 16)...].
+// bf16 weights are stored in groups of 4 output rows (the rows a kernel call reads together): per
+// 16 input columns, the 4 rows' 16 values side by side (128 bytes), columns zero-padded to a multiple
+// of 16 and rows to a multiple of 4. A group is one contiguous stream instead of four rows far apart,
+// which the prefetcher follows as it follows the fp32 rows: the one-row kernel over 200 MB read
+// 33-36 GB/s against 28-32 for the same loop over (out, in) rows (5 alternating runs, 2 threads);
+// whole decode steps, medians of 10 alternating rounds against the row layout: Llama 110M 7.59 ->
+// 7.29 ms at context 1, 10.78 -> 9.41 at 640; GPT-2 124M 11.27 -> 10.24 at context 1.
+// Element (o, i) is at (o / 4) * 4 * ld + (i / 16) * 64 + (o % 4) * 16 + i % 16, ld = bf16_ld(in).
+static inline int bf16_ld(int in) { return (in + 15) / 16 * 16; }
+static inline size_t bf16_group_elems(const Linear& L) { return static_cast<size_t>(4) * bf16_ld(L.in); }
+static inline const uint16_t* bf16_group(const Linear& L, int g) { return L.w_bf16 + g * bf16_group_elems(L); }
+
+// Activation rows in the order the bf16 kernels read them: per 16 values, the 8 even-indexed, then
+// the 8 odd-indexed, each row zero-padded to bf16_ld(n) (the padded weight columns are zero too, and
+// zero times a zero pad stays zero where garbage times zero might be NaN). Row t at xd[t * ld ...].
 static void split_even_odd(const float* x, int T, int n, FloatBuffer& xd) {
-  const int n16 = n / 16 * 16;
-  grow(xd, static_cast<size_t>(T) * n16);
+  const int ld = bf16_ld(n);
+  grow(xd, static_cast<size_t>(T) * ld);
   for (int t = 0; t < T; ++t) {
     const float* xt = x + static_cast<size_t>(t) * n;
-    float* d = xd.data() + static_cast<size_t>(t) * n16;
-    for (int i = 0; i < n16; i += 16)
+    float* d = xd.data() + static_cast<size_t>(t) * ld;
+    for (int i = 0; i < ld; i += 16)
       for (int j = 0; j < 8; ++j) {
-        d[i + j] = xt[i + 2 * j];
-        d[i + 8 + j] = xt[i + 2 * j + 1];
+        d[i + j] = i + 2 * j < n ? xt[i + 2 * j] : 0.0f;
+        d[i + 8 + j] = i + 2 * j + 1 < n ? xt[i + 2 * j + 1] : 0.0f;
       }
   }
 }
 
-static void bf16_row_group(const float* x, const float* xd, const Linear& L, int g, float* y) {
-  const int n16 = L.in / 16 * 16;
-  const int lines = static_cast<int>((8 * static_cast<size_t>(L.in) + 63) / 64);
-  const uint16_t* w[4];
-  const int o0 = 4 * g, nr = group_rows(L.w_bf16, L, g, w);
+// Bytes ahead of the one-row bf16 kernel that it asks memory for, as non-temporal prefetches (the
+// group is read once per token). Over 200 MB, 2 threads, GB/s in 5 alternating runs: no prefetch
+// 26-31, 1024 bytes ahead into L1 (T0) 25-34, into L2 (T1) 28-37, NTA 33-36; NTA 512 bytes ahead 24,
+// 2048 31, 4096 22.
+constexpr int kBf16Ahead = 1024;
+
+// y[4g, 4g + 4) = W x for bf16 W: a bf16 value is the top half of an fp32 one, so 16 weights loaded
+// as 32-bit lanes give the odd-indexed ones by masking off the low halves and the even-indexed ones
+// by shifting left 16, two cheap ALU operations instead of two widening shuffles, against x in
+// even/odd order (split_even_odd).
+static void bf16_row_group(const float* xd, const Linear& L, int g, float* y) {
+  const int ld = bf16_ld(L.in);
+  const uint16_t* p = bf16_group(L, g);
+  const int o0 = 4 * g, nr = std::min(4, L.out - o0);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  int i = 0;
 #if defined(__AVX2__) && defined(__FMA__)
-  const char* next = reinterpret_cast<const char*>(L.w_bf16 + static_cast<size_t>(o0 + 4) * L.in);
-  const bool has_next = o0 + 8 <= L.out;
-  int next_line = 0;
+  const char* end = reinterpret_cast<const char*>(L.w_bf16 + (L.out + 3) / 4 * bf16_group_elems(L));
   __m256 ae[4], ao[4];
   for (int r = 0; r < 4; ++r) ae[r] = ao[r] = _mm256_setzero_ps();
-  for (; i < n16; i += 16) {
-    for (int k = 0; k < 2 && has_next && next_line < lines; ++k) _mm_prefetch(next + 64 * next_line++, _MM_HINT_T0);
+  for (int i = 0; i < ld; i += 16, p += 64) {
+    const char* ahead = reinterpret_cast<const char*>(p) + kBf16Ahead;
+    if (ahead < end) {
+      _mm_prefetch(ahead, _MM_HINT_NTA);
+      _mm_prefetch(ahead + 64, _MM_HINT_NTA);
+    }
     const __m256 xe = _mm256_load_ps(xd + i), xo = _mm256_load_ps(xd + i + 8);
     for (int r = 0; r < 4; ++r) {
-      const __m256i v = load16_bf16(w[r] + i);
+      const __m256i v = load16_bf16(p + 16 * r);
       ae[r] = _mm256_fmadd_ps(bf16_even(v), xe, ae[r]);
       ao[r] = _mm256_fmadd_ps(bf16_odd(v), xo, ao[r]);
     }
   }
   for (int r = 0; r < 4; ++r) acc[r] = hsum256(_mm256_add_ps(ae[r], ao[r]));
+#else
+  for (int i = 0; i < ld; i += 16, p += 64)
+    for (int r = 0; r < 4; ++r)
+      for (int j = 0; j < 8; ++j)
+        acc[r] += bf16_to_f32(p[16 * r + 2 * j]) * xd[i + j] + bf16_to_f32(p[16 * r + 2 * j + 1]) * xd[i + 8 + j];
 #endif
-  for (int r = 0; r < 4; ++r)
-    for (int j = i; j < L.in; ++j) acc[r] += bf16_to_f32(w[r][j]) * x[j];
   for (int r = 0; r < nr; ++r) y[o0 + r] = acc[r];
 }
 
@@ -465,8 +487,24 @@ static void widen(const uint16_t* src, size_t n, float* dst) {
   for (; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
 }
 
-// Widens bf16 weight row o of L into fp32 `dst`.
-static void widen_row(const Linear& L, int o, float* dst) { widen(L.w_bf16 + static_cast<size_t>(o) * L.in, L.in, dst); }
+// Widens group g of bf16 weights (rows [4g, 4g + 4), padding rows included) into 4 fp32 rows of
+// L.in values, row r at dst[r * L.in ...]: one pass over the group's contiguous block.
+static void widen_group(const Linear& L, int g, float* dst) {
+  const uint16_t* p = bf16_group(L, g);
+  int i = 0;
+#if defined(__AVX2__)
+  for (; i + 16 <= L.in; i += 16, p += 64)
+    for (int r = 0; r < 4; ++r) {
+      float* d = dst + static_cast<size_t>(r) * L.in + i;
+      _mm256_storeu_ps(d, load8_bf16(p + 16 * r));
+      _mm256_storeu_ps(d + 8, load8_bf16(p + 16 * r + 8));
+    }
+#endif
+  for (; i < L.in; i += 16, p += 64)
+    for (int r = 0; r < 4; ++r)
+      for (int j = 0; j < std::min(16, L.in - i); ++j)
+        dst[static_cast<size_t>(r) * L.in + i + j] = bf16_to_f32(p[16 * r + j]);
+}
 
 // y[t][o + r] = dot(w[r], x[t]) for 4 weight rows and NT activation rows: 4 x NT accumulators in
 // registers, so each loaded weight vector serves NT rows and each activation vector 4 weight rows.
@@ -510,20 +548,20 @@ static void dot_4xN(const float* const* w, const float* x, int in, int ldx, floa
       for (int t = 0; t < NT; ++t) out[r][t] += w[r][i] * x[static_cast<size_t>(t) * ldx + i];
 }
 
-// As dot_4xN for bf16 weight rows read in place, without widening them first: 16 weights loaded as
-// 32-bit lanes give the even-indexed ones by a shift and the odd-indexed ones by a mask (as in
-// bf16_row_group), against activation rows in even/odd order (split_even_odd) `ldx` apart. The
-// even and odd halves take turns in the same accumulators, which leaves registers for 3 rows.
-// Covers the first in / 16 * 16 values; the caller adds the rest.
+// As dot_4xN for a group of 4 bf16 weight rows read in place (the group layout at `p`), without
+// widening them first: 16 weights loaded as 32-bit lanes give the even-indexed ones by a shift and
+// the odd-indexed ones by a mask (as in bf16_row_group), against activation rows in even/odd order
+// (split_even_odd) `ldx` apart. The even and odd halves take turns in the same accumulators, which
+// leaves registers for 3 rows. Covers ld (a multiple of 16) values, zero padding included.
 template <int NT>
-static void dot_4xN_bf16(const uint16_t* const* w, const float* xd, int n16, int ldx, float out[4][3],
+static void dot_4xN_bf16(const uint16_t* p, const float* xd, int ld, int ldx, float out[4][3],
                          const char* const* pf, int npf) {
 #if defined(__AVX2__) && defined(__FMA__)
   __m256 acc[4][NT];
   for (int r = 0; r < 4; ++r)
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
-  for (int i = 0; i < n16; i += 16) {
-    if (npf > 0 && (i & 31) == 0)  // 32 values = 64 bytes of a row
+  for (int i = 0; i < ld; i += 16) {
+    if (npf > 0 && (i & 31) == 0)  // 32 values = 64 bytes of a quarter
       for (int r = 0; r < npf; ++r) _mm_prefetch(pf[r] + 2 * static_cast<size_t>(i), _MM_HINT_T0);
     for (int half = 0; half < 2; ++half) {
       __m256 xv[NT];
@@ -532,7 +570,7 @@ static void dot_4xN_bf16(const uint16_t* const* w, const float* xd, int n16, int
         __asm__("" : "+x"(xv[t]));  // in a register, not folded into each of the 4 rows' FMAs
       }
       for (int r = 0; r < 4; ++r) {
-        const __m256i v = load16_bf16(w[r] + i);
+        const __m256i v = load16_bf16(p + 4 * i + 16 * r);
         const __m256 wv = half == 0 ? bf16_even(v) : bf16_odd(v);
         for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
       }
@@ -541,9 +579,16 @@ static void dot_4xN_bf16(const uint16_t* const* w, const float* xd, int n16, int
   for (int r = 0; r < 4; ++r)
     for (int t = 0; t < NT; ++t) out[r][t] = hsum256(acc[r][t]);
 #else
-  (void)w, (void)xd, (void)n16, (void)ldx, (void)pf, (void)npf;
+  (void)pf, (void)npf;
   for (int r = 0; r < 4; ++r)
-    for (int t = 0; t < NT; ++t) out[r][t] = 0.0f;
+    for (int t = 0; t < NT; ++t) {
+      float a = 0.0f;
+      for (int i = 0; i < ld; i += 16)
+        for (int j = 0; j < 8; ++j)
+          a += bf16_to_f32(p[4 * i + 16 * r + 2 * j]) * xd[static_cast<size_t>(t) * ldx + i + j] +
+               bf16_to_f32(p[4 * i + 16 * r + 2 * j + 1]) * xd[static_cast<size_t>(t) * ldx + i + 8 + j];
+      out[r][t] = a;
+    }
 #endif
 }
 
@@ -561,47 +606,41 @@ static void small_group(const float* x, const float* xd, bool direct, int T, con
                         float* scratch) {
   const bool wide = L.type != WeightType::F32;
   const size_t esize = wide ? 2 : 4;
-  auto row_bytes = [&](int o) {
-    const size_t off = static_cast<size_t>(o) * L.in;
+  const int o0 = 4 * g, nr = std::min(4, L.out - o0);
+  const int ld = bf16_ld(L.in);
+  // The next group's weights as 4 pieces to prefetch: its 4 rows (fp32), or the 4 quarters of its
+  // contiguous block (bf16 group layout, 4 * ld values), each `in` (fp32) or `ld` (bf16) long.
+  auto next_piece = [&](int r) {
+    const size_t off = wide ? (g + 1) * bf16_group_elems(L) + static_cast<size_t>(r) * ld
+                            : static_cast<size_t>(o0 + 4 + r) * L.in;
     return wide ? reinterpret_cast<const char*>(L.w_bf16 + off) : reinterpret_cast<const char*>(L.w + off);
   };
-  const int o0 = 4 * g, nr = std::min(4, L.out - o0);
+  const bool has_next = o0 + 4 < L.out;
   const float* w[4];
-  const uint16_t* wb[4];
-  if (direct) group_rows(L.w_bf16, L, g, wb);
-  for (int r = 0; r < 4 && !direct; ++r) {
-    const int o = o0 + std::min(r, nr - 1);  // a short last group repeats its last row
-    if (wide) {
-      if (r < nr) widen_row(L, o, scratch + static_cast<size_t>(r) * L.in);
-      w[r] = scratch + static_cast<size_t>(std::min(r, nr - 1)) * L.in;
-    } else {
-      w[r] = L.w + static_cast<size_t>(o) * L.in;
-    }
-  }
-  // While this group computes from cache, memory is asked for the next group's rows: with P passes
-  // over the activation rows (three at a time), pass k prefetches the next rows r with r % P == k,
+  if (wide && !direct) widen_group(L, g, scratch);  // a short last group's padding rows are zero
+  for (int r = 0; r < 4 && !direct; ++r)  // fp32: a short last group repeats its last row
+    w[r] = wide ? scratch + static_cast<size_t>(r) * L.in : L.w + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
+  // While this group computes from cache, memory is asked for the next group: with P passes over the
+  // activation rows (three at a time), pass k prefetches the next group's pieces r with r % P == k,
   // so the weight stream overlaps the arithmetic and is spread over the whole group.
   const int passes = (T + 2) / 3;
   for (int t0 = 0, k = 0, nt = 0; t0 < T; t0 += nt, ++k) {
     nt = std::min(3, T - t0);
     const char* pf[4];
     int npf = 0;
-    for (int r = k; r < 4; r += passes)
-      if (o0 + 4 + r < L.out) pf[npf++] = row_bytes(o0 + 4 + r);
+    for (int r = k; r < 4 && has_next; r += passes)
+      if (wide || o0 + 4 + r < L.out) pf[npf++] = next_piece(r);
     float res[4][3];
-    const float* xt = x + static_cast<size_t>(t0) * L.in;
     if (direct) {
-      const int n16 = L.in / 16 * 16;
-      const float* xdt = xd + static_cast<size_t>(t0) * n16;
+      const uint16_t* p = bf16_group(L, g);
+      const float* xdt = xd + static_cast<size_t>(t0) * ld;
       switch (nt) {
-        case 3: dot_4xN_bf16<3>(wb, xdt, n16, n16, res, pf, npf); break;
-        case 2: dot_4xN_bf16<2>(wb, xdt, n16, n16, res, pf, npf); break;
-        default: dot_4xN_bf16<1>(wb, xdt, n16, n16, res, pf, npf); break;
+        case 3: dot_4xN_bf16<3>(p, xdt, ld, ld, res, pf, npf); break;
+        case 2: dot_4xN_bf16<2>(p, xdt, ld, ld, res, pf, npf); break;
+        default: dot_4xN_bf16<1>(p, xdt, ld, ld, res, pf, npf); break;
       }
-      for (int r = 0; r < 4; ++r)
-        for (int t = 0; t < nt; ++t)
-          for (int j = n16; j < L.in; ++j) res[r][t] += bf16_to_f32(wb[r][j]) * xt[static_cast<size_t>(t) * L.in + j];
     } else {
+      const float* xt = x + static_cast<size_t>(t0) * L.in;
       switch (nt) {
         case 3: dot_4xN<3>(w, xt, L.in, L.in, res, pf, npf, esize); break;
         case 2: dot_4xN<2>(w, xt, L.in, L.in, res, pf, npf, esize); break;
@@ -620,17 +659,21 @@ static void matmul_widened(const float* x, int T, const Linear& L, float* y) {
   thread_local FloatBuffer wide;  // the calling thread's; OpenMP workers use the pointer
   grow(wide, static_cast<size_t>(L.out) * L.in);
   float* base = wide.data();
+  const int full = L.out / 4;  // whole groups straight into place; a short last one through a copy
 #pragma omp parallel for schedule(static)
-  for (int o = 0; o < L.out; ++o) {
-    float* d = base + static_cast<size_t>(o) * L.in;
-    widen_row(L, o, d);
+  for (int g = 0; g < full; ++g) widen_group(L, g, base + static_cast<size_t>(4) * g * L.in);
+  if (full * 4 < L.out) {
+    std::vector<float> last(static_cast<size_t>(4) * L.in);
+    widen_group(L, full, last.data());
+    std::copy(last.begin(), last.begin() + static_cast<size_t>(L.out - 4 * full) * L.in,
+              base + static_cast<size_t>(4) * full * L.in);
   }
   matmul_onednn(x, T, L.in, base, L.out, y, L.b);
 }
 
 size_t quantized_size(const Linear& L, WeightType type) {
   switch (type) {
-    case WeightType::BF16: return static_cast<size_t>(L.out) * L.in * sizeof(uint16_t);
+    case WeightType::BF16: return (L.out + 3) / 4 * bf16_group_elems(L) * sizeof(uint16_t);
     case WeightType::I8: return packed_size(L.out, L.in, I8Block<1>::G);
     case WeightType::I8A8: return packed_size(L.out, L.in, A8Block<1>::G);
     default: return 0;
@@ -649,11 +692,19 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
     return L.in_major ? L.w[static_cast<size_t>(i) * L.out + o] : L.w[static_cast<size_t>(o) * L.in + i];
   };
   if (type == WeightType::BF16) {
+    // The group layout (see bf16_ld); padding rows and columns are zero.
     uint16_t* w = reinterpret_cast<uint16_t*>(dst);
-#pragma omp parallel for schedule(static)
-    for (int o = 0; o < L.out; ++o)
-      for (int i = 0; i < L.in; ++i) w[static_cast<size_t>(o) * L.in + i] = f32_to_bf16(at(o, i));
+    const int ld = bf16_ld(L.in), groups = (L.out + 3) / 4;
     L.w_bf16 = w;
+#pragma omp parallel for schedule(static)
+    for (int g = 0; g < groups; ++g) {
+      uint16_t* p = w + g * bf16_group_elems(L);
+      for (int r = 0; r < 4; ++r)
+        for (int i = 0; i < ld; ++i) {
+          const int o = 4 * g + r;
+          p[(i / 16) * 64 + 16 * r + i % 16] = o < L.out && i < L.in ? f32_to_bf16(at(o, i)) : 0;
+        }
+    }
   } else {
     std::vector<int8_t> rows(n);
     q.scales.resize(L.out);
@@ -853,7 +904,7 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
     const int g = G - first[i];
     switch (path) {
       case Path::F32Row: f32_row_group(x, L, g, ys[i]); break;
-      case Path::Bf16Row: bf16_row_group(x, xd, L, g, ys[i]); break;
+      case Path::Bf16Row: bf16_row_group(xd, L, g, ys[i]); break;
       case Path::I8Rows: panel_rows<I8Block>(xq, c0, std::min(T, c0 + chunk), L, g, ys[i]); break;
       case Path::A8Rows: panel_rows<A8Block>(xa, c0, std::min(T, c0 + chunk), L, g, ys[i]); break;
       default: small_group(x, xd, direct_bf16, T, L, g, ys[i], scratch); break;

@@ -29,8 +29,9 @@ void for_each_index(int64_t n, bool parallel, F&& fn) {
 // I8A8 keeps the int8 weights of I8 and also rounds the activations to 8-bit integers.
 enum class WeightType { F32, BF16, I8, I8A8 };
 
-// Reduced-precision weights are always (out, in): bf16, or int8 with one fp32 scale per output
-// row (symmetric, scale = max|w| / 127), stored in panels of 16 rows. Activations stay fp32 with
+// Reduced-precision weights are always (out, in): bf16 in groups of 4 rows interleaved per 16
+// columns, or int8 with one fp32 scale per output row (symmetric, scale = max|w| / 127), stored in
+// panels of 16 rows (see kernels.cc for both layouts). Activations stay fp32 with
 // fp32 and bf16 weights; the int8 kernel rounds them to 16-bit fixed point per block of 256 values,
 // the I8A8 kernel to 7-bit integers per block of 256, at every row count (see kernels.cc).
 struct Linear {
@@ -40,7 +41,7 @@ struct Linear {
   int out = 0;
   bool in_major = false;     // true: w is (in, out); only before quantize_linear
   WeightType type = WeightType::F32;
-  const uint16_t* w_bf16 = nullptr;
+  const uint16_t* w_bf16 = nullptr;  // in groups of 4 rows (see kernels.cc)
   const int8_t* w_i8 = nullptr;  // in panels of 16 rows (see kernels.cc)
   const float* scales = nullptr;  // (out), int8 only
   const int32_t* wsums = nullptr; // I8A8 only: each panel's offset sums per block of 256 inputs
