@@ -1236,6 +1236,19 @@ struct InOrder {
   static __m256 dot(const E* row, const float* q, __m256 a) {
     return _mm256_fmadd_ps(load8(row), _mm256_loadu_ps(q), a);
   }
+  // a[g] += row . q[g] + i, lane by lane, for G queries: the row's values loaded once
+  template <int G>
+  static void dots(const E* row, const float* const* q, int i, __m256* a) {
+    const __m256 w = load8(row);
+    for (int g = 0; g < G; ++g) a[g] = _mm256_fmadd_ps(w, _mm256_loadu_ps(q[g] + i), a[g]);
+  }
+  // o[g] += p[g] * row, lane by lane, for G outputs held in registers (kStep values: one vector each)
+  template <int G>
+  static void adds(const E* row, const float* p, __m256* o) {
+    const __m256 w = load8(row);
+    for (int g = 0; g < G; ++g) o[g] = _mm256_fmadd_ps(_mm256_set1_ps(p[g]), w, o[g]);
+  }
+  static constexpr int kVecs = 1;  // fp32 vectors per step
   // o += p[0] row0 + ... + p[n - 1] row(n - 1), the rows hd apart, over the step's values
   template <int N>
   static void add(const E* v, int hd, const __m256* p, float* o) {
@@ -1252,6 +1265,26 @@ struct EvenOdd {
     a = _mm256_fmadd_ps(bf16_even(v), _mm256_loadu_ps(qd), a);
     return _mm256_fmadd_ps(bf16_odd(v), _mm256_loadu_ps(qd + 8), a);
   }
+  template <int G>
+  static void dots(const uint16_t* row, const float* const* qd, int i, __m256* a) {
+    const __m256i v = load16_bf16(row);
+    const __m256 e = bf16_even(v), o = bf16_odd(v);
+    for (int g = 0; g < G; ++g) {
+      a[g] = _mm256_fmadd_ps(e, _mm256_loadu_ps(qd[g] + i), a[g]);
+      a[g] = _mm256_fmadd_ps(o, _mm256_loadu_ps(qd[g] + i + 8), a[g]);
+    }
+  }
+  template <int G>
+  static void adds(const uint16_t* row, const float* p, __m256* od) {  // od[2g], od[2g + 1]: even, odd
+    const __m256i v = load16_bf16(row);
+    const __m256 e = bf16_even(v), o = bf16_odd(v);
+    for (int g = 0; g < G; ++g) {
+      const __m256 pg = _mm256_set1_ps(p[g]);
+      od[2 * g] = _mm256_fmadd_ps(pg, e, od[2 * g]);
+      od[2 * g + 1] = _mm256_fmadd_ps(pg, o, od[2 * g + 1]);
+    }
+  }
+  static constexpr int kVecs = 2;
   template <int N>
   static void add(const uint16_t* v, int hd, const __m256* p, float* od) {
     __m256 e = _mm256_loadu_ps(od), o = _mm256_loadu_ps(od + 8);
@@ -1328,6 +1361,68 @@ void add_weighted_values(const typename Read::Elem* v, const float* p, int rows,
   }
   ahead.rest();
 }
+// Grouped-query attention: the G (2 to 4) query heads that share a key/value head, in one pass over
+// its slab instead of one pass each, so each key and value is loaded once for all of them.
+// key_scores for G queries q[g] into s[g]; m[g] = max(m[g], the largest of s[g]).
+template <typename Read, int G>
+void key_scores_group(const typename Read::Elem* k, const float* const* q, int rows, int hd, float scale,
+                      float* const* s, float* m, const void* pf, size_t pf_bytes) {
+  constexpr int kStep = Read::kStep;
+  Trickle ahead(pf, pf_bytes, rows / 4 * (hd / kStep) + rows % 4);
+  int r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const auto* kr = k + static_cast<size_t>(r) * hd;
+    __m256 a[4][G];
+    for (int j = 0; j < 4; ++j)
+      for (int g = 0; g < G; ++g) a[j][g] = _mm256_setzero_ps();
+    for (int i = 0; i < hd; i += kStep) {
+      ahead.next();
+      for (int j = 0; j < 4; ++j) Read::template dots<G>(kr + static_cast<size_t>(j) * hd + i, q, i, a[j]);
+    }
+    for (int g = 0; g < G; ++g) {
+      const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(a[0][g], a[1][g]), _mm256_hadd_ps(a[2][g], a[3][g]));
+      const __m128 s4 = _mm_mul_ps(_mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1)),
+                                   _mm_set1_ps(scale));
+      _mm_storeu_ps(s[g] + r, s4);
+      for (int j = 0; j < 4; ++j) m[g] = std::max(m[g], s[g][r + j]);
+    }
+  }
+  for (; r < rows; ++r) {
+    ahead.next();
+    const auto* kr = k + static_cast<size_t>(r) * hd;
+    __m256 a[G];
+    for (int g = 0; g < G; ++g) a[g] = _mm256_setzero_ps();
+    for (int i = 0; i < hd; i += kStep) Read::template dots<G>(kr + i, q, i, a);
+    for (int g = 0; g < G; ++g) {
+      s[g][r] = hsum256(a[g]) * scale;
+      m[g] = std::max(m[g], s[g][r]);
+    }
+  }
+  ahead.rest();
+}
+
+// add_weighted_values for G outputs o[g] with weights p[g]: each step of every output stays in
+// registers while all the rows pass, each row's values loaded once for the G heads.
+template <typename Read, int G>
+void add_weighted_values_group(const typename Read::Elem* v, const float* const* p, int rows, int hd,
+                               float* const* o, const void* pf, size_t pf_bytes) {
+  constexpr int kStep = Read::kStep, kVecs = Read::kVecs;
+  Trickle ahead(pf, pf_bytes, hd / kStep);
+  for (int i = 0; i < hd; i += kStep) {
+    ahead.next();
+    __m256 acc[G * kVecs];
+    for (int g = 0; g < G; ++g)
+      for (int e = 0; e < kVecs; ++e) acc[g * kVecs + e] = _mm256_loadu_ps(o[g] + i + 8 * e);
+    for (int r = 0; r < rows; ++r) {
+      float pr[G];
+      for (int g = 0; g < G; ++g) pr[g] = p[g][r];
+      Read::template adds<G>(v + static_cast<size_t>(r) * hd + i, pr, acc);
+    }
+    for (int g = 0; g < G; ++g)
+      for (int e = 0; e < kVecs; ++e) _mm256_storeu_ps(o[g] + i + 8 * e, acc[g * kVecs + e]);
+  }
+  ahead.rest();
+}
 constexpr bool kVectorAttention = true;
 #else
 template <typename E>
@@ -1343,6 +1438,12 @@ float key_scores(const typename Read::Elem*, const float*, int, int, float, floa
 }
 template <typename Read>
 void add_weighted_values(const typename Read::Elem*, const float*, int, int, float*, const void*, size_t) {}
+template <typename Read, int G>
+void key_scores_group(const typename Read::Elem*, const float* const*, int, int, float, float* const*, float*,
+                      const void*, size_t) {}
+template <typename Read, int G>
+void add_weighted_values_group(const typename Read::Elem*, const float* const*, int, int, float* const*,
+                               const void*, size_t) {}
 constexpr bool kVectorAttention = false;
 #endif
 
@@ -1361,6 +1462,28 @@ inline void prefetch_range(const void* p, size_t bytes) {
 // as it goes. Scores for all the run's heads first, then softmax, then the weighted values; sc
 // holds (kh1 - kh0) * group rows of `stride` scores. Head sizes that are a multiple of 8 take the
 // vector kernels above (bf16 caches the even/odd ones when a multiple of 16); others a plain loop.
+// key_scores_group / add_weighted_values_group for a run-time count of 1 to 4 heads.
+template <typename Read>
+void key_scores_heads(int G, const typename Read::Elem* k, const float* const* q, int rows, int hd, float scale,
+                      float* const* s, float* m, const void* pf, size_t pf_bytes) {
+  switch (G) {
+    case 4: key_scores_group<Read, 4>(k, q, rows, hd, scale, s, m, pf, pf_bytes); break;
+    case 3: key_scores_group<Read, 3>(k, q, rows, hd, scale, s, m, pf, pf_bytes); break;
+    case 2: key_scores_group<Read, 2>(k, q, rows, hd, scale, s, m, pf, pf_bytes); break;
+    default: key_scores_group<Read, 1>(k, q, rows, hd, scale, s, m, pf, pf_bytes); break;
+  }
+}
+template <typename Read>
+void add_weighted_values_heads(int G, const typename Read::Elem* v, const float* const* p, int rows, int hd,
+                               float* const* o, const void* pf, size_t pf_bytes) {
+  switch (G) {
+    case 4: add_weighted_values_group<Read, 4>(v, p, rows, hd, o, pf, pf_bytes); break;
+    case 3: add_weighted_values_group<Read, 3>(v, p, rows, hd, o, pf, pf_bytes); break;
+    case 2: add_weighted_values_group<Read, 2>(v, p, rows, hd, o, pf, pf_bytes); break;
+    default: add_weighted_values_group<Read, 1>(v, p, rows, hd, o, pf, pf_bytes); break;
+  }
+}
+
 template <typename E>
 void attend_heads(const float* q, const BlockPool& pool, const int* table, int layer, int t, int p0, int n_heads,
                   int kh0, int kh1, float* out, float* sc, int stride, bool vec) {
@@ -1395,7 +1518,31 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
       const E* next = b + 1 < n_blocks ? slab(b + 1, 0, kh) : slab(0, 1, kh);
       const size_t next_bytes = static_cast<size_t>(rows_of(b + 1 < n_blocks ? b + 1 : 0)) * hd * sizeof(E);
       if (!vec) prefetch_range(next, next_bytes);
-      for (int g = 0; g < group; ++g) {
+      // Grouped-query heads, up to 4 at a time, in one pass over the keys (and below the values).
+      // Llama 110M (12 query heads on 4, int8 weights), a step at context 960 less one at context 1,
+      // medians of 14 alternating rounds against one pass per head: fp32 cache 1.73 -> 1.46 ms, bf16
+      // cache 1.02 -> 0.93 ms.
+      for (int g0 = 0; g0 < group && vec && group > 1; g0 += 4) {
+        const int G = std::min(4, group - g0);
+        const float* qs[4];
+        float* ss[4];
+        float mm[4];
+        for (int g = 0; g < G; ++g) {
+          const int j = (kh - kh0) * group + g0 + g, h = kh * group + g0 + g;
+          qs[g] = eo ? qd + static_cast<size_t>(j) * hd : q + (static_cast<size_t>(t) * n_heads + h) * hd;
+          ss[g] = sc + static_cast<size_t>(j) * stride + b * bs;
+          mm[g] = m[j];
+        }
+        const void* pf = g0 == 0 ? next : nullptr;
+        if constexpr (bf16) {
+          if (eo) key_scores_heads<EvenOdd>(G, kb, qs, rows, hd, scale, ss, mm, pf, next_bytes);
+          else key_scores_heads<InOrder<E>>(G, kb, qs, rows, hd, scale, ss, mm, pf, next_bytes);
+        } else {
+          key_scores_heads<InOrder<E>>(G, kb, qs, rows, hd, scale, ss, mm, pf, next_bytes);
+        }
+        for (int g = 0; g < G; ++g) m[(kh - kh0) * group + g0 + g] = mm[g];
+      }
+      for (int g = 0; g < group && !(vec && group > 1); ++g) {
         const int j = (kh - kh0) * group + g, h = kh * group + g;
         const float* qh = q + (static_cast<size_t>(t) * n_heads + h) * hd;
         float* s = sc + static_cast<size_t>(j) * stride + b * bs;
@@ -1433,7 +1580,24 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
       const E* next = b + 1 < n_blocks ? slab(b + 1, 1, kh) : nullptr;
       const size_t next_bytes = next ? static_cast<size_t>(rows_of(b + 1)) * hd * sizeof(E) : 0;
       if (!vec && next) prefetch_range(next, next_bytes);
-      for (int g = 0; g < group; ++g) {
+      for (int g0 = 0; g0 < group && vec && group > 1; g0 += 4) {
+        const int G = std::min(4, group - g0);
+        const float* ps[4];
+        float* os[4];
+        for (int g = 0; g < G; ++g) {
+          const int j = (kh - kh0) * group + g0 + g, h = kh * group + g0 + g;
+          ps[g] = sc + static_cast<size_t>(j) * stride + b * bs;
+          os[g] = eo ? od + static_cast<size_t>(j) * hd : out + (static_cast<size_t>(t) * n_heads + h) * hd;
+        }
+        const void* pf = g0 == 0 ? next : nullptr;
+        if constexpr (bf16) {
+          if (eo) add_weighted_values_heads<EvenOdd>(G, vb, ps, rows, hd, os, pf, next_bytes);
+          else add_weighted_values_heads<InOrder<E>>(G, vb, ps, rows, hd, os, pf, next_bytes);
+        } else {
+          add_weighted_values_heads<InOrder<E>>(G, vb, ps, rows, hd, os, pf, next_bytes);
+        }
+      }
+      for (int g = 0; g < group && !(vec && group > 1); ++g) {
         const int j = (kh - kh0) * group + g, h = kh * group + g;
         const float* p = sc + static_cast<size_t>(j) * stride + b * bs;
         float* o = out + (static_cast<size_t>(t) * n_heads + h) * hd;
