@@ -1361,8 +1361,8 @@ void add_weighted_values(const typename Read::Elem* v, const float* p, int rows,
   }
   ahead.rest();
 }
-// Grouped-query attention: the G (2 to 4) query heads that share a key/value head, in one pass over
-// its slab instead of one pass each, so each key and value is loaded once for all of them.
+// Grouped-query attention: G (1 to 4) of the query heads that share a key/value head, in one pass
+// over its slab instead of one pass each, so each key and value is loaded once for all of them.
 // key_scores for G queries q[g] into s[g]; m[g] = max(m[g], the largest of s[g]).
 template <typename Read, int G>
 void key_scores_group(const typename Read::Elem* k, const float* const* q, int rows, int hd, float scale,
