@@ -241,6 +241,20 @@ def test_decode_batch_equals_one_by_one(checkpoint, shape):
         m.decode_batch([1, 2], [caches[0], caches[0]])
 
 
+def _check_steps_against_forward(m, dtype, ids):
+    """A 3-token prompt, then one-token steps over the rest of ids (the decode attention kernels),
+    against a full forward pass (the prefill kernels): fp32 caches to 2e-5, bf16 caches within
+    1e-2 and not exact (keys and values rounded to bf16)."""
+    full = m.forward(ids)
+    c = m.new_cache(dtype=dtype)
+    rows = np.stack([m.prefill(ids[:3], c)] + [m.decode(t, c) for t in ids[3:]])
+    err = np.abs(rows - full[2:]).max()
+    if dtype == "float32":
+        assert err < 2e-5
+    else:
+        assert 0 < err < 1e-2
+
+
 @pytest.mark.parametrize("head_dim", [8, 12, 24, 64, 128])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_decode_attention_head_sizes(checkpoint, head_dim, dtype):
@@ -252,15 +266,7 @@ def test_decode_attention_head_sizes(checkpoint, head_dim, dtype):
                  tie_word_embeddings=False)
     m = decodelab.load(checkpoint(shape))
     assert m.config.head_dim == head_dim
-    ids = np.random.default_rng(head_dim).integers(0, 256, size=53).tolist()
-    full = m.forward(ids)
-    c = m.new_cache(dtype=dtype)
-    rows = np.stack([m.prefill(ids[:3], c)] + [m.decode(t, c) for t in ids[3:]])
-    err = np.abs(rows - full[2:]).max()
-    if dtype == "float32":
-        assert err < 2e-5
-    else:
-        assert 0 < err < 1e-2  # keys and values rounded to bf16
+    _check_steps_against_forward(m, dtype, np.random.default_rng(head_dim).integers(0, 256, size=53).tolist())
 
 
 @pytest.mark.parametrize("n_heads,n_kv_heads", [(4, 4), (2, 1), (3, 1), (4, 1), (5, 1), (8, 1), (6, 2)])
@@ -276,11 +282,4 @@ def test_decode_attention_query_groups(checkpoint, n_heads, n_kv_heads, head_dim
     m = decodelab.load(checkpoint(shape))
     assert (m.config.n_heads, m.config.n_kv_heads, m.config.head_dim) == (n_heads, n_kv_heads, head_dim)
     ids = np.random.default_rng(n_heads * 100 + head_dim).integers(0, 256, size=45).tolist()
-    full = m.forward(ids)
-    c = m.new_cache(dtype=dtype)
-    rows = np.stack([m.prefill(ids[:3], c)] + [m.decode(t, c) for t in ids[3:]])
-    err = np.abs(rows - full[2:]).max()
-    if dtype == "float32":
-        assert err < 2e-5
-    else:
-        assert 0 < err < 1e-2  # keys and values rounded to bf16
+    _check_steps_against_forward(m, dtype, ids)

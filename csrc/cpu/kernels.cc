@@ -54,12 +54,11 @@ static inline __m256i load16_bf16(const uint16_t* p) {
 }
 #endif
 
-// The 4 weight rows of group g (rows [4g, 4g + 4) of `base`): a short last group repeats its last
-// row, so the kernels always run 4. Returns how many rows are real.
-template <typename E>
-static int group_rows(const E* base, const Linear& L, int g, const E* w[4]) {
+// The 4 fp32 weight rows of group g (rows [4g, 4g + 4)): a short last group repeats its last row,
+// so the kernels always run 4. Returns how many rows are real.
+static int group_rows(const Linear& L, int g, const float* w[4]) {
   const int o0 = 4 * g, nr = std::min(4, L.out - o0);
-  for (int r = 0; r < 4; ++r) w[r] = base + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
+  for (int r = 0; r < 4; ++r) w[r] = L.w + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
   return nr;
 }
 
@@ -70,7 +69,7 @@ static int group_rows(const E* base, const Linear& L, int g, const E* w[4]) {
 // and w8a8 kernels, with more work per byte, decode 10-46 % slower without it).
 static void f32_row_group(const float* x, const Linear& L, int g, float* y) {
   const float* w[4];
-  const int o0 = 4 * g, nr = group_rows(L.w, L, g, w);
+  const int o0 = 4 * g, nr = group_rows(L, g, w);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int i = 0;
 #if defined(__AVX2__) && defined(__FMA__)
@@ -617,9 +616,12 @@ static void small_group(const float* x, const float* xd, bool direct, int T, con
   };
   const bool has_next = o0 + 4 < L.out;
   const float* w[4];
-  if (wide && !direct) widen_group(L, g, scratch);  // a short last group's padding rows are zero
-  for (int r = 0; r < 4 && !direct; ++r)  // fp32: a short last group repeats its last row
-    w[r] = wide ? scratch + static_cast<size_t>(r) * L.in : L.w + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
+  if (!wide) {
+    group_rows(L, g, w);
+  } else if (!direct) {
+    widen_group(L, g, scratch);  // a short last group's padding rows are zero
+    for (int r = 0; r < 4; ++r) w[r] = scratch + static_cast<size_t>(r) * L.in;
+  }
   // While this group computes from cache, memory is asked for the next group: with P passes over the
   // activation rows (three at a time), pass k prefetches the next group's pieces r with r % P == k,
   // so the weight stream overlaps the arithmetic and is spread over the whole group.
@@ -1363,6 +1365,11 @@ void add_weighted_values(const typename Read::Elem* v, const float* p, int rows,
 }
 // Grouped-query attention: G (1 to 4) of the query heads that share a key/value head, in one pass
 // over its slab instead of one pass each, so each key and value is loaded once for all of them.
+// Heads that have a key/value head to themselves (GPT-2) keep key_scores / add_weighted_values
+// above: routed through these with G = 1 (the same results bit for bit), GPT-2's attention at
+// context 960 ran 2-20 % slower (medians of six runs of 12-14 alternating rounds, fp32 and bf16
+// caches), also with the values loop given 4 independent chains and the next slab's prefetch
+// spread over its rows.
 // key_scores for G queries q[g] into s[g]; m[g] = max(m[g], the largest of s[g]).
 template <typename Read, int G>
 void key_scores_group(const typename Read::Elem* k, const float* const* q, int rows, int hd, float scale,
