@@ -1055,19 +1055,25 @@ using StridedRowsOut = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
 // out (NR rows, stride ldo; 16 columns) = a (NR rows of K values, stride lda) b, where b is K rows
 // of 16 values, contiguous. NR x 16 outputs stay in 2 NR accumulators; each step broadcasts NR
 // values against two 8-wide loads: an outer product, so no horizontal sums and nothing packed.
+// The unroll pragmas keep the accumulators in registers: without them GCC 12 at -O3 kept the arrays
+// on the stack, storing every accumulator back after each FMA, at half the speed (512-token
+// prompts 6-8 % longer, GPT-2 and Llama).
 template <int NR>
 void panel_tile(const float* a, int64_t lda, const float* b, int K, float* out, int64_t ldo) {
   __m256 a0[NR], a1[NR];
+#pragma GCC unroll 8
   for (int r = 0; r < NR; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
   for (int k = 0; k < K; ++k) {
     const float* bk = b + 16 * static_cast<size_t>(k);
     const __m256 b0 = _mm256_loadu_ps(bk), b1 = _mm256_loadu_ps(bk + 8);
+#pragma GCC unroll 8
     for (int r = 0; r < NR; ++r) {
       const __m256 ab = _mm256_broadcast_ss(a + r * lda + k);
       a0[r] = _mm256_fmadd_ps(ab, b0, a0[r]);
       a1[r] = _mm256_fmadd_ps(ab, b1, a1[r]);
     }
   }
+#pragma GCC unroll 8
   for (int r = 0; r < NR; ++r) {
     _mm256_storeu_ps(out + r * ldo, a0[r]);
     _mm256_storeu_ps(out + r * ldo + 8, a1[r]);
