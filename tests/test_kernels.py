@@ -1,7 +1,8 @@
 """The linear-layer kernels on awkward shapes, against numpy emulations of their stated arithmetic.
 
 Every path `linear()` can take is reached: for fp32 and bf16 weights one row (matrix-vector),
-2..16 rows (register-tiled) and more (oneDNN); for int8 (16-bit activations) and w8a8 (7-bit
+from 2 rows up to `_core.gemm_min_rows(dtype)` (register-tiled) and from there on (oneDNN; both
+sides of each threshold are tested); for int8 (16-bit activations) and w8a8 (7-bit
 activations) the panel kernels at every row count, in tiles of 1 to 4 rows and chunks of 48; with
 sizes that leave tails after every vector width, panel and 256-value block.
 """
@@ -68,8 +69,17 @@ def _reference(x, w, dtype):
     return y * scale
 
 
+# The row counts on both sides of the fp32 and bf16 thresholds between the tiles and the matmul.
+GEMM_EDGES = sorted({_core.gemm_min_rows(d) + k for d in ("float32", "bfloat16") for k in (-1, 0)})
+
+
+def test_gemm_thresholds():
+    assert 2 < _core.gemm_min_rows("float32") <= _core.gemm_min_rows("bfloat16") < 1000
+    assert _core.gemm_min_rows("int8") == _core.gemm_min_rows("w8a8") == 2**31 - 1
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "w8a8"])
-@pytest.mark.parametrize("T", [1, 2, 3, 4, 7, 16, 17, 33])
+@pytest.mark.parametrize("T", [1, 2, 3, 4, 7, 16, 17, 33] + GEMM_EDGES)
 @pytest.mark.parametrize("n_in,n_out", [(7, 5), (16, 4), (64, 37), (255, 9), (256, 8), (300, 13), (777, 6),
                                         (300, 1001)])  # enough work for the threaded split
 def test_linear_matches_its_arithmetic(dtype, T, n_in, n_out):
@@ -206,8 +216,9 @@ def test_w8a8_zero_and_tiny_activations():
     np.testing.assert_allclose(_core.linear(x, w, "w8a8"), np.full((1, 3), 1e-40 - 3e-41), rtol=0, atol=2e-42)
 
 
-# int8 prompts of more than 16 rows run the fp32 matmul, which carries NaN by itself.
-@pytest.mark.parametrize("dtype,T", [("int8", 1), ("int8", 4), ("w8a8", 1), ("w8a8", 4), ("w8a8", 40)])
+# The panel kernels at one row, a few and a prompt's many: a NaN or inf in a row's activations
+# reaches that row's outputs as NaN and no other row's.
+@pytest.mark.parametrize("dtype,T", [("int8", 1), ("int8", 4), ("int8", 40), ("w8a8", 1), ("w8a8", 4), ("w8a8", 40)])
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_int8_carries_nan_and_inf_as_nan(dtype, bad, T):
     x = np.ones((T, 600), np.float32)

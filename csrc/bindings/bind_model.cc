@@ -194,6 +194,11 @@ void register_device(py::module_& m) {
         "Best read bandwidth in bytes/s summing an nbytes buffer (in huge pages where the system allows): the "
         "memory bound of a decode step.");
   m.def(
+      "gemm_min_rows", [](const std::string& dtype) { return gemm_min_rows(parse_weight_dtype(dtype)); },
+      py::arg("dtype"),
+      "The fewest rows for which a layer of this weight dtype runs the oneDNN matmul instead of the "
+      "kernels that read the weights once per call (int8, w8a8: never, the largest int).");
+  m.def(
       "linear",
       [](const FloatArray& x, const FloatArray& w, const std::string& dtype, int repeats) {
         check_linear_args(x, w, repeats);

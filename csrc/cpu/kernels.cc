@@ -596,11 +596,11 @@ static void dot_4xN_bf16(const uint16_t* p, const float* xd, int ld, int ldx, fl
 // widening from three passes on.
 constexpr int kBf16DirectRows = 6;
 
-// A few rows (batched decode, beams, short prompts; T <= 16) with fp32 or bf16 weights (int8 has
-// its panels): output rows [4g, 4g + 4) are read in place (fp32; bf16 when `direct`, with `xd`
-// the activation rows in even/odd order) or widened to fp32 once (bf16, into the thread's `scratch` of
-// 4 * in values), and multiplied with all T activation rows in register tiles. The weights are
-// read once for the whole batch and the activations stay in cache.
+// A few rows (batched decode, beams, short prompts; T < gemm_min_rows) with fp32 or bf16 weights
+// (int8 has its panels): output rows [4g, 4g + 4) are read in place (fp32; bf16 when `direct`, with
+// `xd` the activation rows in even/odd order) or widened to fp32 once (bf16, into the thread's
+// `scratch` of 4 * in values), and multiplied with all T activation rows in register tiles. The
+// weights are read once for the whole batch and the activations stay in cache.
 static void small_group(const float* x, const float* xd, bool direct, int T, const Linear& L, int g, float* y,
                         float* scratch) {
   const bool wide = L.type != WeightType::F32;
@@ -841,12 +841,23 @@ class GroupRanges {
 
 enum class Path { F32Row, Bf16Row, I8Rows, A8Rows, SmallRows, Gemm };
 
+}  // namespace
+
+int gemm_min_rows(WeightType type) {
+  switch (type) {
+    case WeightType::F32: return kGemmMinRowsF32;
+    case WeightType::BF16: return kGemmMinRowsBf16;
+    default: return std::numeric_limits<int>::max();
+  }
+}
+
+namespace {
 // Which kernel a layer runs for T rows.
 Path path_of(const Linear& L, int T) {
   // int8 and w8a8 run their panels at every row count: see I8Block.
   if (L.type == WeightType::I8A8) return Path::A8Rows;
   if (L.type == WeightType::I8) return Path::I8Rows;
-  if (T >= kGemmMinRows) return Path::Gemm;
+  if (T >= gemm_min_rows(L.type)) return Path::Gemm;
   if (T == 1) return L.type == WeightType::BF16 ? Path::Bf16Row : Path::F32Row;
   return Path::SmallRows;
 }

@@ -62,7 +62,7 @@ void matmul_onednn_prepare(const float* w, int K, int N, const float* b) {
   // One run on the fewest rows that take this path: oneDNN generates its kernels at the first
   // execution in a process (about 25 ms for stories260K), which would otherwise land on the first
   // prompt that long.
-  constexpr int M = kGemmMinRows;
+  constexpr int M = kGemmMinRowsF32;
   std::vector<float> x(static_cast<size_t>(M) * K, 0.0f), y(static_cast<size_t>(M) * N);
   matmul_onednn(x.data(), M, K, w, N, y.data(), b);
 }

@@ -193,9 +193,9 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
         if (x->w_bf16 && (!big || static_cast<size_t>(x->in) * x->out > static_cast<size_t>(big->in) * big->out))
           big = x;
       if (big) {
-        std::vector<float> x(static_cast<size_t>(kGemmMinRows) * big->in, 0.0f);
-        std::vector<float> y(static_cast<size_t>(kGemmMinRows) * big->out);
-        linear(x.data(), kGemmMinRows, *big, y.data());
+        std::vector<float> x(static_cast<size_t>(kGemmMinRowsBf16) * big->in, 0.0f);
+        std::vector<float> y(static_cast<size_t>(kGemmMinRowsBf16) * big->out);
+        linear(x.data(), kGemmMinRowsBf16, *big, y.data());
       }
     }
   }
