@@ -97,8 +97,8 @@ def test_cache_views_are_read_only_and_shaped(checkpoint):
     assert not k.flags.writeable
     with pytest.raises(ValueError):
         k[0, 0, 0] = 1.0
-    # One block of 16 tokens: 2 (K and V) x layers x kv_heads x 16 x head_dim x 4 bytes
-    assert cache.nbytes == 2 * 2 * 2 * 16 * 16 * 4
+    # One block of 64 tokens (the default): 2 (K and V) x layers x kv_heads x 64 x head_dim x 4 bytes
+    assert m.kv_block_size == 64 and cache.nbytes == 2 * 2 * 2 * 64 * 16 * 4
     cache.clear()
     assert len(cache) == 0 and cache.token_ids == []
 

@@ -1,4 +1,7 @@
-"""KV-cache handles: paged blocks, fork (copy-on-write), truncate, reuse, capacity, bf16."""
+"""KV-cache handles: paged blocks, fork (copy-on-write), truncate, reuse, capacity, bf16.
+
+The tests of paging itself load with kv_block_size=16 (vLLM's default), so their block counts are
+written out; the model default (64) and odd sizes are covered where results must not change."""
 import numpy as np
 import pytest
 
@@ -12,9 +15,10 @@ def _close(a, b, atol=1e-5):
     np.testing.assert_allclose(a, b, rtol=0, atol=atol)
 
 
-@pytest.mark.parametrize("shape, seed", [("llama-tiny", 0), ("gpt2-tiny", 1), ("llama-tiny", 2), ("gpt2-tiny", 3)])
-def test_random_operation_sequences_equal_recomputation(checkpoint, shape, seed):
-    m = decodelab.load(checkpoint(shape))
+@pytest.mark.parametrize("shape, seed, block", [("llama-tiny", 0, 16), ("gpt2-tiny", 1, 16), ("llama-tiny", 2, 64),
+                                                ("gpt2-tiny", 3, 5), ("llama-tiny", 4, 1)])
+def test_random_operation_sequences_equal_recomputation(checkpoint, shape, seed, block):
+    m = decodelab.load(checkpoint(shape), kv_block_size=block)
     rng = np.random.default_rng(seed)
     V, ctx = m.config.vocab_size, m.config.max_position_embeddings
     first = rng.integers(0, V, size=int(rng.integers(1, 40))).tolist()
@@ -48,7 +52,7 @@ def test_random_operation_sequences_equal_recomputation(checkpoint, shape, seed)
 
 
 def test_fork_copies_no_token_and_diverges_copy_on_write(checkpoint):
-    m = decodelab.load(checkpoint(LONG_LLAMA))
+    m = decodelab.load(checkpoint(LONG_LLAMA), kv_block_size=16)
     ids = np.random.default_rng(0).integers(0, 512, size=1000).tolist()
     base = m.new_cache()
     m.prefill(ids, base)
@@ -67,7 +71,7 @@ def test_fork_copies_no_token_and_diverges_copy_on_write(checkpoint):
 
 
 def test_four_forks_use_far_less_than_four_caches(checkpoint):
-    m = decodelab.load(checkpoint(LONG_LLAMA))
+    m = decodelab.load(checkpoint(LONG_LLAMA), kv_block_size=16)
     rng = np.random.default_rng(1)
     ids = rng.integers(0, 512, size=1000).tolist()
     single = m.new_cache()
@@ -94,13 +98,14 @@ def test_four_forks_use_far_less_than_four_caches(checkpoint):
 @pytest.mark.parametrize("shape", ["gpt2-124m", "llama-110m"])
 def test_nbytes_equals_formula(checkpoint, shape):
     m = decodelab.load(checkpoint(shape))
-    c = m.config
+    c, bs = m.config, m.kv_block_size
+    assert bs == 64  # the default
     for dtype, size in (("float32", 4), ("bfloat16", 2)):
         cache = m.new_cache(dtype=dtype)
         m.prefill(list(range(64)), cache)
         assert cache.nbytes == 2 * c.n_layers * c.n_kv_heads * c.head_dim * 64 * size
-        m.decode(1, cache)  # the 65th token opens a new block of 16
-        assert cache.nbytes == 2 * c.n_layers * c.n_kv_heads * c.head_dim * 80 * size
+        m.decode(1, cache)  # the 65th token opens a second block
+        assert cache.nbytes == 2 * c.n_layers * c.n_kv_heads * c.head_dim * 2 * bs * size
     if shape == "gpt2-124m":
         assert (c.n_layers, c.n_kv_heads, c.head_dim) == (12, 12, 64)
     else:
@@ -108,7 +113,7 @@ def test_nbytes_equals_formula(checkpoint, shape):
 
 
 def test_memory_report_counts_shared_blocks_once(checkpoint):
-    m = decodelab.load(checkpoint("llama-tiny"))
+    m = decodelab.load(checkpoint("llama-tiny"), kv_block_size=16)
     a = m.new_cache()
     m.prefill(list(range(48)), a)
     b = a.fork()
@@ -169,7 +174,7 @@ def test_bf16_cache_logit_error_is_small(checkpoint):
 
 
 def test_views(checkpoint):
-    m = decodelab.load(checkpoint("llama-tiny"))
+    m = decodelab.load(checkpoint("llama-tiny"), kv_block_size=16)
     c = m.new_cache()
     m.prefill(list(range(10)), c)
     k = c.keys(1)
@@ -186,7 +191,7 @@ def test_views(checkpoint):
 
 
 def test_truncate_and_clear(checkpoint):
-    m = decodelab.load(checkpoint("gpt2-tiny"))
+    m = decodelab.load(checkpoint("gpt2-tiny"), kv_block_size=16)
     c = m.new_cache()
     ids = list(range(100, 140))
     m.prefill(ids, c)
@@ -203,13 +208,46 @@ def test_truncate_and_clear(checkpoint):
 
 
 def test_repr_tells_what_the_cache_holds(checkpoint):
-    m = decodelab.load(checkpoint("llama-tiny"))
+    m = decodelab.load(checkpoint("llama-tiny"), kv_block_size=16)
     c = m.new_cache(capacity=64)
     m.prefill(list(range(20)), c)
     f = c.fork()
     r = repr(f)
     assert "20/64 tokens" in r and "2 layers x 2 kv heads x head_dim 16" in r and "float32" in r
     assert "2 blocks of 16 (2 shared)" in r and f"{f.nbytes} bytes" in r
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_block_size_does_not_change_logits(checkpoint, dtype):
+    """A prompt, one-token steps and a batched step give the same logits whatever the cache's block
+    size: bit for bit for multiples of 4 (the decode kernels take a block's rows 4 at a time, so the
+    sums run in the same order), to float rounding for others."""
+    ids = np.random.default_rng(8).integers(0, 512, size=150).tolist()
+    out = {}
+    for bs in (1, 7, 16, 64, 4096):
+        m = decodelab.load(checkpoint("llama-tiny"), kv_block_size=bs)
+        assert m.kv_block_size == bs
+        a, b = m.new_cache(dtype=dtype), m.new_cache(dtype=dtype)
+        rows = [m.prefill(ids[:100], a), m.prefill(ids[:37], b)]
+        rows += [m.decode(t, a) for t in ids[100:120]]
+        rows.append(m.decode_batch([3, 4], [a, b]))
+        out[bs] = np.concatenate([np.atleast_2d(r) for r in rows])
+        assert len(a.block_table) == -(-121 // bs)
+    for bs, rows in out.items():
+        if bs % 4 == 0:
+            np.testing.assert_array_equal(rows, out[16], err_msg=f"kv_block_size={bs}")
+        else:
+            np.testing.assert_allclose(rows, out[16], rtol=0, atol=1e-6, err_msg=f"kv_block_size={bs}")
+
+
+def test_bad_block_size(checkpoint):
+    path = checkpoint("llama-tiny")
+    for bad in (0, -16, 4097):
+        with pytest.raises(ValueError, match=f"kv_block_size must be in \\[1, 4096\\], got {bad}"):
+            decodelab.load(path, kv_block_size=bad)
+    for bad in (16.0, "16", True):
+        with pytest.raises(TypeError, match="kv_block_size must be an int"):
+            decodelab.load(path, kv_block_size=bad)
 
 
 def test_bad_cache_dtype(checkpoint):
@@ -222,7 +260,7 @@ def test_bad_cache_dtype(checkpoint):
 
 @pytest.mark.parametrize("shape", ["llama-tiny", "gpt2-tiny"])
 def test_decode_batch_equals_one_by_one(checkpoint, shape):
-    m = decodelab.load(checkpoint(shape))
+    m = decodelab.load(checkpoint(shape), kv_block_size=16)
     rng = np.random.default_rng(4)
     seqs = [rng.integers(0, 512, size=n).tolist() for n in (3, 17, 40)]
     caches = []
@@ -264,7 +302,7 @@ def test_decode_attention_head_sizes(checkpoint, head_dim, dtype):
     shape = dict(arch="llama", hidden_size=2 * head_dim, intermediate_size=96, num_hidden_layers=2,
                  num_attention_heads=2, num_key_value_heads=1, vocab_size=256, max_position_embeddings=128,
                  tie_word_embeddings=False)
-    m = decodelab.load(checkpoint(shape))
+    m = decodelab.load(checkpoint(shape), kv_block_size=16)
     assert m.config.head_dim == head_dim
     _check_steps_against_forward(m, dtype, np.random.default_rng(head_dim).integers(0, 256, size=53).tolist())
 
@@ -279,7 +317,7 @@ def test_decode_attention_query_groups(checkpoint, n_heads, n_kv_heads, head_dim
     shape = dict(arch="llama", hidden_size=n_heads * head_dim, intermediate_size=96, num_hidden_layers=2,
                  num_attention_heads=n_heads, num_key_value_heads=n_kv_heads, vocab_size=256,
                  max_position_embeddings=128, tie_word_embeddings=False)
-    m = decodelab.load(checkpoint(shape))
+    m = decodelab.load(checkpoint(shape), kv_block_size=16)
     assert (m.config.n_heads, m.config.n_kv_heads, m.config.head_dim) == (n_heads, n_kv_heads, head_dim)
     ids = np.random.default_rng(n_heads * 100 + head_dim).integers(0, 256, size=45).tolist()
     _check_steps_against_forward(m, dtype, ids)

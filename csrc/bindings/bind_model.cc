@@ -252,8 +252,8 @@ void register_device(py::module_& m) {
         cfg.n_kv_heads = n_kv_heads;
         cfg.head_dim = head_dim;
         cfg.dim = n_heads * head_dim;
-        BlockPool pool(cfg, nullptr, dtype, Transformer::kBlockSize);
-        const int bs = Transformer::kBlockSize, n_blocks = (n_ctx + bs - 1) / bs;
+        BlockPool pool(cfg, nullptr, dtype, Transformer::kDefaultBlockSize);
+        const int bs = Transformer::kDefaultBlockSize, n_blocks = (n_ctx + bs - 1) / bs;
         std::vector<int> table(n_blocks);
         uint32_t state = 12345;  // small pseudo-random keys and values, as a model's would be
         auto next_value = [&state]() {
@@ -429,7 +429,7 @@ the first write into a shared block copies that block (copy-on-write).
   py::class_<Transformer, std::shared_ptr<Transformer>>(m, "Engine")
       .def(py::init([](const ModelConfig& cfg, const std::vector<std::string>& files,
                        const std::vector<TensorTuple>& tensors, int n_threads, const std::string& weight_dtype,
-                       bool zero_copy) {
+                       bool zero_copy, int kv_block_size) {
              std::vector<TensorInfo> infos;
              infos.reserve(tensors.size());
              for (const auto& t : tensors) {
@@ -440,10 +440,11 @@ the first write into a shared block copies that block (copy-on-write).
              const WeightType wt = parse_weight_dtype(weight_dtype);
              auto store = std::make_shared<WeightStore>(files, infos);
              py::gil_scoped_release nogil;
-             return std::make_shared<Transformer>(cfg, store, n_threads, wt, zero_copy);
+             return std::make_shared<Transformer>(cfg, store, n_threads, wt, zero_copy, kv_block_size);
            }),
            py::arg("config"), py::arg("files"), py::arg("tensors"), py::arg("n_threads"),
-           py::arg("weight_dtype") = "float32", py::arg("zero_copy") = false)
+           py::arg("weight_dtype") = "float32", py::arg("zero_copy") = false,
+           py::arg("kv_block_size") = Transformer::kDefaultBlockSize)
       .def_property_readonly("weight_dtype", [](const Transformer& e) {
         switch (e.weight_type()) {
           case WeightType::F32: return "float32";
@@ -469,7 +470,7 @@ the first write into a shared block copies that block (copy-on-write).
             return e.new_cache(capacity, parse_kv_dtype(dtype), grow);
           },
           py::arg("capacity"), py::arg("dtype") = "float32", py::arg("grow") = false)
-      .def_property_readonly_static("block_size", [](py::object) { return Transformer::kBlockSize; })
+      .def_property_readonly("block_size", &Transformer::block_size, "Tokens per KV-cache block.")
       .def(
           "pool_stats",
           [](const Transformer& e) {

@@ -53,9 +53,12 @@ void ModelConfig::validate() const {
 }
 
 Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> weights, int n_threads,
-                         WeightType weight_type, bool zero_copy)
-    : cfg_(cfg), weights_(std::move(weights)), n_threads_(1), weight_type_(weight_type) {
+                         WeightType weight_type, bool zero_copy, int block_size)
+    : cfg_(cfg), weights_(std::move(weights)), n_threads_(1), weight_type_(weight_type), block_size_(block_size) {
   cfg_.validate();
+  if (block_size < 1 || block_size > kMaxBlockSize)
+    throw std::invalid_argument("kv_block_size must be in [1, " + std::to_string(kMaxBlockSize) + "], got " +
+                                std::to_string(block_size));
   set_n_threads(n_threads);
   omp_set_num_threads(n_threads_);  // for the conversions and trial runs below
   auto& W = *weights_;
@@ -242,7 +245,7 @@ std::shared_ptr<KVCache> Transformer::new_cache(int capacity, KVDType dtype, boo
   {
     std::lock_guard<std::mutex> lock(pools_mu_);
     auto& slot = pools_[static_cast<int>(dtype)];
-    if (!slot) slot = std::make_shared<BlockPool>(cfg_, this, dtype, kBlockSize);
+    if (!slot) slot = std::make_shared<BlockPool>(cfg_, this, dtype, block_size_);
     p = slot;
   }
   return std::make_shared<KVCache>(p, capacity, cfg_.max_position, grow);
