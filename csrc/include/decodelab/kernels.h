@@ -67,8 +67,8 @@ void quantize_linear(Linear& layer, WeightType type, QuantizedWeights& store, ui
 // weights in huge pages could then pass.
 double read_bandwidth(size_t nbytes, int n_threads, int repeats);
 
-// The fewest rows for which fp32 (bf16) layers run the oneDNN matmul (on weights widened per call)
-// rather than the register tiles that read the weights once per call. Llama 110M prompts, two
+// The fewest rows for which fp32 and bf16 layers run the oneDNN matmul (bf16 on weights widened
+// per call) rather than the register tiles that read the weights once per call. Llama 110M prompts, two
 // processes alternating (medians of 8 rounds, tiles against matmul): fp32 17 rows 18 % faster, 32
 // 9 %, 48 6 %, 64 5 % slower; bf16 24 rows 19-26 % faster, 48 10 %, 64 3 %, 96 7 % slower, 512 19 %
 // slower. GPT-2 124M: fp32 24 rows 15 % faster, 48 6 %; bf16 64 rows 5 % faster.
@@ -82,8 +82,8 @@ int gemm_min_rows(WeightType type);
 // once; more a oneDNN matmul. int8 and w8a8: integer panel kernels at every row count.
 void linear(const float* x, int T, const Linear& layer, float* y);
 // ys[i] = linear(x, T, *layers[i]) for up to 4 layers reading the same input (a Llama layer's q, k
-// and v; gate and up): below gemm_min_rows rows (int8 and w8a8: any T) they share one parallel region and
-// one conversion of x.
+// and v; gate and up): below gemm_min_rows rows (int8 and w8a8: any T) they share one parallel
+// region and one conversion of x.
 void linear_many(const float* x, int T, const Linear* const* layers, float* const* ys, int n);
 
 // y (M, N) = x (M, K) W^T + b with W (N, K) and b (N) or null. oneDNN.
