@@ -1223,7 +1223,8 @@ void attention_prefill(const float* q, const BlockPool& pool, const int* table, 
 
 // Asks memory for `bytes` at p a few cache lines per next() over `calls` calls, so the requests
 // ride inside the arithmetic on the current slab instead of leaving as one burst, which fills the
-// core's miss buffers and stalls it (a slab of keys or values is 16 rows of one head: 4 KiB fp32).
+// core's miss buffers and stalls it (a slab of keys or values is one block's rows of one head:
+// 16 KiB fp32 with the default 64-token blocks and head size 64).
 struct Trickle {
   const char* p = nullptr;
   const char* end = nullptr;
