@@ -570,7 +570,10 @@ static void dot_4xN_bf16(const uint16_t* p, const float* xd, int ld, int ldx, fl
       }
       for (int r = 0; r < 4; ++r) {
         const __m256i v = load16_bf16(p + 4 * i + 16 * r);
-        const __m256 wv = half == 0 ? bf16_even(v) : bf16_odd(v);
+        // The odd values by two shifts rather than bf16_odd's mask: the mask would hold a 17th
+        // register, and with 3 rows GCC then kept 3 accumulators on the stack.
+        const __m256 wv = half == 0 ? bf16_even(v)
+                                    : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(v, 16), 16));
         for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
       }
     }
