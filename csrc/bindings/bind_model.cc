@@ -193,6 +193,8 @@ void register_device(py::module_& m) {
         py::call_guard<py::gil_scoped_release>(),
         "Best read bandwidth in bytes/s summing an nbytes buffer (in huge pages where the system allows): the "
         "memory bound of a decode step.");
+  m.attr("default_kv_block_size") = Transformer::kDefaultBlockSize;
+  m.attr("max_kv_block_size") = Transformer::kMaxBlockSize;
   m.def(
       "gemm_min_rows", [](const std::string& dtype) { return gemm_min_rows(parse_weight_dtype(dtype)); },
       py::arg("dtype"),

@@ -49,6 +49,11 @@ static inline __m256 bf16_even(__m256i v) { return _mm256_castsi256_ps(_mm256_sl
 static inline __m256 bf16_odd(__m256i v) {
   return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
 }
+// bf16_odd by two shifts instead of the mask, the same bits: for kernels whose registers are all
+// taken, where the mask constant would be one too many and push accumulators onto the stack.
+static inline __m256 bf16_odd_shifted(__m256i v) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(v, 16), 16));
+}
 static inline __m256i load16_bf16(const uint16_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
@@ -549,7 +554,7 @@ static void dot_4xN(const float* const* w, const float* x, int in, int ldx, floa
 
 // As dot_4xN for a group of 4 bf16 weight rows read in place (the group layout at `p`), without
 // widening them first: 16 weights loaded as 32-bit lanes give the even-indexed ones by a shift and
-// the odd-indexed ones by a mask (as in bf16_row_group), against activation rows in even/odd order
+// the odd-indexed ones by two shifts (bf16_odd_shifted), against activation rows in even/odd order
 // (split_even_odd) `ldx` apart. The even and odd halves take turns in the same accumulators, which
 // leaves registers for 3 rows. Covers ld (a multiple of 16) values, zero padding included.
 template <int NT>
@@ -574,10 +579,9 @@ static void dot_4xN_bf16(const uint16_t* p, const float* xd, int ld, int ldx, fl
       }
       for (int r = 0; r < 4; ++r) {
         const __m256i v = load16_bf16(p + 4 * i + 16 * r);
-        // The odd values by two shifts rather than bf16_odd's mask: the mask would hold a 17th
-        // register, and with 3 rows GCC then kept 3 accumulators on the stack.
-        const __m256 wv = half == 0 ? bf16_even(v)
-                                    : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(v, 16), 16));
+        // Not bf16_odd: its mask would hold a 17th register, and with 3 rows GCC then kept 3
+        // accumulators on the stack.
+        const __m256 wv = half == 0 ? bf16_even(v) : bf16_odd_shifted(v);
         for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
       }
     }

@@ -584,7 +584,7 @@ _RUN_KEYS = {"max_new_tokens", "seed", "sampler", "order", "preset", "eos_token_
 
 def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Optional[int] = None,
          tokenizer: Union[None, str, os.PathLike, Tokenizer] = None, zero_copy: bool = False,
-         kv_block_size: int = 64) -> Model:
+         kv_block_size: int = _core.default_kv_block_size) -> Model:
     """Load a Hugging Face folder (config.json + safetensors) or a llama2.c ``.bin`` checkpoint.
 
     Weights are memory-mapped; fp32, bf16 and f16 stored weights load. ``dtype`` is the precision
@@ -620,8 +620,8 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
         raise ValueError(f"threads must be in [1, 1024], got {threads}")
     if isinstance(kv_block_size, bool) or not isinstance(kv_block_size, (int, np.integer)):
         raise TypeError(f"kv_block_size must be an int, got {kv_block_size!r}")
-    if not 1 <= kv_block_size <= 4096:
-        raise ValueError(f"kv_block_size must be in [1, 4096], got {kv_block_size}")
+    if not 1 <= kv_block_size <= _core.max_kv_block_size:
+        raise ValueError(f"kv_block_size must be in [1, {_core.max_kv_block_size}], got {kv_block_size}")
     if not os.path.exists(path):
         raise FileNotFoundError(f"model path {path} does not exist")
     if os.path.isdir(path):
