@@ -28,6 +28,11 @@ float dot(const float* a, const float* b, int n) { return ConstVec(a, n).dot(Con
 
 }  // namespace
 
+// AVX-512 (F, BW, DQ, VL): the 512-bit variants of the kernels below, where a machine has them.
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && defined(__FMA__)
+#define DECODELAB_AVX512 1
+#endif
+
 #if defined(__AVX2__)
 static inline float hsum256(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -77,7 +82,21 @@ static void f32_row_group(const float* x, const Linear& L, int g, float* y) {
   const int o0 = 4 * g, nr = group_rows(L, g, w);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(DECODELAB_AVX512)
+  __m512 a[4];
+  for (int r = 0; r < 4; ++r) a[r] = _mm512_setzero_ps();
+  for (; i + 16 <= L.in; i += 16) {
+    const __m512 xv = _mm512_loadu_ps(x + i);
+    for (int r = 0; r < 4; ++r) a[r] = _mm512_fmadd_ps(_mm512_loadu_ps(w[r] + i), xv, a[r]);
+  }
+  if (i < L.in) {  // the last 1..15 columns under a mask
+    const __mmask16 m = static_cast<__mmask16>((1u << (L.in - i)) - 1);
+    const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+    for (int r = 0; r < 4; ++r) a[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w[r] + i), xv, a[r]);
+    i = L.in;
+  }
+  for (int r = 0; r < 4; ++r) acc[r] = _mm512_reduce_add_ps(a[r]);
+#elif defined(__AVX2__) && defined(__FMA__)
   __m256 a[4];
   for (int r = 0; r < 4; ++r) a[r] = _mm256_setzero_ps();
   for (; i + 8 <= L.in; i += 8) {
@@ -135,7 +154,34 @@ static void bf16_row_group(const float* xd, const Linear& L, int g, float* y) {
   const uint16_t* p = bf16_group(L, g);
   const int o0 = 4 * g, nr = std::min(4, L.out - o0);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(DECODELAB_AVX512)
+  // Two rows per 512-bit vector (one load covers rows 2k and 2k + 1, 16 values each), the
+  // activations repeated in both halves: half the instructions of the AVX2 loop, each lane
+  // accumulating the same products in the same order, so the same sums bit for bit.
+  const char* end = reinterpret_cast<const char*>(L.w_bf16 + (L.out + 3) / 4 * bf16_group_elems(L));
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  __m512 ae[2], ao[2];
+  for (int k = 0; k < 2; ++k) ae[k] = ao[k] = _mm512_setzero_ps();
+  for (int i = 0; i < ld; i += 16, p += 64) {
+    const char* ahead = reinterpret_cast<const char*>(p) + kBf16Ahead;
+    if (ahead < end) {
+      _mm_prefetch(ahead, _MM_HINT_NTA);
+      _mm_prefetch(ahead + 64, _MM_HINT_NTA);
+    }
+    const __m512 xe = _mm512_broadcast_f32x8(_mm256_load_ps(xd + i));
+    const __m512 xo = _mm512_broadcast_f32x8(_mm256_load_ps(xd + i + 8));
+    for (int k = 0; k < 2; ++k) {
+      const __m512i v = _mm512_loadu_si512(p + 32 * k);
+      ae[k] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), xe, ae[k]);
+      ao[k] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)), xo, ao[k]);
+    }
+  }
+  for (int k = 0; k < 2; ++k) {
+    const __m512 sum = _mm512_add_ps(ae[k], ao[k]);
+    acc[2 * k] = hsum256(_mm512_castps512_ps256(sum));
+    acc[2 * k + 1] = hsum256(_mm512_extractf32x8_ps(sum, 1));
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
   const char* end = reinterpret_cast<const char*>(L.w_bf16 + (L.out + 3) / 4 * bf16_group_elems(L));
   __m256 ae[4], ao[4];
   for (int r = 0; r < 4; ++r) ae[r] = ao[r] = _mm256_setzero_ps();
@@ -352,6 +398,20 @@ static inline void add_block(const __m256i* a0, const __m256i* a1, const Rows& x
 }
 #endif
 
+// AVX-512 with VNNI (vpdpwssd, vpdpbusd): a panel step of 16 rows is one 512-bit vector, and one
+// instruction multiplies it by the broadcast activations and adds the products into the 16 row sums,
+// where AVX2 needs two vectors and two or three instructions each. The sums are the same integers.
+#if defined(DECODELAB_AVX512) && defined(__AVX512VNNI__)
+#define DECODELAB_VNNI512 1
+template <int NT, typename Rows>
+static inline void add_block(const __m512i* a, const Rows& xr, int t0, int b, float (*f)[kPanel]) {
+  for (int t = 0; t < NT; ++t) {
+    const __m512 sb = _mm512_set1_ps(xr.scale[static_cast<size_t>(t0 + t) * xr.blocks + b]);
+    _mm512_storeu_ps(f[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[t]), sb, _mm512_loadu_ps(f[t])));
+  }
+}
+#endif
+
 #if !(defined(__AVX2__) && defined(__FMA__))
 // The integer block sums of I8Block / A8Block below, without vectors (a build for CPUs without AVX2).
 template <int G, int NT, typename Rows>
@@ -382,7 +442,25 @@ struct I8Block {  // 16-bit activations, steps of 2
   using Rows = Int16Rows;
   static void run(const int8_t* panel, const int32_t*, const Rows& xr, int t0, int s0, int s1, int b,
                   float (*f)[kPanel], int pf) {
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(DECODELAB_VNNI512)
+    __m512i a[NT];
+    const int16_t* x[NT];
+    for (int t = 0; t < NT; ++t) {
+      a[t] = _mm512_setzero_si512();
+      x[t] = xr.q.data() + static_cast<size_t>(t0 + t) * xr.ld;
+    }
+    for (int s = s0; s < s1; ++s) {
+      const int8_t* ws = panel + 32 * static_cast<size_t>(s);
+      if (pf && (s & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(ws) + pf, _MM_HINT_T0);
+      const __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws)));
+      for (int t = 0; t < NT; ++t) {
+        int32_t pair;
+        std::memcpy(&pair, x[t] + 2 * s, 4);
+        a[t] = _mm512_dpwssd_epi32(a[t], _mm512_set1_epi32(pair), w);
+      }
+    }
+    add_block<NT>(a, xr, t0, b, f);
+#elif defined(__AVX2__) && defined(__FMA__)
     __m256i a0[NT], a1[NT];
     const int16_t* x[NT];
     for (int t = 0; t < NT; ++t) {
@@ -416,7 +494,26 @@ struct A8Block {  // 7-bit activations stored with an offset of 64, steps of 4
   using Rows = Int8Rows;
   static void run(const int8_t* panel, const int32_t* start, const Rows& xr, int t0, int s0, int s1, int b,
                   float (*f)[kPanel], int pf) {
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(DECODELAB_VNNI512)
+    const __m512i st = _mm512_loadu_si512(start);
+    __m512i a[NT];
+    const uint8_t* x[NT];
+    for (int t = 0; t < NT; ++t) {
+      a[t] = st;
+      x[t] = xr.q.data() + static_cast<size_t>(t0 + t) * xr.ld;
+    }
+    for (int s = s0; s < s1; ++s) {
+      const int8_t* ws = panel + 64 * static_cast<size_t>(s);
+      if (pf) _mm_prefetch(reinterpret_cast<const char*>(ws) + pf, _MM_HINT_T0);
+      const __m512i w = _mm512_loadu_si512(ws);
+      for (int t = 0; t < NT; ++t) {
+        int32_t quad;
+        std::memcpy(&quad, x[t] + 4 * s, 4);
+        a[t] = _mm512_dpbusd_epi32(a[t], _mm512_set1_epi32(quad), w);  // u8 activations x s8 weights
+      }
+    }
+    add_block<NT>(a, xr, t0, b, f);
+#elif defined(__AVX2__) && defined(__FMA__)
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256i st0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(start));
     const __m256i st1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(start + 8));
@@ -519,7 +616,30 @@ template <int NT>
 static void dot_4xN(const float* const* w, const float* x, int in, int ldx, float out[4][3], const char* const* pf,
                     int npf, size_t esize) {
   int i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(DECODELAB_AVX512)
+  // 16 columns per step; 12 accumulators, 3 rows and a weight vector fit the 32 registers.
+  __m512 acc[4][NT];
+  for (int r = 0; r < 4; ++r)
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
+  auto step = [&](int i0, __mmask16 m) {
+    __m512 xv[NT];
+    for (int t = 0; t < NT; ++t) xv[t] = _mm512_maskz_loadu_ps(m, x + static_cast<size_t>(t) * ldx + i0);
+    // The lines of the prefetched rows that start within this step's 16 columns.
+    for (size_t off = (i0 * esize + 63) & ~static_cast<size_t>(63); npf > 0 && off < (i0 + 16) * esize; off += 64)
+      for (int r = 0; r < npf; ++r) _mm_prefetch(pf[r] + off, _MM_HINT_T0);
+    for (int r = 0; r < 4; ++r) {
+      const __m512 wv = _mm512_maskz_loadu_ps(m, w[r] + i0);
+      for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+    }
+  };
+  for (; i + 16 <= in; i += 16) step(i, static_cast<__mmask16>(0xFFFF));
+  if (i < in) {
+    step(i, static_cast<__mmask16>((1u << (in - i)) - 1));
+    i = in;
+  }
+  for (int r = 0; r < 4; ++r)
+    for (int t = 0; t < NT; ++t) out[r][t] = _mm512_reduce_add_ps(acc[r][t]);
+#elif defined(__AVX2__) && defined(__FMA__)
   __m256 acc[4][NT];
   for (int r = 0; r < 4; ++r)
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
@@ -560,7 +680,33 @@ static void dot_4xN(const float* const* w, const float* x, int in, int ldx, floa
 template <int NT>
 static void dot_4xN_bf16(const uint16_t* p, const float* xd, int ld, int ldx, float out[4][3],
                          const char* const* pf, int npf) {
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(DECODELAB_AVX512)
+  // Rows 2k and 2k + 1 in the two halves of one 512-bit vector, as in bf16_row_group: the same
+  // products in the same lane order as the AVX2 loop, in half the instructions.
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  __m512 acc[2][NT];
+  for (int k = 0; k < 2; ++k)
+    for (int t = 0; t < NT; ++t) acc[k][t] = _mm512_setzero_ps();
+  for (int i = 0; i < ld; i += 16) {
+    if (npf > 0 && (i & 31) == 0)  // 32 values = 64 bytes of a quarter
+      for (int r = 0; r < npf; ++r) _mm_prefetch(pf[r] + 2 * static_cast<size_t>(i), _MM_HINT_T0);
+    for (int half = 0; half < 2; ++half) {
+      __m512 xv[NT];
+      for (int t = 0; t < NT; ++t)
+        xv[t] = _mm512_broadcast_f32x8(_mm256_load_ps(xd + static_cast<size_t>(t) * ldx + i + 8 * half));
+      for (int k = 0; k < 2; ++k) {
+        const __m512i v = _mm512_loadu_si512(p + 4 * i + 32 * k);
+        const __m512 wv = _mm512_castsi512_ps(half == 0 ? _mm512_slli_epi32(v, 16) : _mm512_and_si512(v, hi));
+        for (int t = 0; t < NT; ++t) acc[k][t] = _mm512_fmadd_ps(wv, xv[t], acc[k][t]);
+      }
+    }
+  }
+  for (int k = 0; k < 2; ++k)
+    for (int t = 0; t < NT; ++t) {
+      out[2 * k][t] = hsum256(_mm512_castps512_ps256(acc[k][t]));
+      out[2 * k + 1][t] = hsum256(_mm512_extractf32x8_ps(acc[k][t], 1));
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
   __m256 acc[4][NT];
   for (int r = 0; r < 4; ++r)
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
