@@ -403,6 +403,19 @@ static inline void add_block(const __m256i* a0, const __m256i* a1, const Rows& x
 // where AVX2 needs two vectors and two or three instructions each. The sums are the same integers.
 #if defined(DECODELAB_AVX512) && defined(__AVX512VNNI__)
 #define DECODELAB_VNNI512 1
+// The VNNI products through inline assembly: with the intrinsics GCC 12 copied every accumulator
+// to another register and back on each step and spilled the row pointers to vector registers.
+// acc += per 32-bit lane, w's two 16-bit values times the pair at p (broadcast from memory).
+using i32_alias = int32_t __attribute__((may_alias));
+static inline __m512i dpwssd_bcast(__m512i acc, __m512i w, const void* p) {
+  __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*static_cast<const i32_alias*>(p)));
+  return acc;
+}
+// acc += per 32-bit lane, the four u8 values of x times the four s8 values of w.
+static inline __m512i dpbusd(__m512i acc, __m512i x, __m512i w) {
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(w));
+  return acc;
+}
 template <int NT, typename Rows>
 static inline void add_block(const __m512i* a, const Rows& xr, int t0, int b, float (*f)[kPanel]) {
   for (int t = 0; t < NT; ++t) {
@@ -444,20 +457,15 @@ struct I8Block {  // 16-bit activations, steps of 2
                   float (*f)[kPanel], int pf) {
 #if defined(DECODELAB_VNNI512)
     __m512i a[NT];
-    const int16_t* x[NT];
-    for (int t = 0; t < NT; ++t) {
-      a[t] = _mm512_setzero_si512();
-      x[t] = xr.q.data() + static_cast<size_t>(t0 + t) * xr.ld;
-    }
-    for (int s = s0; s < s1; ++s) {
+    for (int t = 0; t < NT; ++t) a[t] = _mm512_setzero_si512();
+    // The rows as one pointer and a stride: eight pointers would not fit the general registers.
+    const char* xs = reinterpret_cast<const char*>(xr.q.data() + static_cast<size_t>(t0) * xr.ld + 2 * s0);
+    const size_t ld = static_cast<size_t>(xr.ld) * sizeof(int16_t);
+    for (int s = s0; s < s1; ++s, xs += 4) {
       const int8_t* ws = panel + 32 * static_cast<size_t>(s);
       if (pf && (s & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(ws) + pf, _MM_HINT_T0);
       const __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws)));
-      for (int t = 0; t < NT; ++t) {
-        int32_t pair;
-        std::memcpy(&pair, x[t] + 2 * s, 4);
-        a[t] = _mm512_dpwssd_epi32(a[t], _mm512_set1_epi32(pair), w);
-      }
+      for (int t = 0; t < NT; ++t) a[t] = dpwssd_bcast(a[t], w, xs + t * ld);
     }
     add_block<NT>(a, xr, t0, b, f);
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -497,19 +505,17 @@ struct A8Block {  // 7-bit activations stored with an offset of 64, steps of 4
 #if defined(DECODELAB_VNNI512)
     const __m512i st = _mm512_loadu_si512(start);
     __m512i a[NT];
-    const uint8_t* x[NT];
-    for (int t = 0; t < NT; ++t) {
-      a[t] = st;
-      x[t] = xr.q.data() + static_cast<size_t>(t0 + t) * xr.ld;
-    }
-    for (int s = s0; s < s1; ++s) {
+    for (int t = 0; t < NT; ++t) a[t] = st;
+    const char* xs = reinterpret_cast<const char*>(xr.q.data() + static_cast<size_t>(t0) * xr.ld + 4 * s0);
+    const size_t ld = xr.ld;
+    for (int s = s0; s < s1; ++s, xs += 4) {
       const int8_t* ws = panel + 64 * static_cast<size_t>(s);
       if (pf) _mm_prefetch(reinterpret_cast<const char*>(ws) + pf, _MM_HINT_T0);
       const __m512i w = _mm512_loadu_si512(ws);
       for (int t = 0; t < NT; ++t) {
         int32_t quad;
-        std::memcpy(&quad, x[t] + 4 * s, 4);
-        a[t] = _mm512_dpbusd_epi32(a[t], _mm512_set1_epi32(quad), w);  // u8 activations x s8 weights
+        std::memcpy(&quad, xs + t * ld, 4);
+        a[t] = dpbusd(a[t], _mm512_set1_epi32(quad), w);  // u8 activations x s8 weights
       }
     }
     add_block<NT>(a, xr, t0, b, f);
