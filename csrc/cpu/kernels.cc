@@ -64,6 +64,19 @@ static inline __m256i load16_bf16(const uint16_t* p) {
 }
 #endif
 
+#if defined(DECODELAB_AVX512)
+// bf16_even and bf16_odd on 32 values (two rows' 16 each, one per 256-bit half).
+static inline __m512 bf16_even512(__m512i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
+static inline __m512 bf16_odd512(__m512i v) {
+  return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+// The sums of the two 256-bit halves of v, each reduced as hsum256 reduces an AVX2 accumulator.
+static inline void hsum_halves(__m512 v, float* lo, float* hi) {
+  *lo = hsum256(_mm512_castps512_ps256(v));
+  *hi = hsum256(_mm512_extractf32x8_ps(v, 1));
+}
+#endif
+
 // The 4 fp32 weight rows of group g (rows [4g, 4g + 4)): a short last group repeats its last row,
 // so the kernels always run 4. Returns how many rows are real.
 static int group_rows(const Linear& L, int g, const float* w[4]) {
@@ -159,7 +172,6 @@ static void bf16_row_group(const float* xd, const Linear& L, int g, float* y) {
   // activations repeated in both halves: half the instructions of the AVX2 loop, each lane
   // accumulating the same products in the same order, so the same sums bit for bit.
   const char* end = reinterpret_cast<const char*>(L.w_bf16 + (L.out + 3) / 4 * bf16_group_elems(L));
-  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   __m512 ae[2], ao[2];
   for (int k = 0; k < 2; ++k) ae[k] = ao[k] = _mm512_setzero_ps();
   for (int i = 0; i < ld; i += 16, p += 64) {
@@ -172,15 +184,11 @@ static void bf16_row_group(const float* xd, const Linear& L, int g, float* y) {
     const __m512 xo = _mm512_broadcast_f32x8(_mm256_load_ps(xd + i + 8));
     for (int k = 0; k < 2; ++k) {
       const __m512i v = _mm512_loadu_si512(p + 32 * k);
-      ae[k] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), xe, ae[k]);
-      ao[k] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)), xo, ao[k]);
+      ae[k] = _mm512_fmadd_ps(bf16_even512(v), xe, ae[k]);
+      ao[k] = _mm512_fmadd_ps(bf16_odd512(v), xo, ao[k]);
     }
   }
-  for (int k = 0; k < 2; ++k) {
-    const __m512 sum = _mm512_add_ps(ae[k], ao[k]);
-    acc[2 * k] = hsum256(_mm512_castps512_ps256(sum));
-    acc[2 * k + 1] = hsum256(_mm512_extractf32x8_ps(sum, 1));
-  }
+  for (int k = 0; k < 2; ++k) hsum_halves(_mm512_add_ps(ae[k], ao[k]), &acc[2 * k], &acc[2 * k + 1]);
 #elif defined(__AVX2__) && defined(__FMA__)
   const char* end = reinterpret_cast<const char*>(L.w_bf16 + (L.out + 3) / 4 * bf16_group_elems(L));
   __m256 ae[4], ao[4];
@@ -705,7 +713,6 @@ static void dot_4xN_bf16(const uint16_t* p, const float* xd, int ld, int ldx, fl
 #if defined(DECODELAB_AVX512)
   // Rows 2k and 2k + 1 in the two halves of one 512-bit vector, as in bf16_row_group: the same
   // products in the same lane order as the AVX2 loop, in half the instructions.
-  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   __m512 acc[2][NT];
   for (int k = 0; k < 2; ++k)
     for (int t = 0; t < NT; ++t) acc[k][t] = _mm512_setzero_ps();
@@ -718,16 +725,13 @@ static void dot_4xN_bf16(const uint16_t* p, const float* xd, int ld, int ldx, fl
         xv[t] = _mm512_broadcast_f32x8(_mm256_load_ps(xd + static_cast<size_t>(t) * ldx + i + 8 * half));
       for (int k = 0; k < 2; ++k) {
         const __m512i v = _mm512_loadu_si512(p + 4 * i + 32 * k);
-        const __m512 wv = _mm512_castsi512_ps(half == 0 ? _mm512_slli_epi32(v, 16) : _mm512_and_si512(v, hi));
+        const __m512 wv = half == 0 ? bf16_even512(v) : bf16_odd512(v);
         for (int t = 0; t < NT; ++t) acc[k][t] = _mm512_fmadd_ps(wv, xv[t], acc[k][t]);
       }
     }
   }
   for (int k = 0; k < 2; ++k)
-    for (int t = 0; t < NT; ++t) {
-      out[2 * k][t] = hsum256(_mm512_castps512_ps256(acc[k][t]));
-      out[2 * k + 1][t] = hsum256(_mm512_extractf32x8_ps(acc[k][t], 1));
-    }
+    for (int t = 0; t < NT; ++t) hsum_halves(acc[k][t], &out[2 * k][t], &out[2 * k + 1][t]);
 #elif defined(__AVX2__) && defined(__FMA__)
   __m256 acc[4][NT];
   for (int r = 0; r < 4; ++r)

@@ -68,10 +68,11 @@ void quantize_linear(Linear& layer, WeightType type, QuantizedWeights& store, ui
 double read_bandwidth(size_t nbytes, int n_threads, int repeats);
 
 // The fewest rows for which fp32 and bf16 layers run the oneDNN matmul (bf16 on weights widened
-// per call) rather than the register tiles that read the weights once per call. Llama 110M
-// prompts, two processes alternating (medians of 8 rounds, tiles against matmul): fp32 17 rows
-// 18 % faster, 32 9 %, 48 6 %, 64 5 % slower; bf16 24 rows 19-26 % faster, 48 10 %, 64 3 %, 96 7 %
-// slower, 512 19 % slower. GPT-2 124M: fp32 24 rows 15 % faster, 48 6 %; bf16 64 rows 5 % faster.
+// per call) rather than the register tiles that read the weights once per call. Measured on an
+// AVX2 machine, not retuned for the AVX-512 tiles: Llama 110M prompts, two processes alternating
+// (medians of 8 rounds, tiles against matmul): fp32 17 rows 18 % faster, 32 9 %, 48 6 %, 64 5 %
+// slower; bf16 24 rows 19-26 % faster, 48 10 %, 64 3 %, 96 7 % slower, 512 19 % slower. GPT-2
+// 124M: fp32 24 rows 15 % faster, 48 6 %; bf16 64 rows 5 % faster.
 constexpr int kGemmMinRowsF32 = 56;
 constexpr int kGemmMinRowsBf16 = 80;
 // The threshold above for a weight type (int8 and w8a8 never take the matmul: INT_MAX).
