@@ -1274,12 +1274,67 @@ void panel_tile(const float* a, int64_t lda, const float* b, int K, float* out, 
   }
 }
 
+#if defined(DECODELAB_AVX512)
+// The AVX-512 tile: NR rows against NP (1 or 2) panels, one 16-wide vector per row and panel, so
+// 8 rows by 2 panels keep 16 accumulators and each step makes 16 FMAs from 2 loads and 8
+// broadcasts. Each output is the same sum in the same order as in the AVX2 tile.
+template <int NR, int NP>
+void panel_tile512(const float* a, int64_t lda, const float* b, size_t panel_stride, int K, float* out,
+                   int64_t ldo) {
+  __m512 acc[NR][NP];
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 2
+    for (int j = 0; j < NP; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int k = 0; k < K; ++k) {
+    __m512 bk[NP];
+#pragma GCC unroll 2
+    for (int j = 0; j < NP; ++j) bk[j] = _mm512_loadu_ps(b + j * panel_stride + 16 * static_cast<size_t>(k));
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+      const __m512 ab = _mm512_set1_ps(a[r * lda + k]);
+#pragma GCC unroll 2
+      for (int j = 0; j < NP; ++j) acc[r][j] = _mm512_fmadd_ps(ab, bk[j], acc[r][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 2
+    for (int j = 0; j < NP; ++j) _mm512_storeu_ps(out + r * ldo + 16 * j, acc[r][j]);
+}
+
+template <int NP>
+void panel_rows512(const float* a, int64_t lda, int rows, const float* b, size_t panel_stride, int K, float* out,
+                   int64_t ldo) {
+  for (int r = 0; r < rows; r += 8) {
+    const float* ar = a + r * lda;
+    float* o = out + r * ldo;
+    switch (std::min(8, rows - r)) {
+      case 8: panel_tile512<8, NP>(ar, lda, b, panel_stride, K, o, ldo); break;
+      case 7: panel_tile512<7, NP>(ar, lda, b, panel_stride, K, o, ldo); break;
+      case 6: panel_tile512<6, NP>(ar, lda, b, panel_stride, K, o, ldo); break;
+      case 5: panel_tile512<5, NP>(ar, lda, b, panel_stride, K, o, ldo); break;
+      case 4: panel_tile512<4, NP>(ar, lda, b, panel_stride, K, o, ldo); break;
+      case 3: panel_tile512<3, NP>(ar, lda, b, panel_stride, K, o, ldo); break;
+      case 2: panel_tile512<2, NP>(ar, lda, b, panel_stride, K, o, ldo); break;
+      default: panel_tile512<1, NP>(ar, lda, b, panel_stride, K, o, ldo); break;
+    }
+  }
+}
+#endif
+
 // out (rows x 16 n_panels, stride ldo) = a (rows x K, stride lda) times n_panels panels of b, each
-// K rows of 16 values, panel_stride floats apart; in tiles of up to 6 rows. Scores are
-// Q K^T with the keys in panels of 16 keys (K = hd); outputs are P V with the values in panels of
-// 16 columns (K = the keys).
+// K rows of 16 values, panel_stride floats apart; in tiles of up to 6 rows (AVX-512: 8 rows by 2
+// panels). Scores are Q K^T with the keys in panels of 16 keys (K = hd); outputs are P V with the
+// values in panels of 16 columns (K = the keys).
 void panel_product(const float* a, int64_t lda, int rows, const float* b, size_t panel_stride, int K, int n_panels,
                    float* out, int64_t ldo) {
+#if defined(DECODELAB_AVX512)
+  int p = 0;
+  for (; p + 2 <= n_panels; p += 2)
+    panel_rows512<2>(a, lda, rows, b + p * panel_stride, panel_stride, K, out + 16 * p, ldo);
+  if (p < n_panels) panel_rows512<1>(a, lda, rows, b + p * panel_stride, panel_stride, K, out + 16 * p, ldo);
+#else
   for (int r = 0; r < rows; r += 6)
     for (int p = 0; p < n_panels; ++p) {
       const float* ar = a + r * lda;
@@ -1294,12 +1349,13 @@ void panel_product(const float* a, int64_t lda, int rows, const float* b, size_t
         default: panel_tile<1>(ar, lda, bp, K, o, ldo); break;
       }
     }
+#endif
 }
 #endif
 
 // Prefill attention (fp32 or bf16 cache) as matrix products. The keys and values of positions
 // [0, p0 + T) of every KV head are first gathered (and widened) from their blocks into one
-// contiguous buffer, once for all query tiles; with AVX2 and hd a multiple of 16 they go in as
+// contiguous buffer, once for all query tiles; with AVX2 (or AVX-512) and hd a multiple of 16 they go in as
 // the register tiles above read them (keys transposed in panels of 16 keys, values in panels of 16
 // columns), otherwise the products run on Eigen. Then, for each KV head and tile of up to kTile
 // queries, every query head of the group computes raw scores Q K^T over the keys up to the tile's
