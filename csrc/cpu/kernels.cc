@@ -32,6 +32,9 @@ float dot(const float* a, const float* b, int n) { return ConstVec(a, n).dot(Con
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && defined(__FMA__)
 #define DECODELAB_AVX512 1
 #endif
+#if defined(DECODELAB_AVX512) && defined(__AVX512VNNI__)
+#define DECODELAB_VNNI512 1
+#endif
 
 #if defined(__AVX2__)
 static inline float hsum256(__m256 v) {
@@ -223,13 +226,53 @@ static void bf16_row_group(const float* xd, const Linear& L, int g, float* y) {
 // per weight of widening int8 to fp32, which on AVX2 without VNNI is what bounds int8 decode.
 constexpr int kI8Block = 256;
 
-// Activation rows as 16-bit fixed point: row t's values at q[t * ld ...], its block scales at
-// scale[t * blocks ...]. ld is a multiple of 16, so every row starts on a 32-byte boundary.
-struct Int16Rows {
-  std::vector<int16_t, AlignedAllocator<int16_t>> q;
+// Activation rows per register tile of the int8 and w8a8 panel kernels (see panel_rows): each
+// weight vector loaded (and, for int8, widened) serves this many rows. With VNNI, one instruction
+// per row and step, and 32 registers hold 16 rows' sums: 16 independent sums keep both VNNI
+// units busy through the instruction's 4-cycle latency, where 8 just cover it. Llama 110M, 5
+// alternating rounds, 16 against 8 rows (both on interleaved rows): 512-token prompt int8 128.7 ->
+// 123.6 ms, w8a8 81.4 -> 79.9; batch 16 int8 6.27 -> 5.83 ms per step; batch 4 and 8 unchanged
+// (2.80 -> 2.74, 2.89 -> 2.97). 8 against 4 had given prompts int8 203 -> 183 ms, w8a8 132 -> 111.
+#if defined(DECODELAB_VNNI512)
+constexpr int kPanelTile = 16;
+#else
+constexpr int kPanelTile = 4;
+#endif
+
+// Rounded activation rows (int16 for int8 weights, u8 for w8a8): ld values per row (padded), the
+// block scales of row t at scale[t * blocks ...]. The panel kernels read them one 4-byte unit (an
+// int16 pair or a u8 quad: one step) per row at a time. Without VNNI the rows lie one after
+// another, ld values apart (ld a multiple of 16: each row on a 32-byte boundary). With VNNI they
+// are interleaved: rows in groups of kPanelTile (the last group holds the rest), and per step the
+// group's units side by side, so one tile's units for a step are contiguous, at fixed offsets from
+// one pointer. The tile then addresses its rows by displacement alone: with a row stride GCC 12
+// kept the offsets in vector registers and moved them back on every step, and tiles of more than 8
+// rows ran out of general registers.
+template <typename E>
+struct RoundedRows {
+#if defined(DECODELAB_VNNI512)
+  static constexpr bool kInterleaved = true;
+#else
+  static constexpr bool kInterleaved = false;
+#endif
+  std::vector<E, AlignedAllocator<E>> q;
   std::vector<float> scale;
-  int ld = 0, blocks = 0;
+  int ld = 0, blocks = 0, rows = 0;
+  int units() const { return ld * static_cast<int>(sizeof(E)) / 4; }
+  // Rows in row t's group (interleaved).
+  int group_width(int t) const { return std::min(kPanelTile, rows - t / kPanelTile * kPanelTile); }
+  // Bytes from row t's unit for one step to its unit for the next (interleaved: the next row's
+  // unit is 4 bytes on, and a tile starts on a group).
+  size_t step_stride(int t) const { return kInterleaved ? 4 * static_cast<size_t>(group_width(t)) : 4; }
+  const char* unit(int t, int s) const { return const_cast<RoundedRows*>(this)->unit(t, s); }
+  char* unit(int t, int s) {
+    char* base = reinterpret_cast<char*>(q.data());
+    if (!kInterleaved) return base + static_cast<size_t>(t) * ld * sizeof(E) + 4 * static_cast<size_t>(s);
+    const int g = t / kPanelTile;
+    return base + static_cast<size_t>(g) * kPanelTile * ld * sizeof(E) + step_stride(t) * s + 4 * (t % kPanelTile);
+  }
 };
+using Int16Rows = RoundedRows<int16_t>;
 
 // Largest |x[i]| over [b, e), and whether every value there is finite (vectorised).
 static float block_abs_max(const float* x, int b, int e, bool* finite) {
@@ -296,15 +339,27 @@ static void quantize_int16_row(const float* x, int n, int16_t* q, float* scale) 
 
 // Rounds T rows of n values into v (int16 or u8 blocks) with round_row, rows ld values apart;
 // prompts spread the rows over the threads.
-template <typename Rows, typename RoundRow>
-static void quantize_rows(const float* x, int T, int n, int ld, Rows& v, RoundRow round_row) {
+template <typename E, typename RoundRow>
+static void quantize_rows(const float* x, int T, int n, int ld, RoundedRows<E>& v, RoundRow round_row) {
   v.ld = ld;
   v.blocks = (n + kI8Block - 1) / kI8Block;
-  grow(v.q, static_cast<size_t>(T) * v.ld);
+  v.rows = T;
+  grow(v.q, static_cast<size_t>(T) * ld);
   grow(v.scale, static_cast<size_t>(T) * v.blocks);
   for_each_index(T, T >= 32, [&](int64_t t) {
-    round_row(x + static_cast<size_t>(t) * n, n, v.q.data() + static_cast<size_t>(t) * v.ld,
-              v.scale.data() + static_cast<size_t>(t) * v.blocks);
+    float* scale = v.scale.data() + static_cast<size_t>(t) * v.blocks;
+    if (!RoundedRows<E>::kInterleaved) {
+      round_row(x + static_cast<size_t>(t) * n, n, v.q.data() + static_cast<size_t>(t) * ld, scale);
+      return;
+    }
+    thread_local std::vector<E, AlignedAllocator<E>> row;  // rounded in order, then spread out
+    grow(row, ld);
+    std::fill(row.begin() + n, row.begin() + ld, E{0});
+    round_row(x + static_cast<size_t>(t) * n, n, row.data(), scale);
+    const char* src = reinterpret_cast<const char*>(row.data());
+    char* dst = v.unit(static_cast<int>(t), 0);
+    const size_t step = v.step_stride(static_cast<int>(t));
+    for (int u = 0, units = v.units(); u < units; ++u) std::memcpy(dst + u * step, src + 4 * u, 4);
   });
 }
 
@@ -319,11 +374,7 @@ static void quantize_int16(const float* x, int T, int n, Int16Rows& v) {
 // exact in int32, 32 per instruction pair (pmaddwd on int16 sums 16), at the cost of rounding
 // each activation to 1/126 of its block's largest value. VNNI (vpdpbusd) would take 8 bits, but the
 // format stays 7 so that a checkpoint gives the same logits on AVX2 and AVX-512 machines.
-struct Int8Rows {
-  std::vector<uint8_t, AlignedAllocator<uint8_t>> q;
-  std::vector<float> scale;
-  int ld = 0, blocks = 0;
-};
+using Int8Rows = RoundedRows<uint8_t>;
 constexpr int kA8Offset = 64;
 
 static void quantize_u7_row(const float* x, int n, uint8_t* u, float* scale) {
@@ -410,8 +461,7 @@ static inline void add_block(const __m256i* a0, const __m256i* a1, const Rows& x
 // AVX-512 with VNNI (vpdpwssd, vpdpbusd): a panel step of 16 rows is one 512-bit vector, and one
 // instruction multiplies it by the broadcast activations and adds the products into the 16 row sums,
 // where AVX2 needs two vectors and two or three instructions each. The sums are the same integers.
-#if defined(DECODELAB_AVX512) && defined(__AVX512VNNI__)
-#define DECODELAB_VNNI512 1
+#if defined(DECODELAB_VNNI512)
 // The VNNI products through inline assembly: with the intrinsics GCC 12 copied every accumulator
 // to another register and back on each step and spilled the row pointers to vector registers.
 // acc += per 32-bit lane, w's two 16-bit values times the pair at p (broadcast from memory).
@@ -468,13 +518,13 @@ struct I8Block {  // 16-bit activations, steps of 2
     __m512i a[NT];
     for (int t = 0; t < NT; ++t) a[t] = _mm512_setzero_si512();
     // The rows as one pointer and a stride: eight pointers would not fit the general registers.
-    const char* xs = reinterpret_cast<const char*>(xr.q.data() + static_cast<size_t>(t0) * xr.ld + 2 * s0);
-    const size_t ld = static_cast<size_t>(xr.ld) * sizeof(int16_t);
-    for (int s = s0; s < s1; ++s, xs += 4) {
+    const char* xs = xr.unit(t0, s0);  // the rows 4 bytes apart
+    const size_t step = xr.step_stride(t0);
+    for (int s = s0; s < s1; ++s, xs += step) {
       const int8_t* ws = panel + 32 * static_cast<size_t>(s);
       if (pf && (s & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(ws) + pf, _MM_HINT_T0);
       const __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws)));
-      for (int t = 0; t < NT; ++t) a[t] = dpwssd_bcast(a[t], w, xs + t * ld);
+      for (int t = 0; t < NT; ++t) a[t] = dpwssd_bcast(a[t], w, xs + 4 * t);
     }
     add_block<NT>(a, xr, t0, b, f);
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -515,15 +565,15 @@ struct A8Block {  // 7-bit activations stored with an offset of 64, steps of 4
     const __m512i st = _mm512_loadu_si512(start);
     __m512i a[NT];
     for (int t = 0; t < NT; ++t) a[t] = st;
-    const char* xs = reinterpret_cast<const char*>(xr.q.data() + static_cast<size_t>(t0) * xr.ld + 4 * s0);
-    const size_t ld = xr.ld;
-    for (int s = s0; s < s1; ++s, xs += 4) {
+    const char* xs = xr.unit(t0, s0);
+    const size_t step = xr.step_stride(t0);
+    for (int s = s0; s < s1; ++s, xs += step) {
       const int8_t* ws = panel + 64 * static_cast<size_t>(s);
       if (pf) _mm_prefetch(reinterpret_cast<const char*>(ws) + pf, _MM_HINT_T0);
       const __m512i w = _mm512_loadu_si512(ws);
       for (int t = 0; t < NT; ++t) {
         int32_t quad;
-        std::memcpy(&quad, xs + t * ld, 4);
+        std::memcpy(&quad, xs + 4 * t, 4);
         a[t] = dpbusd(a[t], _mm512_set1_epi32(quad), w);  // u8 activations x s8 weights
       }
     }
@@ -563,15 +613,7 @@ struct A8Block {  // 7-bit activations stored with an offset of 64, steps of 4
 // so a block of the panel (16 x 256 bytes) and of the rows stays in L1 while tiles of kPanelTile
 // rows pass over it; at most kPanelRows rows per call.
 constexpr int kPanelRows = 48;
-// Activation rows per register tile: each weight vector loaded (and, for int8, widened) serves
-// this many rows. With VNNI, one instruction per row and step and 32 registers leave room for 8
-// rows' sums (Llama 110M against 4, 3 alternating rounds: 512-token prompt int8 203 -> 183 ms,
-// w8a8 132 -> 111; batch 16 int8 9.43 -> 8.09 ms per step, w8a8 6.06 -> 5.36; 12 and 16 no better).
-#if defined(DECODELAB_VNNI512)
-constexpr int kPanelTile = 8;
-#else
-constexpr int kPanelTile = 4;
-#endif
+static_assert(kPanelRows % kPanelTile == 0, "chunks of rows start on a tile (and interleaved group)");
 template <template <int> class Block>
 static void panel_rows(const typename Block<1>::Rows& xr, int t_lo, int t_hi, const Linear& L, int p, float* y) {
   constexpr int G = Block<1>::G, kBlockSteps = kI8Block / G;
@@ -587,6 +629,14 @@ static void panel_rows(const typename Block<1>::Rows& xr, int t_lo, int t_hi, co
       const int pf = t == 0 ? kPanelPrefetch : 0;
       switch (std::min(kPanelTile, T - t)) {
 #if defined(DECODELAB_VNNI512)
+        case 16: Block<16>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t, pf); break;
+        case 15: Block<15>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t, pf); break;
+        case 14: Block<14>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t, pf); break;
+        case 13: Block<13>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t, pf); break;
+        case 12: Block<12>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t, pf); break;
+        case 11: Block<11>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t, pf); break;
+        case 10: Block<10>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t, pf); break;
+        case 9: Block<9>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t, pf); break;
         case 8: Block<8>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t, pf); break;
         case 7: Block<7>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t, pf); break;
         case 6: Block<6>::run(panel, start, xr, t_lo + t, s0, s1, b, f + t, pf); break;
