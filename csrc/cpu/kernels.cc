@@ -915,6 +915,24 @@ size_t quantized_size(const Linear& L, WeightType type) {
   }
 }
 
+bool linear_row_view(const Linear& L, int first, int count, Linear* view) {
+  if (first < 0 || count < 1 || first + count > L.out || L.in_major) return false;
+  const int align = L.type == WeightType::BF16 ? 4 : L.type == WeightType::F32 ? 1 : kPanel;
+  if (first % align != 0) return false;
+  *view = L;
+  view->out = count;
+  if (L.w) view->w = L.w + static_cast<size_t>(first) * L.in;
+  if (L.b) view->b = L.b + first;
+  if (L.w_bf16) view->w_bf16 = bf16_group(L, first / 4);
+  if (L.w_i8) {
+    const int G = L.type == WeightType::I8A8 ? A8Block<1>::G : I8Block<1>::G;
+    view->w_i8 = L.w_i8 + static_cast<size_t>(first / kPanel) * kPanel * panel_steps(L.in, G) * G;
+  }
+  if (L.scales) view->scales = L.scales + first;
+  if (L.wsums) view->wsums = L.wsums + static_cast<size_t>(first / kPanel) * ((L.in + kI8Block - 1) / kI8Block) * kPanel;
+  return true;
+}
+
 void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* dst) {
   if (type == WeightType::F32) return;
   const size_t n = static_cast<size_t>(L.out) * L.in;

@@ -202,6 +202,14 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
       }
     }
   }
+  // GPT-2's fused q, k, v layer as three views of its rows, computed straight into q, k and v
+  // (as Llama's three layers are, in one pass): no copy of each row's three parts afterwards.
+  if (cfg_.is_gpt2())
+    for (Layer& l : layers_) {
+      const int D = cfg_.dim;
+      l.qkv_split = linear_row_view(l.qkv, 0, D, &l.qkv_rows[0]) && linear_row_view(l.qkv, D, D, &l.qkv_rows[1]) &&
+                    linear_row_view(l.qkv, 2 * D, D, &l.qkv_rows[2]);
+    }
   // The first scratch, sized for kReservedRows rows and written through (resize zero-fills), so
   // its pages are mapped now rather than inside the first request.
   auto ws = std::make_unique<Workspace>();
@@ -335,8 +343,9 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
     float* q = ws.q.data();
     float* k = ws.k.data();
     float* v = ws.v.data();
-    if (cfg_.is_llama()) {
+    if (cfg_.is_llama() || l.qkv_split) {
       const Linear* qkv_layers[3] = {&l.q, &l.k, &l.v};
+      if (l.qkv_split) qkv_layers[0] = &l.qkv_rows[0], qkv_layers[1] = &l.qkv_rows[1], qkv_layers[2] = &l.qkv_rows[2];
       float* qkv_out[3] = {q, k, v};
       linear_many(h, R, qkv_layers, qkv_out, 3);
     } else {

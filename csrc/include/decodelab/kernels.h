@@ -61,6 +61,12 @@ size_t quantized_size(const Linear& layer, WeightType type);
 // sums go to `store`.
 void quantize_linear(Linear& layer, WeightType type, QuantizedWeights& store, uint8_t* dst = nullptr);
 
+// Points *view at output rows [first, first + count) of L, in place (the weights, scales and
+// sums of those rows, whatever the type), so that part of a fused layer can be computed into its
+// own output. False, leaving *view alone, where the rows do not start on a unit of the layout (4
+// rows of bf16, a panel of 16 of int8 and w8a8) or L is still (in, out).
+bool linear_row_view(const Linear& L, int first, int count, Linear* view);
+
 // Best read bandwidth (bytes / s) over `repeats` passes summing an `nbytes` buffer on n_threads.
 // The buffer is in huge pages where the system allows, as the converted weights are: with 4 KiB
 // pages the same loop read 30-35 GB/s here against 35-38 (scratch test, four rounds), a bound the

@@ -71,6 +71,8 @@ class Transformer {
     const float* norm2_b = nullptr;
     Linear q, k, v;    // Llama
     Linear qkv;        // GPT-2: one (dim, 3*dim) Conv1D
+    Linear qkv_rows[3];  // GPT-2: its q, k and v rows in place, when the layout allows (qkv_split)
+    bool qkv_split = false;
     Linear o;
     Linear gate, up;   // Llama SwiGLU
     Linear fc;         // GPT-2
