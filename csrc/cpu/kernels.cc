@@ -337,8 +337,8 @@ static void quantize_int16_row(const float* x, int n, int16_t* q, float* scale) 
   });
 }
 
-// Rounds T rows of n values into v (int16 or u8 blocks) with round_row, rows ld values apart;
-// prompts spread the rows over the threads.
+// Rounds T rows of n values into v (int16 or u8 blocks) with round_row, in v's layout (rows ld
+// values apart, or interleaved: see RoundedRows); prompts spread the rows over the threads.
 template <typename E, typename RoundRow>
 static void quantize_rows(const float* x, int T, int n, int ld, RoundedRows<E>& v, RoundRow round_row) {
   v.ld = ld;
@@ -517,8 +517,8 @@ struct I8Block {  // 16-bit activations, steps of 2
 #if defined(DECODELAB_VNNI512)
     __m512i a[NT];
     for (int t = 0; t < NT; ++t) a[t] = _mm512_setzero_si512();
-    // The rows as one pointer and a stride: eight pointers would not fit the general registers.
-    const char* xs = xr.unit(t0, s0);  // the rows 4 bytes apart
+    // The tile's rows 4 bytes apart (interleaved, see RoundedRows): one pointer for all of them.
+    const char* xs = xr.unit(t0, s0);
     const size_t step = xr.step_stride(t0);
     for (int s = s0; s < s1; ++s, xs += step) {
       const int8_t* ws = panel + 32 * static_cast<size_t>(s);
