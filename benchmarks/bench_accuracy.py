@@ -10,7 +10,8 @@ fp32 logit| over every position, and how often the argmax agrees with fp32's.
 
 Two paths per setting: "forward" scores the whole text in one pass (the prefill kernels);
 "decode" feeds it one token at a time through a KV cache (the kernels generation runs after the
-prompt; a bf16 cache rounds keys and values there).
+prompt; a bf16 cache rounds keys and values there). bfloat16 "forward" runs twice: with
+bf16_matmul (the default: the prompt's matmuls round their inputs to bf16) and without.
 """
 import argparse
 import json
@@ -57,14 +58,17 @@ def main():
                 ids = np.random.default_rng(0).integers(3, ref.config.vocab_size, 256).tolist()
             base = ref.forward(ids)
             del ref
-            settings = [("float32", "forward", "-"), ("bfloat16", "forward", "-"), ("int8", "forward", "-"),
+            settings = [("float32", "forward", "-"), ("bfloat16", "forward", "-"), ("bfloat16-fp32in", "forward", "-"),
+                        ("int8", "forward", "-"),
                         ("float32", "decode", "float32"), ("float32", "decode", "bfloat16"),
                         ("bfloat16", "decode", "float32"), ("bfloat16", "decode", "bfloat16"),
                         ("int8", "decode", "float32"), ("int8", "decode", "bfloat16"),
                         ("w8a8", "forward", "-"), ("w8a8", "decode", "float32")]
             models = {}
             for dtype, path_kind, kv in settings:
-                m = models.setdefault(dtype, decodelab.load(path, dtype=dtype))
+                # "bfloat16-fp32in": bf16 weights loaded with bf16_matmul=False (fp32 matmul inputs)
+                m = models.get(dtype) or models.setdefault(dtype, decodelab.load(
+                    path, dtype=dtype.split("-")[0], bf16_matmul=dtype != "bfloat16-fp32in"))
                 if path_kind == "forward":
                     lg = m.forward(ids)
                 else:
@@ -79,11 +83,11 @@ def main():
                 if name == "stories260K":
                     row["perplexity"] = float(np.exp(nll(lg, np.asarray(ids))))
                 rows.append(row)
-    print(f"{'model':<12} {'dtype':<9} {'path':<8} {'KV':<9} {'tokens':>6} {'max |err|':>10} {'mean |err|':>11} "
+    print(f"{'model':<12} {'dtype':<15} {'path':<8} {'KV':<9} {'tokens':>6} {'max |err|':>10} {'mean |err|':>11} "
           f"{'argmax agree':>13} {'perplexity':>11}")
     for r in rows:
         ppl = f"{r['perplexity']:.3f}" if "perplexity" in r else "-"
-        print(f"{r['model']:<12} {r['dtype']:<9} {r['path']:<8} {r['kv_cache']:<9} {r['tokens']:>6} "
+        print(f"{r['model']:<12} {r['dtype']:<15} {r['path']:<8} {r['kv_cache']:<9} {r['tokens']:>6} "
               f"{r['max_abs_logit_err']:>10.2e} "
               f"{r['mean_abs_logit_err']:>11.2e} {r['argmax_agreement']:>13.3f} {ppl:>11}")
     with open(a.json, "w") as f:

@@ -55,7 +55,10 @@ def _reference(x, w, dtype):
     x64 = x.astype(np.float64)
     if dtype == "float32":
         return x64 @ w.astype(np.float64).T
-    if dtype == "bfloat16":
+    if dtype == "bf16_matmul" and x.shape[0] >= _core.gemm_min_rows("bfloat16"):
+        # the matmul rounds x to bf16 too: products of bf16 pairs, summed in fp32
+        return _bf16(x).astype(np.float64) @ _bf16(w).astype(np.float64).T
+    if dtype in ("bfloat16", "bf16_matmul"):
         return x64 @ _bf16(w).astype(np.float64).T
     wq, scale = _int8(w)
     # int8 (16-bit blocks) and w8a8 (7-bit blocks), at every row count: each row's products exact in
@@ -78,7 +81,7 @@ def test_gemm_thresholds():
     assert _core.gemm_min_rows("int8") == _core.gemm_min_rows("w8a8") == 2**31 - 1
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "w8a8"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "bf16_matmul", "int8", "w8a8"])
 @pytest.mark.parametrize("T", [1, 2, 3, 4, 7, 16, 17, 33] + GEMM_EDGES)
 @pytest.mark.parametrize("n_in,n_out", [(7, 5), (16, 4), (64, 37), (255, 9), (256, 8), (300, 13), (777, 6),
                                         (300, 1001)])  # enough work for the threaded split
@@ -87,7 +90,10 @@ def test_linear_matches_its_arithmetic(dtype, T, n_in, n_out):
     x = rng.standard_normal((T, n_in)).astype(np.float32)
     x[:, ::97] *= 40.0  # outliers, as real activations have
     w = (0.05 * rng.standard_normal((n_out, n_in))).astype(np.float32)
-    got = _core.linear(x, w, dtype)
+    if dtype == "bf16_matmul":  # bf16 weights, load(bf16_matmul=True): fp32 x below the matmul's rows
+        got = _core.linear(x, w, "bfloat16", bf16_matmul=True)
+    else:
+        got = _core.linear(x, w, dtype)
     want = _reference(x, w, dtype)
     # fp32 sums in a different order: error grows with the sum of |terms|, not with the result.
     mag = np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T

@@ -160,11 +160,12 @@ py::dict pool_stats(const std::shared_ptr<BlockPool>& p) {
 // The test bindings' y = x w^T through the engine's kernels: x (T, in), w (out, in) given in fp32
 // and stored as dtype once, then `repeats` products on that one copy into y (T, out), the seconds
 // each took into `seconds` when it is not null (the conversion is not timed).
-void test_linear(const FloatArray& x, const FloatArray& w, const std::string& dtype, int repeats, float* y,
-                 double* seconds) {
+void test_linear(const FloatArray& x, const FloatArray& w, const std::string& dtype, bool bf16_matmul, int repeats,
+                 float* y, double* seconds) {
   const WeightType type = parse_weight_dtype(dtype);
   QuantizedWeights store;
-  const Linear L = test_layer(w, type, store);
+  Linear L = test_layer(w, type, store);
+  L.bf16_activations = bf16_matmul && type == WeightType::BF16;
   const int T = static_cast<int>(x.shape(0));
   py::gil_scoped_release release;
   for (int r = 0; r < repeats; ++r) {
@@ -202,25 +203,26 @@ void register_device(py::module_& m) {
       "kernels that read the weights once per call (int8, w8a8: never, the largest int).");
   m.def(
       "linear",
-      [](const FloatArray& x, const FloatArray& w, const std::string& dtype, int repeats) {
+      [](const FloatArray& x, const FloatArray& w, const std::string& dtype, int repeats, bool bf16_matmul) {
         check_linear_args(x, w, repeats);
         py::array_t<float> y({x.shape(0), w.shape(0)});
-        test_linear(x, w, dtype, repeats, y.mutable_data(), nullptr);
+        test_linear(x, w, dtype, bf16_matmul, repeats, y.mutable_data(), nullptr);
         return y;
       },
-      py::arg("x"), py::arg("w"), py::arg("dtype") = "float32", py::arg("repeats") = 1,
+      py::arg("x"), py::arg("w"), py::arg("dtype") = "float32", py::arg("repeats") = 1, py::arg("bf16_matmul") = false,
       "y = x w^T through the engine's kernels, w given in fp32 and stored as dtype first (for tests);\n"
-      "repeats > 1 runs the product that many times on the one stored copy, as linear_seconds does.");
+      "repeats > 1 runs the product that many times on the one stored copy, as linear_seconds does.\n"
+      "bf16_matmul: a bfloat16 layer rounds x to bf16 on the matmul path, as load(bf16_matmul=True).");
   m.def(
       "linear_seconds",
-      [](const FloatArray& x, const FloatArray& w, const std::string& dtype, int repeats) {
+      [](const FloatArray& x, const FloatArray& w, const std::string& dtype, int repeats, bool bf16_matmul) {
         check_linear_args(x, w, repeats);
         std::vector<float> y(static_cast<size_t>(x.shape(0)) * w.shape(0));
         py::array_t<double> seconds(repeats);
-        test_linear(x, w, dtype, repeats, y.data(), seconds.mutable_data());
+        test_linear(x, w, dtype, bf16_matmul, repeats, y.data(), seconds.mutable_data());
         return seconds;
       },
-      py::arg("x"), py::arg("w"), py::arg("dtype") = "float32", py::arg("repeats") = 1,
+      py::arg("x"), py::arg("w"), py::arg("dtype") = "float32", py::arg("repeats") = 1, py::arg("bf16_matmul") = false,
       "Seconds each of `repeats` products y = x w^T took on one stored copy of w as dtype (the\n"
       "conversion is not timed): the kernel alone, for benchmarks.");
   m.def(
@@ -431,7 +433,7 @@ the first write into a shared block copies that block (copy-on-write).
   py::class_<Transformer, std::shared_ptr<Transformer>>(m, "Engine")
       .def(py::init([](const ModelConfig& cfg, const std::vector<std::string>& files,
                        const std::vector<TensorTuple>& tensors, int n_threads, const std::string& weight_dtype,
-                       bool zero_copy, int kv_block_size) {
+                       bool zero_copy, int kv_block_size, bool bf16_matmul) {
              std::vector<TensorInfo> infos;
              infos.reserve(tensors.size());
              for (const auto& t : tensors) {
@@ -442,11 +444,13 @@ the first write into a shared block copies that block (copy-on-write).
              const WeightType wt = parse_weight_dtype(weight_dtype);
              auto store = std::make_shared<WeightStore>(files, infos);
              py::gil_scoped_release nogil;
-             return std::make_shared<Transformer>(cfg, store, n_threads, wt, zero_copy, kv_block_size);
+             return std::make_shared<Transformer>(cfg, store, n_threads, wt, zero_copy, kv_block_size, bf16_matmul);
            }),
            py::arg("config"), py::arg("files"), py::arg("tensors"), py::arg("n_threads"),
            py::arg("weight_dtype") = "float32", py::arg("zero_copy") = false,
-           py::arg("kv_block_size") = Transformer::kDefaultBlockSize)
+           py::arg("kv_block_size") = Transformer::kDefaultBlockSize, py::arg("bf16_matmul") = true)
+      .def_property_readonly("bf16_matmul", &Transformer::bf16_matmul,
+                             "bf16 weights: prompt matmuls round their inputs to bf16 (see load()).")
       .def_property_readonly("weight_dtype", [](const Transformer& e) {
         switch (e.weight_type()) {
           case WeightType::F32: return "float32";

@@ -20,19 +20,20 @@ dnnl::engine& cpu_engine() {
 // One matmul primitive per weight shape, with the number of rows M left to run time: a prompt of
 // a length not seen before would otherwise create (and JIT-compile) new kernels, which cost tens
 // of milliseconds on the first request of each length.
-const dnnl::matmul& primitive(int K, int N, bool bias) {
+const dnnl::matmul& primitive(int K, int N, bool bias, bool bf16 = false) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   static std::mutex mu;
-  static std::map<std::tuple<int, int, bool>, dnnl::matmul> cache;
+  static std::map<std::tuple<int, int, bool, bool>, dnnl::matmul> cache;
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(K, N, bias);
+  const auto key = std::make_tuple(K, N, bias, bf16);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   const auto M = DNNL_RUNTIME_DIM_VAL;
-  dnnl::memory::desc src_md({M, K}, dt::f32, tag::ab);
+  const dt in_type = bf16 ? dt::bf16 : dt::f32;
+  dnnl::memory::desc src_md({M, K}, in_type, tag::ab);
   // Logical weights are (K, N): W (N, K) stored row-major is (K, N) in "ba" order.
-  dnnl::memory::desc wei_md({K, N}, dt::f32, tag::ba);
+  dnnl::memory::desc wei_md({K, N}, in_type, tag::ba);
   dnnl::memory::desc dst_md({M, N}, dt::f32, tag::ab);
   // The bias is added inside the matmul, while each output tile is still in registers, rather than
   // in a pass over the whole output afterwards.
@@ -50,6 +51,21 @@ void matmul_onednn(const float* x, int M, int K, const float* w, int N, float* y
   const dnnl::matmul& prim = primitive(K, N, b != nullptr);
   dnnl::memory src_m({{M, K}, dt::f32, tag::ab}, eng, const_cast<float*>(x));
   dnnl::memory wei_m({{K, N}, dt::f32, tag::ba}, eng, const_cast<float*>(w));
+  dnnl::memory dst_m({{M, N}, dt::f32, tag::ab}, eng, y);
+  dnnl::stream stream(eng);
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}};
+  if (b) args.emplace(DNNL_ARG_BIAS, dnnl::memory({{1, N}, dt::f32, tag::ab}, eng, const_cast<float*>(b)));
+  prim.execute(stream, args);
+  stream.wait();
+}
+
+void matmul_onednn_bf16(const uint16_t* x, int M, int K, const uint16_t* w, int N, float* y, const float* b) {
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  auto& eng = cpu_engine();
+  const dnnl::matmul& prim = primitive(K, N, b != nullptr, true);
+  dnnl::memory src_m({{M, K}, dt::bf16, tag::ab}, eng, const_cast<uint16_t*>(x));
+  dnnl::memory wei_m({{K, N}, dt::bf16, tag::ba}, eng, const_cast<uint16_t*>(w));
   dnnl::memory dst_m({{M, N}, dt::f32, tag::ab}, eng, y);
   dnnl::stream stream(eng);
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}};

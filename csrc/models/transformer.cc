@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 
 namespace decodelab {
@@ -53,8 +55,13 @@ void ModelConfig::validate() const {
 }
 
 Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> weights, int n_threads,
-                         WeightType weight_type, bool zero_copy, int block_size)
-    : cfg_(cfg), weights_(std::move(weights)), n_threads_(1), weight_type_(weight_type), block_size_(block_size) {
+                         WeightType weight_type, bool zero_copy, int block_size, bool bf16_matmul)
+    : cfg_(cfg),
+      weights_(std::move(weights)),
+      n_threads_(1),
+      weight_type_(weight_type),
+      block_size_(block_size),
+      bf16_matmul_(bf16_matmul) {
   cfg_.validate();
   if (block_size < 1 || block_size > kMaxBlockSize)
     throw std::invalid_argument("kv_block_size must be in [1, " + std::to_string(kMaxBlockSize) + "], got " +
@@ -188,17 +195,17 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     // A tied head is also the embedding table, whose rows are then read one per token.
     W.release(head_name);
     if (weight_type_ == WeightType::BF16) {
-      // bf16 prompts widen each layer's weights into a scratch of the calling thread that grows
-      // to the largest layer: one trial run on the largest maps it now (the output head, larger
-      // still, is widened only for all-position logits and is left out).
-      const Linear* big = nullptr;
-      for (const Linear* x : layer_linears())
-        if (x->w_bf16 && (!big || static_cast<size_t>(x->in) * x->out > static_cast<size_t>(big->in) * big->out))
-          big = x;
-      if (big) {
-        std::vector<float> x(static_cast<size_t>(kGemmMinRowsBf16) * big->in, 0.0f);
-        std::vector<float> y(static_cast<size_t>(kGemmMinRowsBf16) * big->out);
-        linear(x.data(), kGemmMinRowsBf16, *big, y.data());
+      for (Linear* x : all) x->bf16_activations = bf16_matmul_;
+      // bf16 prompts unpack (or widen) each layer's weights into a scratch of the calling thread
+      // that grows to the largest layer, and bf16 matmuls are set up per weight shape: one trial
+      // run on each shape maps the scratch and sets them up now (the output head, larger still,
+      // is used only for all-position logits and is left out).
+      std::set<std::tuple<int, int, bool>> seen;
+      for (const Linear* l : layer_linears()) {
+        if (!l->w_bf16 || !seen.insert(std::make_tuple(l->in, l->out, l->b != nullptr)).second) continue;
+        std::vector<float> x(static_cast<size_t>(kGemmMinRowsBf16) * l->in, 0.0f);
+        std::vector<float> y(static_cast<size_t>(kGemmMinRowsBf16) * l->out);
+        linear(x.data(), kGemmMinRowsBf16, *l, y.data());
       }
     }
   }

@@ -146,6 +146,11 @@ class Model:
         """The precision of the linear layers' weights: float32, bfloat16, int8 or w8a8."""
         return self._engine.weight_dtype
 
+    @property
+    def bf16_matmul(self) -> bool:
+        """With bfloat16 weights: whether prompt matmuls round their inputs to bf16 (see load())."""
+        return self._engine.weight_dtype == "bfloat16" and self._engine.bf16_matmul
+
     # -- token handling -------------------------------------------------------------------
     def _ids(self, prompt: Prompt) -> List[int]:
         if isinstance(prompt, str):
@@ -584,7 +589,7 @@ _RUN_KEYS = {"max_new_tokens", "seed", "sampler", "order", "preset", "eos_token_
 
 def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Optional[int] = None,
          tokenizer: Union[None, str, os.PathLike, Tokenizer] = None, zero_copy: bool = False,
-         kv_block_size: int = _core.default_kv_block_size) -> Model:
+         kv_block_size: int = _core.default_kv_block_size, bf16_matmul: bool = True) -> Model:
     """Load a Hugging Face folder (config.json + safetensors) or a llama2.c ``.bin`` checkpoint.
 
     Weights are memory-mapped; fp32, bf16 and f16 stored weights load. ``dtype`` is the precision
@@ -595,7 +600,8 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
     faster prompts at a measured cost in accuracy; see benchmarks/bench_speed.py and
     benchmarks/bench_accuracy.py). Activations, norms, attention and accumulation stay fp32, except
     that int8 layers round their input to 16-bit fixed point (a scale per 256 values; error at most
-    1/65534 of the block's largest value) to sum the products exactly in int32. int8 and w8a8 run
+    1/65534 of the block's largest value) to sum the products exactly in int32, and bfloat16
+    prompts round theirs to bf16 (``bf16_matmul``). int8 and w8a8 run
     one linear kernel at every number of tokens: a row's product is the same bit for bit whether it
     was decoded alone, in a batch, or in a prompt.
     ``tokenizer`` overrides the tokenizer found beside the weights (a path or a Tokenizer).
@@ -610,6 +616,13 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
     per sequence (at most kv_block_size - 1 positions) and copy less when a fork first writes to a
     shared block. The logits are the same bit for bit for every multiple of 4, and within float
     rounding for other sizes.
+    ``bf16_matmul`` (bfloat16 only): a linear layer over 80 or more rows at once (long prompts,
+    very large batches) rounds its input to bf16 and runs oneDNN's bf16 matmul, products of bf16
+    pairs summed in fp32, as transformers and llama.cpp do at this precision: about twice the
+    speed of the fp32 matmul on the weights widened, at a measured cost
+    (benchmarks/bench_accuracy.py). Fewer rows, decode steps among them, keep fp32 inputs. False
+    keeps fp32 inputs for every row count too, so that every result is fp32 arithmetic on the
+    bf16-rounded weights.
     """
     path = os.fspath(path)
     dtype = {"fp32": "float32", "bf16": "bfloat16"}.get(dtype, dtype)
@@ -643,7 +656,10 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
         tok_dir = os.path.dirname(os.path.abspath(path))
     if not isinstance(zero_copy, bool):
         raise TypeError(f"zero_copy must be True or False, got {zero_copy!r}")
-    engine = _core.Engine(config.to_core(), files, tensors, n_threads, dtype, zero_copy, int(kv_block_size))
+    if not isinstance(bf16_matmul, bool):
+        raise TypeError(f"bf16_matmul must be True or False, got {bf16_matmul!r}")
+    engine = _core.Engine(config.to_core(), files, tensors, n_threads, dtype, zero_copy, int(kv_block_size),
+                          bf16_matmul)
     if tokenizer is None:
         tok = find_tokenizer(tok_dir, config.vocab_size)
     elif isinstance(tokenizer, Tokenizer):

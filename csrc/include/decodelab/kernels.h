@@ -45,6 +45,9 @@ struct Linear {
   const int8_t* w_i8 = nullptr;  // in panels of 16 rows (see kernels.cc)
   const float* scales = nullptr;  // (out), int8 only
   const int32_t* wsums = nullptr; // I8A8 only: each panel's offset sums per block of 256 inputs
+  // BF16 only: from gemm_min_rows rows the matmul rounds its input to bf16 and multiplies bf16 by
+  // bf16 (fp32 sums) instead of widening the weights to fp32 (see linear).
+  bool bf16_activations = false;
 };
 
 // Owned reduced-precision copy of a linear layer's weights.
@@ -74,8 +77,9 @@ bool linear_row_view(const Linear& L, int first, int count, Linear* view);
 double read_bandwidth(size_t nbytes, int n_threads, int repeats);
 
 // The fewest rows for which fp32 and bf16 layers run the oneDNN matmul (bf16 on weights widened
-// per call) rather than the register tiles that read the weights once per call. Measured on an
-// AVX2 machine, not retuned for the AVX-512 tiles: Llama 110M prompts, two processes alternating
+// per call, or with bf16_activations a bf16 matmul) rather than the register tiles that read the
+// weights once per call. Measured on an AVX2 machine with the widened matmul, not retuned for the
+// AVX-512 tiles nor the bf16 matmul: Llama 110M prompts, two processes alternating
 // (medians of 8 rounds, tiles against matmul): fp32 17 rows 18 % faster, 32 9 %, 48 6 %, 64 5 %
 // slower; bf16 24 rows 19-26 % faster, 48 10 %, 64 3 %, 96 7 % slower, 512 19 % slower. GPT-2
 // 124M: fp32 24 rows 15 % faster, 48 6 %; bf16 64 rows 5 % faster.
@@ -86,7 +90,9 @@ int gemm_min_rows(WeightType type);
 
 // y (T, out) = x (T, in) W^T + b. fp32 and bf16: one row runs a matrix-vector kernel that reads
 // the weights once; from 2 rows up to gemm_min_rows a register-tiled kernel that also reads them
-// once; more a oneDNN matmul. int8 and w8a8: integer panel kernels at every row count.
+// once; more a oneDNN matmul (bf16: on the weights widened to fp32, or with bf16_activations on
+// bf16 x and W with fp32 sums, about twice the speed). int8 and w8a8: integer panel kernels at
+// every row count.
 void linear(const float* x, int T, const Linear& layer, float* y);
 // ys[i] = linear(x, T, *layers[i]) for up to 4 layers reading the same input (a Llama layer's q, k
 // and v; gate and up): below gemm_min_rows rows (int8 and w8a8: any T) they share one parallel
@@ -95,6 +101,8 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
 
 // y (M, N) = x (M, K) W^T + b with W (N, K) and b (N) or null. oneDNN.
 void matmul_onednn(const float* x, int M, int K, const float* w, int N, float* y, const float* b = nullptr);
+// The same with bf16 x (M, K) and W (N, K): products of bf16 values summed in fp32 (vdpbf16ps).
+void matmul_onednn_bf16(const uint16_t* x, int M, int K, const uint16_t* w, int N, float* y, const float* b = nullptr);
 // Creates the primitive for a weight shape (with or without a bias) and runs it once on any K x N
 // floats at `w`, ahead of the first prompt.
 void matmul_onednn_prepare(const float* w, int K, int N, const float* b = nullptr);

@@ -18,11 +18,13 @@ class Transformer {
   // weight_type: the precision the linear layers (and the output head) are kept and read in.
   // zero_copy: fp32 linear layers and head are read from the file mapping itself rather than
   // copied once into huge pages (see Transformer::Transformer). block_size: tokens per KV-cache
-  // block, in [1, kMaxBlockSize].
+  // block, in [1, kMaxBlockSize]. bf16_matmul: with bf16 weights, the prompt matmuls (from
+  // gemm_min_rows rows) round their inputs to bf16 (Linear::bf16_activations).
   Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> weights, int n_threads,
               WeightType weight_type = WeightType::F32, bool zero_copy = false,
-              int block_size = kDefaultBlockSize);
+              int block_size = kDefaultBlockSize, bool bf16_matmul = true);
   WeightType weight_type() const { return weight_type_; }
+  bool bf16_matmul() const { return bf16_matmul_; }
   uint64_t quantized_bytes() const;
   // Bytes of fp32 copies: the store's conversions and the layers copied from the mapping.
   uint64_t owned_bytes() const;
@@ -95,6 +97,7 @@ class Transformer {
   std::vector<float> rope_cos_, rope_sin_;  // (max_position, head_dim/2)
   WeightType weight_type_ = WeightType::F32;
   int block_size_ = kDefaultBlockSize;
+  bool bf16_matmul_ = true;
   std::vector<QuantizedWeights> quantized_;  // one per quantized linear layer
   HugeBytes arena_;                          // their converted weights
   HugeBytes f32_arena_;                      // fp32 layers copied from the mapping
