@@ -3,8 +3,9 @@
     python benchmarks/bench_linear.py [--rows 4096] [--shapes 768x2304 3072x768] [--repeats 10] [--json out.json]
 
 The rate of the matrix products alone, the part of a prompt that each dtype's kernel decides
-(fp32: the oneDNN matmul; bf16: that matmul on weights widened per call; int8 and w8a8: the
-integer panel kernels). The timing binding converts the fp32 weights once per call, untimed, and
+(fp32: the oneDNN matmul; bf16: oneDNN's bf16 matmul on inputs rounded to bf16, as load() runs
+by default, and "bf16-fp32in" the fp32 matmul on weights widened per call, as with
+load(bf16_matmul=False); int8 and w8a8: the integer panel kernels). The timing binding converts the fp32 weights once per call, untimed, and
 times each of `--repeats` products on that copy. Rounds are interleaved across dtypes and each
 keeps its best product, as this shared host's speed drifts. `--rows 1` times the one-row (decode)
 kernels instead.
@@ -16,7 +17,13 @@ import numpy as np
 
 from decodelab._native import _core
 
-DTYPES = ["float32", "bfloat16", "int8", "w8a8"]
+DTYPES = ["float32", "bfloat16", "bf16-fp32in", "int8", "w8a8"]
+
+
+def seconds(x, w, d, repeats):
+    if d == "bf16-fp32in":
+        return _core.linear_seconds(x, w, "bfloat16", repeats, bf16_matmul=False)
+    return _core.linear_seconds(x, w, d, repeats, bf16_matmul=d == "bfloat16")
 
 
 def main():
@@ -38,15 +45,15 @@ def main():
         best = {d: float("inf") for d in DTYPES}
         for _ in range(a.rounds):
             for d in DTYPES:
-                best[d] = min(best[d], float(_core.linear_seconds(x, w, d, a.repeats).min()))
+                best[d] = min(best[d], float(seconds(x, w, d, a.repeats).min()))
         for d in DTYPES:
             t = best[d]
             rows.append({"rows": a.rows, "in": n_in, "out": n_out, "dtype": d, "seconds": t,
                          "gmac_s": a.rows * n_in * n_out / t / 1e9})
-    print(f"{'rows':>6} {'in':>6} {'out':>6} {'dtype':>9} {'GMAC/s':>8} {'vs fp32':>8}")
+    print(f"{'rows':>6} {'in':>6} {'out':>6} {'dtype':>11} {'GMAC/s':>8} {'vs fp32':>8}")
     for r in rows:
         f32 = next(q for q in rows if q["in"] == r["in"] and q["out"] == r["out"] and q["dtype"] == "float32")
-        print(f"{r['rows']:6d} {r['in']:6d} {r['out']:6d} {r['dtype']:>9} {r['gmac_s']:8.1f} "
+        print(f"{r['rows']:6d} {r['in']:6d} {r['out']:6d} {r['dtype']:>11} {r['gmac_s']:8.1f} "
               f"{r['gmac_s'] / f32['gmac_s']:7.2f}x")
     with open(a.json, "w") as f:
         json.dump({"argv": vars(a), "rows": rows}, f, indent=1)
