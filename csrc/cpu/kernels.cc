@@ -160,6 +160,14 @@ static void split_even_odd(const float* x, int T, int n, FloatBuffer& xd) {
 // 26-31, 1024 bytes ahead into L1 (T0) 25-34, into L2 (T1) 28-37, NTA 33-36; NTA 512 bytes ahead 24,
 // 2048 31, 4096 22.
 constexpr int kBf16Ahead = 1024;
+// The two cache lines kBf16Ahead bytes past a group's step at p, unless past the layer's end.
+static inline void prefetch_ahead_nta(const uint16_t* p, const char* end) {
+  const char* ahead = reinterpret_cast<const char*>(p) + kBf16Ahead;
+  if (ahead < end) {
+    _mm_prefetch(ahead, _MM_HINT_NTA);
+    _mm_prefetch(ahead + 64, _MM_HINT_NTA);
+  }
+}
 
 // y[4g, 4g + 4) = W x for bf16 W: a bf16 value is the top half of an fp32 one, so 16 weights loaded
 // as 32-bit lanes give the odd-indexed ones by masking off the low halves and the even-indexed ones
@@ -168,21 +176,19 @@ constexpr int kBf16Ahead = 1024;
 static void bf16_row_group(const float* xd, const Linear& L, int g, float* y) {
   const int ld = bf16_ld(L.in);
   const uint16_t* p = bf16_group(L, g);
+#if defined(__AVX2__) && defined(__FMA__)
+  const char* end = reinterpret_cast<const char*>(L.w_bf16 + (L.out + 3) / 4 * bf16_group_elems(L));
+#endif
   const int o0 = 4 * g, nr = std::min(4, L.out - o0);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #if defined(DECODELAB_AVX512)
   // Two rows per 512-bit vector (one load covers rows 2k and 2k + 1, 16 values each), the
   // activations repeated in both halves: half the instructions of the AVX2 loop, each lane
   // accumulating the same products in the same order, so the same sums bit for bit.
-  const char* end = reinterpret_cast<const char*>(L.w_bf16 + (L.out + 3) / 4 * bf16_group_elems(L));
   __m512 ae[2], ao[2];
   for (int k = 0; k < 2; ++k) ae[k] = ao[k] = _mm512_setzero_ps();
   for (int i = 0; i < ld; i += 16, p += 64) {
-    const char* ahead = reinterpret_cast<const char*>(p) + kBf16Ahead;
-    if (ahead < end) {
-      _mm_prefetch(ahead, _MM_HINT_NTA);
-      _mm_prefetch(ahead + 64, _MM_HINT_NTA);
-    }
+    prefetch_ahead_nta(p, end);
     const __m512 xe = _mm512_broadcast_f32x8(_mm256_load_ps(xd + i));
     const __m512 xo = _mm512_broadcast_f32x8(_mm256_load_ps(xd + i + 8));
     for (int k = 0; k < 2; ++k) {
@@ -193,15 +199,10 @@ static void bf16_row_group(const float* xd, const Linear& L, int g, float* y) {
   }
   for (int k = 0; k < 2; ++k) hsum_halves(_mm512_add_ps(ae[k], ao[k]), &acc[2 * k], &acc[2 * k + 1]);
 #elif defined(__AVX2__) && defined(__FMA__)
-  const char* end = reinterpret_cast<const char*>(L.w_bf16 + (L.out + 3) / 4 * bf16_group_elems(L));
   __m256 ae[4], ao[4];
   for (int r = 0; r < 4; ++r) ae[r] = ao[r] = _mm256_setzero_ps();
   for (int i = 0; i < ld; i += 16, p += 64) {
-    const char* ahead = reinterpret_cast<const char*>(p) + kBf16Ahead;
-    if (ahead < end) {
-      _mm_prefetch(ahead, _MM_HINT_NTA);
-      _mm_prefetch(ahead + 64, _MM_HINT_NTA);
-    }
+    prefetch_ahead_nta(p, end);
     const __m256 xe = _mm256_load_ps(xd + i), xo = _mm256_load_ps(xd + i + 8);
     for (int r = 0; r < 4; ++r) {
       const __m256i v = load16_bf16(p + 16 * r);
@@ -887,9 +888,6 @@ static void small_group(const float* x, const float* xd, bool direct, int T, con
   }
 }
 
-// Many rows (prefill) with bf16 weights: widen the matrix to fp32 in a reused scratch
-// and run the fp32 matmul, bias included (prefill is compute-bound; the widening reads the weights
-// once).
 // y = x W^T + b for a bf16 layer with bf16_activations: W unpacked from its groups into plain
 // (out, in) bf16 rows and x rounded to bf16 (nearest even), both into scratch of the calling
 // thread, then oneDNN's bf16 matmul (vdpbf16ps: products of bf16 pairs summed in fp32). A 512-row
@@ -916,6 +914,9 @@ static void matmul_bf16(const float* x, int T, const Linear& L, float* y) {
   matmul_onednn_bf16(xq, T, L.in, w, L.out, y, L.b);
 }
 
+// Many rows (prefill) with bf16 weights and fp32 inputs: widen the matrix to fp32 in a reused
+// scratch and run the fp32 matmul, bias included (prefill is compute-bound; the widening reads the
+// weights once).
 static void matmul_widened(const float* x, int T, const Linear& L, float* y) {
   thread_local FloatBuffer wide;  // the calling thread's; OpenMP workers use the pointer
   grow(wide, static_cast<size_t>(L.out) * L.in);

@@ -20,7 +20,7 @@ dnnl::engine& cpu_engine() {
 // One matmul primitive per weight shape, with the number of rows M left to run time: a prompt of
 // a length not seen before would otherwise create (and JIT-compile) new kernels, which cost tens
 // of milliseconds on the first request of each length.
-const dnnl::matmul& primitive(int K, int N, bool bias, bool bf16 = false) {
+const dnnl::matmul& primitive(int K, int N, bool bias, bool bf16) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   static std::mutex mu;
@@ -42,15 +42,16 @@ const dnnl::matmul& primitive(int K, int N, bool bias, bool bf16 = false) {
                                          : dnnl::matmul::primitive_desc(cpu_engine(), src_md, wei_md, dst_md);
   return cache.emplace(key, dnnl::matmul(pd)).first->second;
 }
-}  // namespace
 
-void matmul_onednn(const float* x, int M, int K, const float* w, int N, float* y, const float* b) {
+// Runs the cached primitive for (K, N, bias, bf16) on x (M, K), W (N, K) stored row-major, y (M, N).
+void execute(const void* x, int M, int K, const void* w, int N, float* y, const float* b, bool bf16) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   auto& eng = cpu_engine();
-  const dnnl::matmul& prim = primitive(K, N, b != nullptr);
-  dnnl::memory src_m({{M, K}, dt::f32, tag::ab}, eng, const_cast<float*>(x));
-  dnnl::memory wei_m({{K, N}, dt::f32, tag::ba}, eng, const_cast<float*>(w));
+  const dnnl::matmul& prim = primitive(K, N, b != nullptr, bf16);
+  const dt in_type = bf16 ? dt::bf16 : dt::f32;
+  dnnl::memory src_m({{M, K}, in_type, tag::ab}, eng, const_cast<void*>(x));
+  dnnl::memory wei_m({{K, N}, in_type, tag::ba}, eng, const_cast<void*>(w));
   dnnl::memory dst_m({{M, N}, dt::f32, tag::ab}, eng, y);
   dnnl::stream stream(eng);
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}};
@@ -58,20 +59,14 @@ void matmul_onednn(const float* x, int M, int K, const float* w, int N, float* y
   prim.execute(stream, args);
   stream.wait();
 }
+}  // namespace
+
+void matmul_onednn(const float* x, int M, int K, const float* w, int N, float* y, const float* b) {
+  execute(x, M, K, w, N, y, b, false);
+}
 
 void matmul_onednn_bf16(const uint16_t* x, int M, int K, const uint16_t* w, int N, float* y, const float* b) {
-  using dt = dnnl::memory::data_type;
-  using tag = dnnl::memory::format_tag;
-  auto& eng = cpu_engine();
-  const dnnl::matmul& prim = primitive(K, N, b != nullptr, true);
-  dnnl::memory src_m({{M, K}, dt::bf16, tag::ab}, eng, const_cast<uint16_t*>(x));
-  dnnl::memory wei_m({{K, N}, dt::bf16, tag::ba}, eng, const_cast<uint16_t*>(w));
-  dnnl::memory dst_m({{M, N}, dt::f32, tag::ab}, eng, y);
-  dnnl::stream stream(eng);
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}};
-  if (b) args.emplace(DNNL_ARG_BIAS, dnnl::memory({{1, N}, dt::f32, tag::ab}, eng, const_cast<float*>(b)));
-  prim.execute(stream, args);
-  stream.wait();
+  execute(x, M, K, w, N, y, b, true);
 }
 
 void matmul_onednn_prepare(const float* w, int K, int N, const float* b) {

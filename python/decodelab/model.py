@@ -149,7 +149,7 @@ class Model:
     @property
     def bf16_matmul(self) -> bool:
         """With bfloat16 weights: whether prompt matmuls round their inputs to bf16 (see load())."""
-        return self._engine.weight_dtype == "bfloat16" and self._engine.bf16_matmul
+        return self._engine.bf16_matmul
 
     # -- token handling -------------------------------------------------------------------
     def _ids(self, prompt: Prompt) -> List[int]:

@@ -24,7 +24,8 @@ class Transformer {
               WeightType weight_type = WeightType::F32, bool zero_copy = false,
               int block_size = kDefaultBlockSize, bool bf16_matmul = true);
   WeightType weight_type() const { return weight_type_; }
-  bool bf16_matmul() const { return bf16_matmul_; }
+  // Whether bf16 prompt matmuls round their inputs (bf16 weights and bf16_matmul at construction).
+  bool bf16_matmul() const { return bf16_matmul_ && weight_type_ == WeightType::BF16; }
   uint64_t quantized_bytes() const;
   // Bytes of fp32 copies: the store's conversions and the layers copied from the mapping.
   uint64_t owned_bytes() const;
