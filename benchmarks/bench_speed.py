@@ -202,6 +202,10 @@ def work_llamacpp(folder, dtype, a):
             if lc.llama_model_quantize(f32.encode(), path.encode(), ctypes.byref(qp)) != 0:
                 raise RuntimeError("llama_model_quantize failed")
     mp = lc.llama_model_default_params()
+    # On a machine with AMX, llama.cpp repacks q8_0 weights for its AMX kernels (an "extra buffer
+    # type"); in llama-cpp-python 0.3.36 that path segfaults at the first llama_decode here, at any
+    # prompt length, so q8_0 runs on llama.cpp's ordinary CPU kernels. Other types keep the default.
+    mp.use_extra_bufts = dtype != "q8_0"
     model = lc.llama_model_load_from_file(path.encode(), mp)
     if not model:
         raise RuntimeError("llama.cpp could not load " + path)
