@@ -10,8 +10,10 @@ fp32 logit| over every position, and how often the argmax agrees with fp32's.
 
 Two paths per setting: "forward" scores the whole text in one pass (the prefill kernels);
 "decode" feeds it one token at a time through a KV cache (the kernels generation runs after the
-prompt; a bf16 cache rounds keys and values there). bfloat16 "forward" runs twice: with
-bf16_matmul (the default: the prompt's matmuls round their inputs to bf16) and without.
+prompt; a bf16 cache rounds keys and values there). bfloat16 and int8 "forward" run twice: with
+bf16_matmul (the default: the prompt's matmuls round their inputs to bf16; int8 only where the CPU
+has native bf16 products) and without ("-fp32in": bf16 weights with fp32 inputs, "-panels": the
+int8 kernel's 16-bit inputs).
 """
 import argparse
 import json
@@ -59,16 +61,16 @@ def main():
             base = ref.forward(ids)
             del ref
             settings = [("float32", "forward", "-"), ("bfloat16", "forward", "-"), ("bfloat16-fp32in", "forward", "-"),
-                        ("int8", "forward", "-"),
+                        ("int8", "forward", "-"), ("int8-panels", "forward", "-"),
                         ("float32", "decode", "float32"), ("float32", "decode", "bfloat16"),
                         ("bfloat16", "decode", "float32"), ("bfloat16", "decode", "bfloat16"),
                         ("int8", "decode", "float32"), ("int8", "decode", "bfloat16"),
                         ("w8a8", "forward", "-"), ("w8a8", "decode", "float32")]
             models = {}
             for dtype, path_kind, kv in settings:
-                # "bfloat16-fp32in": bf16 weights loaded with bf16_matmul=False (fp32 matmul inputs)
+                # "bfloat16-fp32in", "int8-panels": loaded with bf16_matmul=False
                 m = models.get(dtype) or models.setdefault(dtype, decodelab.load(
-                    path, dtype=dtype.split("-")[0], bf16_matmul=dtype != "bfloat16-fp32in"))
+                    path, dtype=dtype.split("-")[0], bf16_matmul="-" not in dtype))
                 if path_kind == "forward":
                     lg = m.forward(ids)
                 else:

@@ -5,7 +5,10 @@
 The rate of the matrix products alone, the part of a prompt that each dtype's kernel decides
 (fp32: the oneDNN matmul; bf16: oneDNN's bf16 matmul on inputs rounded to bf16, as load() runs
 by default, and "bf16-fp32in" the fp32 matmul on weights widened per call, as with
-load(bf16_matmul=False); int8 and w8a8: the integer panel kernels). The timing binding converts the fp32 weights once per call, untimed, and
+load(bf16_matmul=False); int8: the bf16 matmul on the int8 values, as load() runs by default where
+the CPU has native bf16 (else the panels), and "int8-panels" the integer panel kernel, as with
+load(bf16_matmul=False); w8a8: the integer panel kernel). The timing binding converts the fp32
+weights once per call, untimed, and
 times each of `--repeats` products on that copy. Rounds are interleaved across dtypes and each
 keeps its best product, as this shared host's speed drifts. `--rows 1` times the one-row (decode)
 kernels instead.
@@ -17,13 +20,15 @@ import numpy as np
 
 from decodelab._native import _core
 
-DTYPES = ["float32", "bfloat16", "bf16-fp32in", "int8", "w8a8"]
+DTYPES = ["float32", "bfloat16", "bf16-fp32in", "int8", "int8-panels", "w8a8"]
 
 
 def seconds(x, w, d, repeats):
     if d == "bf16-fp32in":
         return _core.linear_seconds(x, w, "bfloat16", repeats, bf16_matmul=False)
-    return _core.linear_seconds(x, w, d, repeats, bf16_matmul=d == "bfloat16")
+    if d == "int8-panels":
+        return _core.linear_seconds(x, w, "int8", repeats, bf16_matmul=False)
+    return _core.linear_seconds(x, w, d, repeats, bf16_matmul=d in ("bfloat16", "int8"))
 
 
 def main():

@@ -3,7 +3,8 @@
 Every path `linear()` can take is reached: for fp32 and bf16 weights one row (matrix-vector),
 from 2 rows up to `_core.gemm_min_rows(dtype)` (register-tiled) and from there on (oneDNN; both
 sides of each threshold are tested); for int8 (16-bit activations) and w8a8 (7-bit
-activations) the panel kernels at every row count, in tiles of 1 to 4 rows and chunks of 48; with
+activations) the panel kernels at every row count, and int8's bf16 matmul (bf16_matmul, where the
+CPU has native bf16) from `gemm_min_rows("int8")` rows, in tiles of 1 to 4 rows and chunks of 48; with
 sizes that leave tails after every vector width, panel and 256-value block.
 """
 import numpy as np
@@ -53,6 +54,12 @@ def _u7_blocks(x):
 
 def _reference(x, w, dtype):
     x64 = x.astype(np.float64)
+    if dtype == "i8_matmul":
+        if _core.bf16_matmul_native() and x.shape[0] >= _core.gemm_min_rows("int8"):
+            # the bf16 matmul on bf16(x) and the int8 values, exact in bf16; the scales after
+            wq, scale = _int8(w)
+            return (_bf16(x).astype(np.float64) @ wq.T.astype(np.float64)) * scale
+        dtype = "int8"  # fewer rows, or no native bf16: the int8 panels
     if dtype == "float32":
         return x64 @ w.astype(np.float64).T
     if dtype == "bf16_matmul" and x.shape[0] >= _core.gemm_min_rows("bfloat16"):
@@ -72,16 +79,18 @@ def _reference(x, w, dtype):
     return y * scale
 
 
-# The row counts on both sides of the fp32 and bf16 thresholds between the tiles and the matmul.
-GEMM_EDGES = sorted({_core.gemm_min_rows(d) + k for d in ("float32", "bfloat16") for k in (-1, 0)})
+# The row counts on both sides of the fp32, bf16 and int8 thresholds between the tiles (panels)
+# and the matmul.
+GEMM_EDGES = sorted({_core.gemm_min_rows(d) + k for d in ("float32", "bfloat16", "int8") for k in (-1, 0)})
 
 
 def test_gemm_thresholds():
     assert 2 < _core.gemm_min_rows("float32") <= _core.gemm_min_rows("bfloat16") < 1000
-    assert _core.gemm_min_rows("int8") == _core.gemm_min_rows("w8a8") == 2**31 - 1
+    assert 2 < _core.gemm_min_rows("int8") < 1000
+    assert _core.gemm_min_rows("w8a8") == 2**31 - 1
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "bf16_matmul", "int8", "w8a8"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "bf16_matmul", "int8", "i8_matmul", "w8a8"])
 @pytest.mark.parametrize("T", [1, 2, 3, 4, 7, 16, 17, 33] + GEMM_EDGES)
 @pytest.mark.parametrize("n_in,n_out", [(7, 5), (16, 4), (64, 37), (255, 9), (256, 8), (300, 13), (777, 6),
                                         (300, 1001)])  # enough work for the threaded split
@@ -92,6 +101,8 @@ def test_linear_matches_its_arithmetic(dtype, T, n_in, n_out):
     w = (0.05 * rng.standard_normal((n_out, n_in))).astype(np.float32)
     if dtype == "bf16_matmul":  # bf16 weights, load(bf16_matmul=True): fp32 x below the matmul's rows
         got = _core.linear(x, w, "bfloat16", bf16_matmul=True)
+    elif dtype == "i8_matmul":  # int8 weights, load(bf16_matmul=True)
+        got = _core.linear(x, w, "int8", bf16_matmul=True)
     else:
         got = _core.linear(x, w, dtype)
     want = _reference(x, w, dtype)

@@ -131,3 +131,29 @@ def test_bf16_matmul_rounds_the_inputs_of_long_prompts_only(tmp_path):
     assert 2e-5 < err < 0.02 * np.abs(want).max()
     with pytest.raises(TypeError, match="bf16_matmul must be True or False"):
         decodelab.load(src, dtype="bfloat16", bf16_matmul=1)
+
+
+def test_bf16_matmul_with_int8_weights(tmp_path):
+    """int8 with bf16_matmul (the default) on a CPU with native bf16 products: from
+    gemm_min_rows("int8") rows a layer runs the bf16 matmul on bf16-rounded inputs and the int8
+    values (exact in bf16), so a long prompt's logits move by about the inputs' bf16 rounding, and
+    fewer rows give the same bits as bf16_matmul=False (the int8 panels at every length). Without
+    native bf16 the option changes nothing."""
+    from decodelab import _core
+    cfg, tensors = testing.random_weights("llama-tiny", seed=7)
+    src = testing.write_hf_folder(str(tmp_path / "src"), cfg, tensors)
+    on, off = decodelab.load(src, dtype="int8"), decodelab.load(src, dtype="int8", bf16_matmul=False)
+    assert on.bf16_matmul == _core.bf16_matmul_native() and not off.bf16_matmul
+    assert not decodelab.load(src, dtype="w8a8").bf16_matmul
+    n = _core.gemm_min_rows("int8")
+    ids = np.random.default_rng(3).integers(0, cfg["vocab_size"], size=n + 20).tolist()
+    np.testing.assert_array_equal(on.forward(ids[:n - 1]), off.forward(ids[:n - 1]))
+    want, got = off.forward(ids), on.forward(ids)
+    if not _core.bf16_matmul_native():
+        np.testing.assert_array_equal(got, want)
+        return
+    err = np.abs(got - want).max()
+    assert 1e-5 < err < 0.02 * np.abs(want).max()
+    # Against fp32 the int8 weights' own error dominates either way.
+    ref = decodelab.load(src).forward(ids)
+    assert np.abs(got - ref).max() < 2 * np.abs(want - ref).max()

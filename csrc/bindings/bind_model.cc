@@ -165,7 +165,7 @@ void test_linear(const FloatArray& x, const FloatArray& w, const std::string& dt
   const WeightType type = parse_weight_dtype(dtype);
   QuantizedWeights store;
   Linear L = test_layer(w, type, store);
-  L.bf16_activations = bf16_matmul && type == WeightType::BF16;
+  L.bf16_activations = bf16_matmul && (type == WeightType::BF16 || (type == WeightType::I8 && bf16_matmul_native()));
   const int T = static_cast<int>(x.shape(0));
   py::gil_scoped_release release;
   for (int r = 0; r < repeats; ++r) {
@@ -200,7 +200,11 @@ void register_device(py::module_& m) {
       "gemm_min_rows", [](const std::string& dtype) { return gemm_min_rows(parse_weight_dtype(dtype)); },
       py::arg("dtype"),
       "The fewest rows for which a layer of this weight dtype runs the oneDNN matmul instead of the "
-      "kernels that read the weights once per call (int8, w8a8: never, the largest int).");
+      "kernels that read the weights once per call (int8: only with bf16_matmul on a CPU where "
+      "bf16_matmul_native() is true; w8a8: never, the largest int).");
+  m.def("bf16_matmul_native", &bf16_matmul_native,
+        "Whether this CPU multiplies bf16 in hardware (AVX512_BF16): only then do int8 layers take the "
+        "bf16 matmul from gemm_min_rows('int8') rows with bf16_matmul.");
   m.def(
       "linear",
       [](const FloatArray& x, const FloatArray& w, const std::string& dtype, int repeats, bool bf16_matmul) {
@@ -212,7 +216,8 @@ void register_device(py::module_& m) {
       py::arg("x"), py::arg("w"), py::arg("dtype") = "float32", py::arg("repeats") = 1, py::arg("bf16_matmul") = false,
       "y = x w^T through the engine's kernels, w given in fp32 and stored as dtype first (for tests);\n"
       "repeats > 1 runs the product that many times on the one stored copy, as linear_seconds does.\n"
-      "bf16_matmul: a bfloat16 layer rounds x to bf16 on the matmul path, as load(bf16_matmul=True).");
+      "bf16_matmul: a bfloat16 layer (and an int8 one where bf16_matmul_native()) rounds x to bf16\n"
+      "on the matmul path, as load(bf16_matmul=True).");
   m.def(
       "linear_seconds",
       [](const FloatArray& x, const FloatArray& w, const std::string& dtype, int repeats, bool bf16_matmul) {

@@ -916,6 +916,67 @@ static void matmul_bf16(const float* x, int T, const Linear& L, float* y) {
   matmul_onednn_bf16(xq, T, L.in, w, L.out, y, L.b);
 }
 
+// y = x W^T + b for an int8 layer with bf16_activations, W = scale * q: every int8 q is exactly
+// a bf16 value (8 significant bits at most), so q unpacked from its panels into bf16 and x rounded
+// to bf16 go through oneDNN's bf16 matmul, and the scales and bias are applied to its fp32 sums
+// after. The only rounding beyond the int8 weights' own is x to bf16, in place of the 16-bit fixed
+// point of the int8 panel kernel. A panel's step holds inputs 2k and 2k + 1 of 16 consecutive
+// outputs, so q unpacks to W^T (in, out): two 32-byte stores per 32 weights.
+static void unpack_i8_in_major(const Linear& L, uint16_t* w) {
+  constexpr int G = I8Block<1>::G;
+  const int steps = panel_steps(L.in, G), out = L.out, in = L.in;
+#pragma omp for schedule(static)
+  for (int p = 0; p < panel_count(out); ++p) {
+    const int n0 = p * kPanel, nn = std::min(kPanel, out - n0);
+    const int8_t* src = L.w_i8 + static_cast<size_t>(p) * kPanel * steps * G;
+#if defined(DECODELAB_AVX512) && defined(__AVX512BF16__)
+    // Even bytes (input 2k) to the low 16 words, odd (2k + 1) to the high 16.
+    alignas(64) static const uint16_t order[32] = {0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20,
+                                                   22, 24, 26, 28, 30, 1,  3,  5,  7,  9,  11,
+                                                   13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+    const __m512i idx = _mm512_load_si512(order);
+    const __mmask16 m = static_cast<__mmask16>((1u << nn) - 1);
+    for (int k = 0; k < steps; ++k, src += kPanel * G) {
+      const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))));
+      const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16))));
+      const __m512i h = _mm512_permutexvar_epi16(idx, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+      _mm256_mask_storeu_epi16(w + static_cast<size_t>(2 * k) * out + n0, m, _mm512_castsi512_si256(h));
+      if (2 * k + 1 < in) _mm256_mask_storeu_epi16(w + static_cast<size_t>(2 * k + 1) * out + n0, m, _mm512_extracti64x4_epi64(h, 1));
+    }
+#else
+    for (int k = 0; k < steps; ++k, src += kPanel * G)
+      for (int j = 0; j < G && G * k + j < in; ++j)
+        for (int r = 0; r < nn; ++r)
+          w[static_cast<size_t>(G * k + j) * out + n0 + r] = f32_to_bf16(static_cast<float>(src[r * G + j]));
+#endif
+  }
+}
+
+static void matmul_i8_bf16(const float* x, int T, const Linear& L, float* y) {
+  thread_local std::vector<uint16_t, AlignedAllocator<uint16_t>> wb, xb;
+  grow(wb, static_cast<size_t>(L.out) * L.in);
+  grow(xb, static_cast<size_t>(T) * L.in);
+  uint16_t* w = wb.data();
+  uint16_t* xq = xb.data();
+  const int64_t nx = static_cast<int64_t>(T) * L.in;
+#pragma omp parallel
+  {
+    unpack_i8_in_major(L, w);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < nx; ++i) xq[i] = f32_to_bf16(x[i]);
+  }
+  matmul_onednn_bf16(xq, T, L.in, w, L.out, y, nullptr, true);
+  const float* sc = L.scales;
+  const float* b = L.b;
+  const int out = L.out;
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < T; ++t) {
+    float* yt = y + static_cast<size_t>(t) * out;
+    if (b) for (int o = 0; o < out; ++o) yt[o] = yt[o] * sc[o] + b[o];
+    else for (int o = 0; o < out; ++o) yt[o] *= sc[o];
+  }
+}
+
 // Many rows (prefill) with bf16 weights and fp32 inputs: widen the matrix to fp32 in a reused
 // scratch and run the fp32 matmul, bias included (prefill is compute-bound; the widening reads the
 // weights once).
@@ -1127,16 +1188,27 @@ int gemm_min_rows(WeightType type) {
   switch (type) {
     case WeightType::F32: return kGemmMinRowsF32;
     case WeightType::BF16: return kGemmMinRowsBf16;
+    case WeightType::I8: return kGemmMinRowsI8;
     default: return std::numeric_limits<int>::max();
   }
+}
+
+bool bf16_matmul_native() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool native = __builtin_cpu_supports("avx512bf16");
+  return native;
+#else
+  return false;
+#endif
 }
 
 namespace {
 // Which kernel a layer runs for T rows.
 Path path_of(const Linear& L, int T) {
-  // int8 and w8a8 run their panels at every row count: see I8Block.
+  // w8a8 runs its panels at every row count, and so does int8 without bf16_activations: see I8Block.
   if (L.type == WeightType::I8A8) return Path::A8Rows;
-  if (L.type == WeightType::I8) return Path::I8Rows;
+  if (L.type == WeightType::I8)
+    return L.bf16_activations && T >= gemm_min_rows(L.type) ? Path::Gemm : Path::I8Rows;
   if (T >= gemm_min_rows(L.type)) return Path::Gemm;
   if (T == 1) return L.type == WeightType::BF16 ? Path::Bf16Row : Path::F32Row;
   return Path::SmallRows;
@@ -1157,6 +1229,7 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
       const Linear& L = *layers[i];
       if (path_of(L, T) != Path::Gemm) linear_many(x, T, &layers[i], &ys[i], 1);
       else if (L.type == WeightType::F32) matmul_onednn(x, T, L.in, L.w, L.out, ys[i], L.b);
+      else if (L.type == WeightType::I8) matmul_i8_bf16(x, T, L, ys[i]);
       else if (L.bf16_activations) matmul_bf16(x, T, L, ys[i]);
       else matmul_widened(x, T, L, ys[i]);
     }

@@ -20,20 +20,21 @@ dnnl::engine& cpu_engine() {
 // One matmul primitive per weight shape, with the number of rows M left to run time: a prompt of
 // a length not seen before would otherwise create (and JIT-compile) new kernels, which cost tens
 // of milliseconds on the first request of each length.
-const dnnl::matmul& primitive(int K, int N, bool bias, bool bf16) {
+const dnnl::matmul& primitive(int K, int N, bool bias, bool bf16, bool w_in_major) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   static std::mutex mu;
-  static std::map<std::tuple<int, int, bool, bool>, dnnl::matmul> cache;
+  static std::map<std::tuple<int, int, bool, bool, bool>, dnnl::matmul> cache;
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(K, N, bias, bf16);
+  const auto key = std::make_tuple(K, N, bias, bf16, w_in_major);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   const auto M = DNNL_RUNTIME_DIM_VAL;
   const dt in_type = bf16 ? dt::bf16 : dt::f32;
   dnnl::memory::desc src_md({M, K}, in_type, tag::ab);
-  // Logical weights are (K, N): W (N, K) stored row-major is (K, N) in "ba" order.
-  dnnl::memory::desc wei_md({K, N}, in_type, tag::ba);
+  // Logical weights are (K, N): W (N, K) stored row-major is (K, N) in "ba" order, W^T stored
+  // row-major (w_in_major) in "ab" order.
+  dnnl::memory::desc wei_md({K, N}, in_type, w_in_major ? tag::ab : tag::ba);
   dnnl::memory::desc dst_md({M, N}, dt::f32, tag::ab);
   // The bias is added inside the matmul, while each output tile is still in registers, rather than
   // in a pass over the whole output afterwards.
@@ -43,15 +44,17 @@ const dnnl::matmul& primitive(int K, int N, bool bias, bool bf16) {
   return cache.emplace(key, dnnl::matmul(pd)).first->second;
 }
 
-// Runs the cached primitive for (K, N, bias, bf16) on x (M, K), W (N, K) stored row-major, y (M, N).
-void execute(const void* x, int M, int K, const void* w, int N, float* y, const float* b, bool bf16) {
+// Runs the cached primitive for (K, N, bias, bf16, w_in_major) on x (M, K), W (N, K) stored
+// row-major (or W^T, (K, N), with w_in_major), y (M, N).
+void execute(const void* x, int M, int K, const void* w, int N, float* y, const float* b, bool bf16,
+             bool w_in_major) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   auto& eng = cpu_engine();
-  const dnnl::matmul& prim = primitive(K, N, b != nullptr, bf16);
+  const dnnl::matmul& prim = primitive(K, N, b != nullptr, bf16, w_in_major);
   const dt in_type = bf16 ? dt::bf16 : dt::f32;
   dnnl::memory src_m({{M, K}, in_type, tag::ab}, eng, const_cast<void*>(x));
-  dnnl::memory wei_m({{K, N}, in_type, tag::ba}, eng, const_cast<void*>(w));
+  dnnl::memory wei_m({{K, N}, in_type, w_in_major ? tag::ab : tag::ba}, eng, const_cast<void*>(w));
   dnnl::memory dst_m({{M, N}, dt::f32, tag::ab}, eng, y);
   dnnl::stream stream(eng);
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}};
@@ -62,11 +65,12 @@ void execute(const void* x, int M, int K, const void* w, int N, float* y, const 
 }  // namespace
 
 void matmul_onednn(const float* x, int M, int K, const float* w, int N, float* y, const float* b) {
-  execute(x, M, K, w, N, y, b, false);
+  execute(x, M, K, w, N, y, b, false, false);
 }
 
-void matmul_onednn_bf16(const uint16_t* x, int M, int K, const uint16_t* w, int N, float* y, const float* b) {
-  execute(x, M, K, w, N, y, b, true);
+void matmul_onednn_bf16(const uint16_t* x, int M, int K, const uint16_t* w, int N, float* y, const float* b,
+                        bool w_in_major) {
+  execute(x, M, K, w, N, y, b, true, w_in_major);
 }
 
 void matmul_onednn_prepare(const float* w, int K, int N, const float* b) {

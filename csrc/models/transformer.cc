@@ -194,18 +194,19 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     for (const auto& name : linear_names) W.release(name);
     // A tied head is also the embedding table, whose rows are then read one per token.
     W.release(head_name);
-    if (weight_type_ == WeightType::BF16) {
-      for (Linear* x : all) x->bf16_activations = bf16_matmul_;
-      // bf16 prompts unpack (or widen) each layer's weights into a scratch of the calling thread
+    for (Linear* x : all) x->bf16_activations = this->bf16_matmul();
+    if (weight_type_ == WeightType::BF16 || this->bf16_matmul()) {
+      // bf16 and int8 prompts unpack (or widen) each layer's weights into a scratch of the calling thread
       // that grows to the largest layer, and bf16 matmuls are set up per weight shape: one trial
       // run on each shape maps the scratch and sets them up now (the output head, larger still,
       // is used only for all-position logits and is left out).
       std::set<std::tuple<int, int, bool>> seen;
       for (const Linear* l : layer_linears()) {
-        if (!l->w_bf16 || !seen.insert(std::make_tuple(l->in, l->out, l->b != nullptr)).second) continue;
-        std::vector<float> x(static_cast<size_t>(kGemmMinRowsBf16) * l->in, 0.0f);
-        std::vector<float> y(static_cast<size_t>(kGemmMinRowsBf16) * l->out);
-        linear(x.data(), kGemmMinRowsBf16, *l, y.data());
+        if (!(l->w_bf16 || l->w_i8) || !seen.insert(std::make_tuple(l->in, l->out, l->b != nullptr)).second) continue;
+        const int rows = gemm_min_rows(weight_type_);
+        std::vector<float> x(static_cast<size_t>(rows) * l->in, 0.0f);
+        std::vector<float> y(static_cast<size_t>(rows) * l->out);
+        linear(x.data(), rows, *l, y.data());
       }
     }
   }

@@ -148,7 +148,8 @@ class Model:
 
     @property
     def bf16_matmul(self) -> bool:
-        """With bfloat16 weights: whether prompt matmuls round their inputs to bf16 (see load())."""
+        """Whether prompt matmuls round their inputs to bf16 (bfloat16 weights, or int8 on a CPU
+        with native bf16 products; see load())."""
         return self._engine.bf16_matmul
 
     # -- token handling -------------------------------------------------------------------
@@ -601,9 +602,10 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
     benchmarks/bench_accuracy.py). Activations, norms, attention and accumulation stay fp32, except
     that int8 layers round their input to 16-bit fixed point (a scale per 256 values; error at most
     1/65534 of the block's largest value) to sum the products exactly in int32, and bfloat16
-    prompts round theirs to bf16 (``bf16_matmul``). int8 and w8a8 run
-    one linear kernel at every number of tokens: a row's product is the same bit for bit whether it
-    was decoded alone, in a batch, or in a prompt.
+    prompts, and int8 ones on a CPU with native bf16 products, round theirs to bf16
+    (``bf16_matmul``). w8a8, and int8 with ``bf16_matmul=False``, run one linear kernel at every
+    number of tokens: a row's product is the same bit for bit whether it was decoded alone, in a
+    batch, or in a prompt.
     ``tokenizer`` overrides the tokenizer found beside the weights (a path or a Tokenizer).
     ``zero_copy``: with fp32, the linear layers and the head are by default copied once from the
     file mapping into memory in huge pages, where a decode step reads them 10-20 % faster here
@@ -616,13 +618,16 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
     per sequence (at most kv_block_size - 1 positions) and copy less when a fork first writes to a
     shared block. The logits are the same bit for bit for every multiple of 4, and within float
     rounding for other sizes.
-    ``bf16_matmul`` (bfloat16 only): a linear layer over 80 or more rows at once (long prompts,
-    very large batches) rounds its input to bf16 and runs oneDNN's bf16 matmul, products of bf16
-    pairs summed in fp32, as transformers and llama.cpp do at this precision: about twice the
-    speed of the fp32 matmul on the weights widened, at a measured cost
-    (benchmarks/bench_accuracy.py). Fewer rows, decode steps among them, keep fp32 inputs. False
-    keeps fp32 inputs for every row count too, so that every result is fp32 arithmetic on the
-    bf16-rounded weights.
+    ``bf16_matmul`` (bfloat16 and int8): a linear layer over 80 or more rows at once (long
+    prompts, very large batches) rounds its input to bf16 and runs oneDNN's bf16 matmul, products
+    of bf16 pairs summed in fp32, as transformers and llama.cpp do at this precision (AMX tiles
+    where the CPU has them): 2-4 times the speed of the fp32 matmul on the weights widened, at a
+    measured cost (benchmarks/bench_accuracy.py). int8 layers take it only where the CPU has
+    native bf16 products (AVX512_BF16; ``decodelab._core.bf16_matmul_native()``), on their int8
+    values, which bf16 holds exactly, with the scales applied to the sums: 1.7x the speed of their
+    own kernel on 512-token prompts here. Fewer rows, decode steps among them, keep their usual
+    inputs. False keeps those for every row count too: fp32 arithmetic on the bf16-rounded
+    weights, or the int8 kernel's 16-bit inputs.
     """
     path = os.fspath(path)
     dtype = {"fp32": "float32", "bf16": "bfloat16"}.get(dtype, dtype)

@@ -45,8 +45,9 @@ struct Linear {
   const int8_t* w_i8 = nullptr;  // in panels of 16 rows (see kernels.cc)
   const float* scales = nullptr;  // (out), int8 only
   const int32_t* wsums = nullptr; // I8A8 only: each panel's offset sums per block of 256 inputs
-  // BF16 only: from gemm_min_rows rows the matmul rounds its input to bf16 and multiplies bf16 by
-  // bf16 (fp32 sums) instead of widening the weights to fp32 (see linear).
+  // BF16 and I8: from gemm_min_rows rows the matmul rounds its input to bf16 and multiplies bf16 by
+  // bf16 (fp32 sums) instead of widening bf16 weights to fp32 or running the int8 panels on 16-bit
+  // fixed-point inputs (see linear).
   bool bf16_activations = false;
 };
 
@@ -85,14 +86,23 @@ double read_bandwidth(size_t nbytes, int n_threads, int repeats);
 // 124M: fp32 24 rows 15 % faster, 48 6 %; bf16 64 rows 5 % faster.
 constexpr int kGemmMinRowsF32 = 56;
 constexpr int kGemmMinRowsBf16 = 80;
-// The threshold above for a weight type (int8 and w8a8 never take the matmul: INT_MAX).
+// int8 layers with bf16_activations take the bf16 matmul from this many rows (see linear). On an
+// AMX machine (bench_linear's shapes 768x2304, 3072x768, 768x768; GMAC/s, panels -> matmul): 32
+// rows 244 -> 144, 48 248 -> 198, 64 262 -> 256, 128 264 -> 406, 512 253 -> 611; the matmul pays
+// a fixed cost per call for unpacking the weights.
+constexpr int kGemmMinRowsI8 = 80;
+// The threshold above for a weight type (w8a8 never takes the matmul: INT_MAX).
 int gemm_min_rows(WeightType type);
+// Whether this CPU multiplies bf16 in hardware (AVX512_BF16, which AMX machines also have): int8
+// layers take the bf16 matmul only then, where it is faster than their own panel kernel.
+bool bf16_matmul_native();
 
 // y (T, out) = x (T, in) W^T + b. fp32 and bf16: one row runs a matrix-vector kernel that reads
 // the weights once; from 2 rows up to gemm_min_rows a register-tiled kernel that also reads them
 // once; more a oneDNN matmul (bf16: on the weights widened to fp32, or with bf16_activations on
 // bf16 x and W with fp32 sums, about twice the speed). int8 and w8a8: integer panel kernels at
-// every row count.
+// every row count, except int8 with bf16_activations from gemm_min_rows rows: oneDNN's bf16 matmul
+// on bf16 x and the int8 values as bf16, scaled after.
 void linear(const float* x, int T, const Linear& layer, float* y);
 // ys[i] = linear(x, T, *layers[i]) for up to 4 layers reading the same input (a Llama layer's q, k
 // and v; gate and up): below gemm_min_rows rows (int8 and w8a8: any T) they share one parallel
@@ -101,8 +111,10 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
 
 // y (M, N) = x (M, K) W^T + b with W (N, K) and b (N) or null. oneDNN.
 void matmul_onednn(const float* x, int M, int K, const float* w, int N, float* y, const float* b = nullptr);
-// The same with bf16 x (M, K) and W (N, K): products of bf16 values summed in fp32 (vdpbf16ps).
-void matmul_onednn_bf16(const uint16_t* x, int M, int K, const uint16_t* w, int N, float* y, const float* b = nullptr);
+// The same with bf16 x (M, K) and W (N, K), or W^T (K, N) with w_in_major: products of bf16 values
+// summed in fp32 (vdpbf16ps, or AMX tiles where the CPU has them).
+void matmul_onednn_bf16(const uint16_t* x, int M, int K, const uint16_t* w, int N, float* y, const float* b = nullptr,
+                        bool w_in_major = false);
 // Creates the primitive for a weight shape (with or without a bias) and runs it once on any K x N
 // floats at `w`, ahead of the first prompt.
 void matmul_onednn_prepare(const float* w, int K, int N, const float* b = nullptr);
