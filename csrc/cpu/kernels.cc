@@ -918,8 +918,8 @@ static void matmul_bf16(const float* x, int T, const Linear& L, float* y) {
 
 // y = x W^T + b for an int8 layer with bf16_activations, W = scale * q: every int8 q is exactly
 // a bf16 value (8 significant bits at most), so q unpacked from its panels into bf16 and x rounded
-// to bf16 go through oneDNN's bf16 matmul, and the scales and bias are applied to its fp32 sums
-// after. The only rounding beyond the int8 weights' own is x to bf16, in place of the 16-bit fixed
+// to bf16 go through oneDNN's bf16 matmul, which applies the scales and bias to its fp32 sums
+// (in the output tiles; a pass afterwards where it cannot). The only rounding beyond the int8 weights' own is x to bf16, in place of the 16-bit fixed
 // point of the int8 panel kernel. A panel's step holds inputs 2k and 2k + 1 of 16 consecutive
 // outputs, so q unpacks to W^T (in, out): two 32-byte stores per 32 weights.
 static void unpack_i8_in_major(const Linear& L, uint16_t* w) {
@@ -965,6 +965,8 @@ static void matmul_i8_bf16(const float* x, int T, const Linear& L, float* y) {
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < nx; ++i) xq[i] = f32_to_bf16(x[i]);
   }
+  if (matmul_onednn_bf16_scaled(xq, T, L.in, w, L.out, L.scales, y, L.b, true)) return;
+  // No scaled kernel on this CPU: the scales and bias in a pass over the output.
   matmul_onednn_bf16(xq, T, L.in, w, L.out, y, nullptr, true);
   const float* sc = L.scales;
   const float* b = L.b;

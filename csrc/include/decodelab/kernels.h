@@ -115,6 +115,10 @@ void matmul_onednn(const float* x, int M, int K, const float* w, int N, float* y
 // summed in fp32 (vdpbf16ps, or AMX tiles where the CPU has them).
 void matmul_onednn_bf16(const uint16_t* x, int M, int K, const uint16_t* w, int N, float* y, const float* b = nullptr,
                         bool w_in_major = false);
+// y = (x W^T) * scales + b, one scale per output column, applied inside the matmul. False, leaving
+// y alone, where oneDNN has no such kernel on this CPU.
+bool matmul_onednn_bf16_scaled(const uint16_t* x, int M, int K, const uint16_t* w, int N, const float* scales,
+                               float* y, const float* b = nullptr, bool w_in_major = false);
 // Creates the primitive for a weight shape (with or without a bias) and runs it once on any K x N
 // floats at `w`, ahead of the first prompt.
 void matmul_onednn_prepare(const float* w, int K, int N, const float* b = nullptr);
