@@ -890,12 +890,26 @@ static void small_group(const float* x, const float* xd, bool direct, int T, con
   }
 }
 
-// y = x W^T + b for a bf16 layer with bf16_activations: W unpacked from its groups into plain
-// (out, in) bf16 rows and x rounded to bf16 (nearest even), both into scratch of the calling
-// thread, then oneDNN's bf16 matmul (vdpbf16ps: products of bf16 pairs summed in fp32). A 512-row
-// prompt, GMAC/s against the weights widened to fp32: 768x2304 205.6 -> 392.9, 3072x768 165.5 ->
-// 363.3 (bench_linear's shapes, 20 repeats, this machine).
-static void matmul_bf16(const float* x, int T, const Linear& L, float* y) {
+// Row o of a bf16 layer's groups into plain (out, in) bf16 rows at w: 16 values per 64 of its group,
+// at (o % 4) * 16. A work-sharing loop over the calling team, without a barrier at its end.
+static void unpack_bf16_rows(const Linear& L, uint16_t* w) {
+#pragma omp for schedule(static) nowait
+  for (int o = 0; o < L.out; ++o) {
+    const uint16_t* g = bf16_group(L, o / 4) + (o % 4) * 16;
+    uint16_t* d = w + static_cast<size_t>(o) * L.in;
+    for (int i = 0; i < L.in; i += 16) std::memcpy(d + i, g + 4 * static_cast<size_t>(i), std::min(16, L.in - i) * sizeof(uint16_t));
+  }
+}
+
+// The two operands of a bf16 matmul, in scratch of the calling thread: the layer's weights as
+// unpack(L, w) writes them (a work-sharing loop) and x (T, in) rounded to bf16 (nearest even),
+// both in one parallel region.
+struct Bf16Operands {
+  const uint16_t* w;
+  const uint16_t* x;
+};
+template <class Unpack>
+static Bf16Operands bf16_operands(const float* x, int T, const Linear& L, Unpack unpack) {
   thread_local std::vector<uint16_t, AlignedAllocator<uint16_t>> wb, xb;
   grow(wb, static_cast<size_t>(L.out) * L.in);
   grow(xb, static_cast<size_t>(T) * L.in);
@@ -904,28 +918,34 @@ static void matmul_bf16(const float* x, int T, const Linear& L, float* y) {
   const int64_t nx = static_cast<int64_t>(T) * L.in;
 #pragma omp parallel
   {
-#pragma omp for schedule(static) nowait
-    for (int o = 0; o < L.out; ++o) {  // row o: 16 values per 64 of its group, at (o % 4) * 16
-      const uint16_t* g = bf16_group(L, o / 4) + (o % 4) * 16;
-      uint16_t* d = w + static_cast<size_t>(o) * L.in;
-      for (int i = 0; i < L.in; i += 16) std::memcpy(d + i, g + 4 * static_cast<size_t>(i), std::min(16, L.in - i) * sizeof(uint16_t));
-    }
+    unpack(L, w);
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < nx; ++i) xq[i] = f32_to_bf16(x[i]);
   }
-  matmul_onednn_bf16(xq, T, L.in, w, L.out, y, L.b);
+  return {w, xq};
+}
+
+// y = x W^T + b for a bf16 layer with bf16_activations: W unpacked from its groups into plain
+// (out, in) bf16 rows and x rounded to bf16 (nearest even), both into scratch of the calling
+// thread, then oneDNN's bf16 matmul (vdpbf16ps: products of bf16 pairs summed in fp32). A 512-row
+// prompt, GMAC/s against the weights widened to fp32: 768x2304 205.6 -> 392.9, 3072x768 165.5 ->
+// 363.3 (bench_linear's shapes, 20 repeats, an AMD Zen host with AVX512_BF16 and no AMX).
+static void matmul_bf16(const float* x, int T, const Linear& L, float* y) {
+  const Bf16Operands op = bf16_operands(x, T, L, unpack_bf16_rows);
+  matmul_onednn_bf16(op.x, T, L.in, op.w, L.out, y, L.b);
 }
 
 // y = x W^T + b for an int8 layer with bf16_activations, W = scale * q: every int8 q is exactly
 // a bf16 value (8 significant bits at most), so q unpacked from its panels into bf16 and x rounded
 // to bf16 go through oneDNN's bf16 matmul, which applies the scales and bias to its fp32 sums
-// (in the output tiles; a pass afterwards where it cannot). The only rounding beyond the int8 weights' own is x to bf16, in place of the 16-bit fixed
-// point of the int8 panel kernel. A panel's step holds inputs 2k and 2k + 1 of 16 consecutive
-// outputs, so q unpacks to W^T (in, out): two 32-byte stores per 32 weights.
+// (in the output tiles; a pass afterwards where it cannot). The only rounding beyond the int8
+// weights' own is x to bf16, in place of the 16-bit fixed point of the int8 panel kernel. A
+// panel's step holds inputs 2k and 2k + 1 of 16 consecutive outputs, so q unpacks to W^T (in,
+// out): two 32-byte stores per 32 weights (a work-sharing loop, no barrier at its end).
 static void unpack_i8_in_major(const Linear& L, uint16_t* w) {
   constexpr int G = I8Block<1>::G;
   const int steps = panel_steps(L.in, G), out = L.out, in = L.in;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
   for (int p = 0; p < panel_count(out); ++p) {
     const int n0 = p * kPanel, nn = std::min(kPanel, out - n0);
     const int8_t* src = L.w_i8 + static_cast<size_t>(p) * kPanel * steps * G;
@@ -953,18 +973,9 @@ static void unpack_i8_in_major(const Linear& L, uint16_t* w) {
 }
 
 static void matmul_i8_bf16(const float* x, int T, const Linear& L, float* y) {
-  thread_local std::vector<uint16_t, AlignedAllocator<uint16_t>> wb, xb;
-  grow(wb, static_cast<size_t>(L.out) * L.in);
-  grow(xb, static_cast<size_t>(T) * L.in);
-  uint16_t* w = wb.data();
-  uint16_t* xq = xb.data();
-  const int64_t nx = static_cast<int64_t>(T) * L.in;
-#pragma omp parallel
-  {
-    unpack_i8_in_major(L, w);
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < nx; ++i) xq[i] = f32_to_bf16(x[i]);
-  }
+  const Bf16Operands op = bf16_operands(x, T, L, unpack_i8_in_major);
+  const uint16_t* w = op.w;
+  const uint16_t* xq = op.x;
   if (matmul_onednn_bf16_scaled(xq, T, L.in, w, L.out, L.scales, y, L.b, true)) return;
   // No scaled kernel on this CPU: the scales and bias in a pass over the output.
   matmul_onednn_bf16(xq, T, L.in, w, L.out, y, nullptr, true);
