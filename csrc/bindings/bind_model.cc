@@ -165,7 +165,7 @@ void test_linear(const FloatArray& x, const FloatArray& w, const std::string& dt
   const WeightType type = parse_weight_dtype(dtype);
   QuantizedWeights store;
   Linear L = test_layer(w, type, store);
-  L.bf16_activations = bf16_matmul && (type == WeightType::BF16 || (type == WeightType::I8 && bf16_matmul_native()));
+  L.bf16_activations = bf16_matmul && bf16_matmul_applies(type);
   const int T = static_cast<int>(x.shape(0));
   py::gil_scoped_release release;
   for (int r = 0; r < repeats; ++r) {
@@ -455,7 +455,7 @@ the first write into a shared block copies that block (copy-on-write).
            py::arg("weight_dtype") = "float32", py::arg("zero_copy") = false,
            py::arg("kv_block_size") = Transformer::kDefaultBlockSize, py::arg("bf16_matmul") = true)
       .def_property_readonly("bf16_matmul", &Transformer::bf16_matmul,
-                             "bf16 weights: prompt matmuls round their inputs to bf16 (see load()).")
+                             "Prompt matmuls round their inputs to bf16 (bf16 weights, or int8 where bf16_matmul_native(); see load()).")
       .def_property_readonly("weight_dtype", [](const Transformer& e) {
         switch (e.weight_type()) {
           case WeightType::F32: return "float32";

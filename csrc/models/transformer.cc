@@ -196,16 +196,15 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     W.release(head_name);
     for (Linear* x : all) x->bf16_activations = this->bf16_matmul();
     if (weight_type_ == WeightType::BF16 || this->bf16_matmul()) {
-      // bf16 and int8 prompts unpack (or widen) each layer's weights into a scratch of the calling thread
-      // that grows to the largest layer, and bf16 matmuls are set up per weight shape: one trial
-      // run on each shape maps the scratch and sets them up now (the output head, larger still,
-      // is used only for all-position logits and is left out).
-      // (The layers from `all`, the head at its front left out: layer_linears() lists only layers
-      // with fp32 weights, which quantize_linear has let go of.)
+      // bf16 and int8 prompts unpack (or widen) each layer's weights into a scratch of the calling
+      // thread that grows to the largest layer, and bf16 matmuls are set up per weight shape: one
+      // trial run on each shape maps the scratch and sets them up now. The layers come from `all`
+      // past the head at its front (used only for all-position logits): layer_linears() lists
+      // only layers with fp32 weights, which quantization has let go of.
       std::set<std::tuple<int, int, bool>> seen;
       for (size_t i = 1; i < all.size(); ++i) {
         const Linear* l = all[i];
-        if (!(l->w_bf16 || l->w_i8) || !seen.insert(std::make_tuple(l->in, l->out, l->b != nullptr)).second) continue;
+        if (!seen.insert(std::make_tuple(l->in, l->out, l->b != nullptr)).second) continue;
         const int rows = gemm_min_rows(weight_type_);
         std::vector<float> x(static_cast<size_t>(rows) * l->in, 0.0f);
         std::vector<float> y(static_cast<size_t>(rows) * l->out);

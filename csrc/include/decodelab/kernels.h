@@ -87,15 +87,20 @@ double read_bandwidth(size_t nbytes, int n_threads, int repeats);
 constexpr int kGemmMinRowsF32 = 56;
 constexpr int kGemmMinRowsBf16 = 80;
 // int8 layers with bf16_activations take the bf16 matmul from this many rows (see linear). On an
-// AMX machine (bench_linear's shapes 768x2304, 3072x768, 768x768; GMAC/s, panels -> matmul): 32
-// rows 244 -> 144, 48 248 -> 198, 64 262 -> 256, 128 264 -> 406, 512 253 -> 611; the matmul pays
-// a fixed cost per call for unpacking the weights.
+// AMX machine, a 768x2304 layer, GMAC/s panels -> matmul: 32 rows 244 -> 144, 48 248 -> 198, 64
+// 262 -> 256, 128 264 -> 406, 512 253 -> 611 (3072x768 and 768x768 cross at 64 rows too); the
+// matmul pays a fixed cost per call for unpacking the weights.
 constexpr int kGemmMinRowsI8 = 80;
 // The threshold above for a weight type (w8a8 never takes the matmul: INT_MAX).
 int gemm_min_rows(WeightType type);
 // Whether this CPU multiplies bf16 in hardware (AVX512_BF16, which AMX machines also have): int8
 // layers take the bf16 matmul only then, where it is faster than their own panel kernel.
 bool bf16_matmul_native();
+// Whether layers of this weight type take the bf16 matmul when asked to (Linear::bf16_activations):
+// bf16 always, int8 where bf16_matmul_native(), fp32 and w8a8 never.
+inline bool bf16_matmul_applies(WeightType type) {
+  return type == WeightType::BF16 || (type == WeightType::I8 && bf16_matmul_native());
+}
 
 // y (T, out) = x (T, in) W^T + b. fp32 and bf16: one row runs a matrix-vector kernel that reads
 // the weights once; from 2 rows up to gemm_min_rows a register-tiled kernel that also reads them

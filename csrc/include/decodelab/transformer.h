@@ -28,7 +28,7 @@ class Transformer {
   // Whether prompt matmuls round their inputs to bf16 (bf16_matmul at construction, bf16 weights
   // or int8 ones on a CPU with native bf16 products).
   bool bf16_matmul() const {
-    return bf16_matmul_ && (weight_type_ == WeightType::BF16 || (weight_type_ == WeightType::I8 && bf16_matmul_native()));
+    return bf16_matmul_ && bf16_matmul_applies(weight_type_);
   }
   uint64_t quantized_bytes() const;
   // Bytes of fp32 copies: the store's conversions and the layers copied from the mapping.
