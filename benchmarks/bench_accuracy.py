@@ -11,8 +11,8 @@ fp32 logit| over every position, and how often the argmax agrees with fp32's.
 Two paths per setting: "forward" scores the whole text in one pass (the prefill kernels);
 "decode" feeds it one token at a time through a KV cache (the kernels generation runs after the
 prompt; a bf16 cache rounds keys and values there). bfloat16 and int8 "forward" run twice: with
-bf16_matmul (the default: the prompt's matmuls round their inputs to bf16; int8 only where the CPU
-has native bf16 products) and without ("-fp32in": bf16 weights with fp32 inputs, "-panels": the
+bf16_matmul (the default: the prompt's matmuls round their inputs to bf16, where the CPU has
+native bf16 products) and without ("-fp32in": bf16 weights with fp32 inputs, "-panels": the
 int8 kernel's 16-bit inputs).
 """
 import argparse

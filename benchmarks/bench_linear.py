@@ -4,9 +4,10 @@
 
 The rate of the matrix products alone, the part of a prompt that each dtype's kernel decides
 (fp32: the oneDNN matmul; bf16: oneDNN's bf16 matmul on inputs rounded to bf16, as load() runs
-by default, and "bf16-fp32in" the fp32 matmul on weights widened per call, as with
-load(bf16_matmul=False); int8: the bf16 matmul on the int8 values, as load() runs by default where
-the CPU has native bf16 (else the panels), and "int8-panels" the integer panel kernel, as with
+by default where the CPU has native bf16 (else the same as the next), and "bf16-fp32in" the fp32
+matmul on weights widened per call, as with load(bf16_matmul=False); int8: the bf16 matmul on the
+int8 values, as load() runs by default where the CPU has native bf16 (else the panels), and
+"int8-panels" the integer panel kernel, as with
 load(bf16_matmul=False); w8a8: the integer panel kernel). The timing binding converts the fp32
 weights once per call, untimed, and
 times each of `--repeats` products on that copy. Rounds are interleaved across dtypes and each

@@ -2,9 +2,10 @@
 
 Every path `linear()` can take is reached: for fp32 and bf16 weights one row (matrix-vector),
 from 2 rows up to `_core.gemm_min_rows(dtype)` (register-tiled) and from there on (oneDNN; both
-sides of each threshold are tested); for int8 (16-bit activations) and w8a8 (7-bit
-activations) the panel kernels at every row count, and int8's bf16 matmul (bf16_matmul, where the
-CPU has native bf16) from `gemm_min_rows("int8")` rows, in tiles of 1 to 4 rows and chunks of 48; with
+sides of each threshold are tested; bf16's matmul rounds x to bf16 with bf16_matmul where the
+CPU has native bf16); for int8 (16-bit activations) and w8a8 (7-bit activations) the panel
+kernels at every row count, and int8's bf16 matmul (bf16_matmul, where the CPU has native bf16)
+from `gemm_min_rows("int8")` rows, in tiles of 1 to 4 rows and chunks of 48; with
 sizes that leave tails after every vector width, panel and 256-value block.
 """
 import numpy as np
@@ -62,7 +63,7 @@ def _reference(x, w, dtype):
         dtype = "int8"  # fewer rows, or no native bf16: the int8 panels
     if dtype == "float32":
         return x64 @ w.astype(np.float64).T
-    if dtype == "bf16_matmul" and x.shape[0] >= _core.gemm_min_rows("bfloat16"):
+    if dtype == "bf16_matmul" and _core.bf16_matmul_native() and x.shape[0] >= _core.gemm_min_rows("bfloat16"):
         # the matmul rounds x to bf16 too: products of bf16 pairs, summed in fp32
         return _bf16(x).astype(np.float64) @ _bf16(w).astype(np.float64).T
     if dtype in ("bfloat16", "bf16_matmul"):

@@ -201,10 +201,11 @@ void register_device(py::module_& m) {
       py::arg("dtype"),
       "The fewest rows for which a layer of this weight dtype runs the oneDNN matmul instead of the "
       "kernels that read the weights once per call (int8: only with bf16_matmul on a CPU where "
-      "bf16_matmul_native() is true; w8a8: never, the largest int).");
+      "bf16_matmul_native() is true, bfloat16 with bf16_matmul there too; w8a8: never, the largest int).");
   m.def("bf16_matmul_native", &bf16_matmul_native,
-        "Whether this CPU multiplies bf16 in hardware (AVX512_BF16): only then do int8 layers take the "
-        "bf16 matmul from gemm_min_rows('int8') rows with bf16_matmul.");
+        "Whether this CPU multiplies bf16 in hardware (AVX512_BF16): only then do bfloat16 and int8 layers "
+        "take the bf16 matmul from gemm_min_rows rows with bf16_matmul (without it oneDNN emulates the "
+        "products, slower than the fp32 matmul).");
   m.def(
       "linear",
       [](const FloatArray& x, const FloatArray& w, const std::string& dtype, int repeats, bool bf16_matmul) {
@@ -216,8 +217,8 @@ void register_device(py::module_& m) {
       py::arg("x"), py::arg("w"), py::arg("dtype") = "float32", py::arg("repeats") = 1, py::arg("bf16_matmul") = false,
       "y = x w^T through the engine's kernels, w given in fp32 and stored as dtype first (for tests);\n"
       "repeats > 1 runs the product that many times on the one stored copy, as linear_seconds does.\n"
-      "bf16_matmul: a bfloat16 layer (and an int8 one where bf16_matmul_native()) rounds x to bf16\n"
-      "on the matmul path, as load(bf16_matmul=True).");
+      "bf16_matmul: a bfloat16 or int8 layer, where bf16_matmul_native(), rounds x to bf16 on the\n"
+      "matmul path, as load(bf16_matmul=True).");
   m.def(
       "linear_seconds",
       [](const FloatArray& x, const FloatArray& w, const std::string& dtype, int repeats, bool bf16_matmul) {
@@ -455,7 +456,7 @@ the first write into a shared block copies that block (copy-on-write).
            py::arg("weight_dtype") = "float32", py::arg("zero_copy") = false,
            py::arg("kv_block_size") = Transformer::kDefaultBlockSize, py::arg("bf16_matmul") = true)
       .def_property_readonly("bf16_matmul", &Transformer::bf16_matmul,
-                             "Prompt matmuls round their inputs to bf16 (bf16 weights, or int8 where bf16_matmul_native(); see load()).")
+                             "Prompt matmuls round their inputs to bf16 (bf16 or int8 weights where bf16_matmul_native(); see load()).")
       .def_property_readonly("weight_dtype", [](const Transformer& e) {
         switch (e.weight_type()) {
           case WeightType::F32: return "float32";

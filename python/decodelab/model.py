@@ -148,7 +148,7 @@ class Model:
 
     @property
     def bf16_matmul(self) -> bool:
-        """Whether prompt matmuls round their inputs to bf16 (bfloat16 weights, or int8 on a CPU
+        """Whether prompt matmuls round their inputs to bf16 (bfloat16 or int8 weights on a CPU
         with native bf16 products; see load())."""
         return self._engine.bf16_matmul
 
@@ -602,8 +602,7 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
     benchmarks/bench_accuracy.py). Activations, norms, attention and accumulation stay fp32, except
     that int8 layers round their input to 16-bit fixed point (a scale per 256 values; error at most
     1/65534 of the block's largest value) to sum the products exactly in int32, and bfloat16
-    prompts, and int8 ones on a CPU with native bf16 products, round theirs to bf16
-    (``bf16_matmul``). w8a8, and int8 with ``bf16_matmul=False``, run one linear kernel at every
+    and int8 prompts on a CPU with native bf16 products round theirs to bf16 (``bf16_matmul``). w8a8, and int8 with ``bf16_matmul=False``, run one linear kernel at every
     number of tokens: a row's product is the same bit for bit whether it was decoded alone, in a
     batch, or in a prompt.
     ``tokenizer`` overrides the tokenizer found beside the weights (a path or a Tokenizer).
@@ -618,16 +617,18 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
     per sequence (at most kv_block_size - 1 positions) and copy less when a fork first writes to a
     shared block. The logits are the same bit for bit for every multiple of 4, and within float
     rounding for other sizes.
-    ``bf16_matmul`` (bfloat16 and int8): a linear layer over 80 or more rows at once (long
+    ``bf16_matmul`` (bfloat16 and int8, on a CPU with native bf16 products: AVX512_BF16,
+    ``decodelab._core.bf16_matmul_native()``): a linear layer over 80 or more rows at once (long
     prompts, very large batches) rounds its input to bf16 and runs oneDNN's bf16 matmul, products
     of bf16 pairs summed in fp32, as transformers and llama.cpp do at this precision (AMX tiles
     where the CPU has them): 2-4 times the speed of the fp32 matmul on the weights widened, at a
-    measured cost (benchmarks/bench_accuracy.py). int8 layers take it only where the CPU has
-    native bf16 products (AVX512_BF16; ``decodelab._core.bf16_matmul_native()``), on their int8
-    values, which bf16 holds exactly, with the scales applied to the sums: 1.7x the speed of their
-    own kernel on 512-token prompts here. Fewer rows, decode steps among them, keep their usual
-    inputs. False keeps those for every row count too: fp32 arithmetic on the bf16-rounded
-    weights, or the int8 kernel's 16-bit inputs.
+    measured cost (benchmarks/bench_accuracy.py). int8 layers run it on their int8 values, which
+    bf16 holds exactly, with the scales applied to the sums: 1.7x the speed of their own kernel on
+    512-token prompts. Fewer rows, decode steps among them, keep their usual inputs. False keeps
+    those for every row count too: fp32 arithmetic on the bf16-rounded weights, or the int8
+    kernel's 16-bit inputs. On a CPU without native bf16 the option changes nothing (oneDNN would
+    emulate the products, at a fifth of the fp32 matmul's speed), and ``Model.bf16_matmul`` is
+    False.
     """
     path = os.fspath(path)
     dtype = {"fp32": "float32", "bf16": "bfloat16"}.get(dtype, dtype)

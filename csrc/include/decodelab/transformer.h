@@ -18,15 +18,15 @@ class Transformer {
   // weight_type: the precision the linear layers (and the output head) are kept and read in.
   // zero_copy: fp32 linear layers and head are read from the file mapping itself rather than
   // copied once into huge pages (see Transformer::Transformer). block_size: tokens per KV-cache
-  // block, in [1, kMaxBlockSize]. bf16_matmul: with bf16 weights, and with int8 weights where the
-  // CPU multiplies bf16 natively, the prompt matmuls (from gemm_min_rows rows) round their inputs
-  // to bf16 (Linear::bf16_activations).
+  // block, in [1, kMaxBlockSize]. bf16_matmul: with bf16 or int8 weights, where the CPU multiplies
+  // bf16 natively, the prompt matmuls (from gemm_min_rows rows) round their inputs to bf16
+  // (Linear::bf16_activations).
   Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> weights, int n_threads,
               WeightType weight_type = WeightType::F32, bool zero_copy = false,
               int block_size = kDefaultBlockSize, bool bf16_matmul = true);
   WeightType weight_type() const { return weight_type_; }
-  // Whether prompt matmuls round their inputs to bf16 (bf16_matmul at construction, bf16 weights
-  // or int8 ones on a CPU with native bf16 products).
+  // Whether prompt matmuls round their inputs to bf16 (bf16_matmul at construction, bf16 or int8
+  // weights, a CPU with native bf16 products).
   bool bf16_matmul() const {
     return bf16_matmul_ && bf16_matmul_applies(weight_type_);
   }
