@@ -523,7 +523,24 @@ struct I8Block {  // 16-bit activations, steps of 2
     // The tile's rows 4 bytes apart (interleaved, see RoundedRows): one pointer for all of them.
     const char* xs = xr.unit(t0, s0);
     const size_t step = xr.step_stride(t0);
-    for (int s = s0; s < s1; ++s, xs += step) {
+    int s = s0;
+    if constexpr (NT == 1) {
+      // One row (decode): four sums over alternate steps, added at the end, so that four
+      // products are in flight through vpdpwssd's latency instead of one chain of dependent ones.
+      __m512i a4[4] = {a[0], a[0], a[0], a[0]};
+      for (; s + 4 <= s1; s += 4, xs += 4 * step) {
+        const int8_t* ws = panel + 32 * static_cast<size_t>(s);
+        if (pf) {
+          _mm_prefetch(reinterpret_cast<const char*>(ws) + pf, _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(ws) + pf + 64, _MM_HINT_T0);
+        }
+        for (int k = 0; k < 4; ++k)
+          a4[k] = dpwssd_bcast(a4[k], _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws + 32 * k))),
+                               xs + k * step);
+      }
+      a[0] = _mm512_add_epi32(_mm512_add_epi32(a4[0], a4[1]), _mm512_add_epi32(a4[2], a4[3]));
+    }
+    for (; s < s1; ++s, xs += step) {
       const int8_t* ws = panel + 32 * static_cast<size_t>(s);
       if (pf && (s & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(ws) + pf, _MM_HINT_T0);
       const __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws)));
@@ -570,7 +587,24 @@ struct A8Block {  // 7-bit activations stored with an offset of 64, steps of 4
     for (int t = 0; t < NT; ++t) a[t] = st;
     const char* xs = xr.unit(t0, s0);
     const size_t step = xr.step_stride(t0);
-    for (int s = s0; s < s1; ++s, xs += step) {
+    int s = s0;
+    if constexpr (NT == 1) {  // one row: two sums in flight, as in I8Block
+      __m512i a2[2] = {st, _mm512_setzero_si512()};
+      for (; s + 2 <= s1; s += 2, xs += 2 * step) {
+        const int8_t* ws = panel + 64 * static_cast<size_t>(s);
+        if (pf) {
+          _mm_prefetch(reinterpret_cast<const char*>(ws) + pf, _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(ws) + pf + 64, _MM_HINT_T0);
+        }
+        for (int k = 0; k < 2; ++k) {
+          int32_t quad;
+          std::memcpy(&quad, xs + k * step, 4);
+          a2[k] = dpbusd(a2[k], _mm512_set1_epi32(quad), _mm512_loadu_si512(ws + 64 * k));
+        }
+      }
+      a[0] = _mm512_add_epi32(a2[0], a2[1]);
+    }
+    for (; s < s1; ++s, xs += step) {
       const int8_t* ws = panel + 64 * static_cast<size_t>(s);
       if (pf) _mm_prefetch(reinterpret_cast<const char*>(ws) + pf, _MM_HINT_T0);
       const __m512i w = _mm512_loadu_si512(ws);
