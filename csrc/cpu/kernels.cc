@@ -745,7 +745,11 @@ static void dot_4xN(const float* const* w, const float* x, int in, int ldx, floa
     for (size_t off = (i0 * esize + 63) & ~static_cast<size_t>(63); npf > 0 && off < (i0 + 16) * esize; off += 64)
       for (int r = 0; r < npf; ++r) _mm_prefetch(pf[r] + off, _MM_HINT_T0);
     for (int r = 0; r < 4; ++r) {
-      const __m512 wv = _mm512_maskz_loadu_ps(m, w[r] + i0);
+      __m512 wv = _mm512_maskz_loadu_ps(m, w[r] + i0);
+      // In a register, loaded once for the NT rows: left alone, GCC folds the load into each of
+      // the NT FMAs (15 loads per step instead of 7 at 3 rows). 2304x768 layer, GMAC/s, three
+      // alternating runs: 16 rows 38-42 -> 52-59, 32 rows 47-50 -> 71-89.
+      __asm__("" : "+v"(wv));
       for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
     }
   };
