@@ -724,19 +724,21 @@ static void widen_group(const Linear& L, int g, float* dst) {
         dst[static_cast<size_t>(r) * L.in + i + j] = bf16_to_f32(p[16 * r + j]);
 }
 
-// y[t][o + r] = dot(w[r], x[t]) for 4 weight rows and NT activation rows: 4 x NT accumulators in
-// registers, so each loaded weight vector serves NT rows and each activation vector 4 weight rows.
-// Along the way it asks memory for the `npf` rows `pf` (elements of `esize` bytes, `in` per row),
-// one cache line per row as the loop passes that line's offset: the prefetches ride inside the
-// arithmetic instead of arriving as one burst.
-template <int NT>
-static void dot_4xN(const float* const* w, const float* x, int in, int ldx, float out[4][3], const char* const* pf,
+// y[t][o + r] = dot(w[r], x[t]) for R weight rows (4, or 8 with AVX-512) and NT activation rows:
+// R x NT accumulators in registers, so each loaded weight vector serves NT rows and each activation
+// vector R weight rows. Along the way it asks memory for the `npf` rows `pf` (elements of `esize`
+// bytes, `in` per row), one cache line per row as the loop passes that line's offset: the
+// prefetches ride inside the arithmetic instead of arriving as one burst. Each result is the same
+// sum in the same order for either R.
+template <int R, int NT>
+static void dot_RxN(const float* const* w, const float* x, int in, int ldx, float out[][3], const char* const* pf,
                     int npf, size_t esize) {
   int i = 0;
 #if defined(DECODELAB_AVX512)
-  // 16 columns per step; 12 accumulators, 3 rows and a weight vector fit the 32 registers.
-  __m512 acc[4][NT];
-  for (int r = 0; r < 4; ++r)
+  // 16 columns per step; with 8 weight rows 24 accumulators, 3 rows and a weight vector fit the 32
+  // registers.
+  __m512 acc[R][NT];
+  for (int r = 0; r < R; ++r)
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
   auto step = [&](int i0, __mmask16 m) {
     __m512 xv[NT];
@@ -744,7 +746,7 @@ static void dot_4xN(const float* const* w, const float* x, int in, int ldx, floa
     // The lines of the prefetched rows that start within this step's 16 columns.
     for (size_t off = (i0 * esize + 63) & ~static_cast<size_t>(63); npf > 0 && off < (i0 + 16) * esize; off += 64)
       for (int r = 0; r < npf; ++r) _mm_prefetch(pf[r] + off, _MM_HINT_T0);
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < R; ++r) {
       __m512 wv = _mm512_maskz_loadu_ps(m, w[r] + i0);
       // In a register, loaded once for the NT rows: left alone, GCC folds the load into each of
       // the NT FMAs (15 loads per step instead of 7 at 3 rows). 2304x768 layer, GMAC/s, three
@@ -758,9 +760,10 @@ static void dot_4xN(const float* const* w, const float* x, int in, int ldx, floa
     step(i, static_cast<__mmask16>((1u << (in - i)) - 1));
     i = in;
   }
-  for (int r = 0; r < 4; ++r)
+  for (int r = 0; r < R; ++r)
     for (int t = 0; t < NT; ++t) out[r][t] = _mm512_reduce_add_ps(acc[r][t]);
 #elif defined(__AVX2__) && defined(__FMA__)
+  static_assert(R == 4, "the AVX2 tile has registers for 4 weight rows");
   __m256 acc[4][NT];
   for (int r = 0; r < 4; ++r)
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
@@ -785,15 +788,15 @@ static void dot_4xN(const float* const* w, const float* x, int in, int ldx, floa
   for (int r = 0; r < 4; ++r)
     for (int t = 0; t < NT; ++t) out[r][t] = hsum256(acc[r][t]);
 #else
-  for (int r = 0; r < 4; ++r)
+  for (int r = 0; r < R; ++r)
     for (int t = 0; t < NT; ++t) out[r][t] = 0.0f;
 #endif
   for (; i < in; ++i)
-    for (int r = 0; r < 4; ++r)
+    for (int r = 0; r < R; ++r)
       for (int t = 0; t < NT; ++t) out[r][t] += w[r][i] * x[static_cast<size_t>(t) * ldx + i];
 }
 
-// As dot_4xN for a group of 4 bf16 weight rows read in place (the group layout at `p`), without
+// As dot_RxN for a group of 4 bf16 weight rows read in place (the group layout at `p`), without
 // widening them first: 16 weights loaded as 32-bit lanes give the even-indexed ones by a shift and
 // the odd-indexed ones by two shifts (bf16_odd_shifted), against activation rows in even/odd order
 // (split_even_odd) `ldx` apart. The even and odd halves take turns in the same accumulators, which
@@ -870,57 +873,83 @@ static void dot_4xN_bf16(const uint16_t* p, const float* xd, int ld, int ldx, fl
 // widening from three passes on.
 constexpr int kBf16DirectRows = 6;
 
+// Whether small_group runs two groups of 4 weight rows together (8-row register tiles: AVX-512's
+// 32 registers hold their 24 accumulators; AVX2's 16 do not), from kPairMinRows activation rows.
+// Every group streams all T activation rows from L2, one load per 4 weight rows with single groups;
+// pairs halve that. Scratch A/B on this AVX-512 host (linear_seconds, GMAC/s, two alternating
+// runs): fp32 2304x768 8 rows 40 -> 73, 16 rows 41 -> 76, 32 rows 43 -> 86; 3072 -> 768 at 16 rows
+// 38 -> 80; bf16 widened (7 rows or more) 16 rows 58 -> 85. At 2 and 3 rows (one pass, the weights
+// streamed from memory) eight row streams per thread ran 10-20 % slower than four, so those keep
+// single groups.
+#if defined(DECODELAB_AVX512)
+constexpr bool kPairGroups = true;
+#else
+constexpr bool kPairGroups = false;
+#endif
+constexpr int kPairMinRows = 4;
+
 // A few rows (batched decode, beams, short prompts; T < gemm_min_rows) with fp32 or bf16 weights
-// (int8 has its panels): output rows [4g, 4g + 4) are read in place (fp32; bf16 when `direct`, with
-// `xd` the activation rows in even/odd order) or widened to fp32 once (bf16, into the thread's
-// `scratch` of 4 * in values), and multiplied with all T activation rows in register tiles. The
-// weights are read once for the whole batch and the activations stay in cache.
+// (int8 has its panels): output rows [4g, 4g + R), R / 4 groups, are read in place (fp32; bf16 when
+// `direct`, R = 4, with `xd` the activation rows in even/odd order) or widened to fp32 once (bf16,
+// into the thread's `scratch` of R * in values), and multiplied with all T activation rows in
+// register tiles. The weights are read once for the whole batch and the activations stay in cache.
+// With AVX-512 two groups go together where they can (kPairGroups): the activation rows, which
+// every group streams in full from L2, then serve 8 weight rows per load instead of 4.
+template <int R>
 static void small_group(const float* x, const float* xd, bool direct, int T, const Linear& L, int g, float* y,
                         float* scratch) {
+  static_assert(R == 4 || R == 8, "one or two groups of 4 rows");
   const bool wide = L.type != WeightType::F32;
   const size_t esize = wide ? 2 : 4;
-  const int o0 = 4 * g, nr = std::min(4, L.out - o0);
+  const int o0 = 4 * g, nr = std::min(R, L.out - o0);
   const int ld = bf16_ld(L.in);
-  // The next group's weights as 4 pieces to prefetch: its 4 rows (fp32), or the 4 quarters of its
-  // contiguous block (bf16 group layout, 4 * ld values), each `in` (fp32) or `ld` (bf16) long.
+  const int n_groups = (L.out + 3) / 4;
+  // The next R rows' weights as R pieces to prefetch: their rows (fp32), or the quarters of their
+  // groups' contiguous blocks (bf16 group layout, 4 * ld values a group), each `in` (fp32) or `ld`
+  // (bf16) long.
   auto next_piece = [&](int r) {
-    const size_t off = wide ? (g + 1) * bf16_group_elems(L) + static_cast<size_t>(r) * ld
-                            : static_cast<size_t>(o0 + 4 + r) * L.in;
+    const size_t off = wide ? (g + R / 4) * bf16_group_elems(L) + static_cast<size_t>(r) * ld
+                            : static_cast<size_t>(o0 + R + r) * L.in;
     return wide ? reinterpret_cast<const char*>(L.w_bf16 + off) : reinterpret_cast<const char*>(L.w + off);
   };
-  const bool has_next = o0 + 4 < L.out;
-  const float* w[4];
+  auto piece_exists = [&](int r) { return wide ? g + R / 4 + r / 4 < n_groups : o0 + R + r < L.out; };
+  const float* w[R];
   if (!wide) {
-    group_rows(L, g, w);
+    // A short last group repeats its last row, so the kernels always run R.
+    for (int r = 0; r < R; ++r) w[r] = L.w + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
   } else if (!direct) {
-    widen_group(L, g, scratch);  // a short last group's padding rows are zero
-    for (int r = 0; r < 4; ++r) w[r] = scratch + static_cast<size_t>(r) * L.in;
+    for (int k = 0; k < R / 4; ++k)  // a short last group's padding rows are zero
+      widen_group(L, g + k, scratch + static_cast<size_t>(4 * k) * L.in);
+    for (int r = 0; r < R; ++r) w[r] = scratch + static_cast<size_t>(r) * L.in;
   }
-  // While this group computes from cache, memory is asked for the next group: with P passes over the
-  // activation rows (three at a time), pass k prefetches the next group's pieces r with r % P == k,
-  // so the weight stream overlaps the arithmetic and is spread over the whole group.
+  // While these rows compute from cache, memory is asked for the next ones: with P passes over the
+  // activation rows (three at a time), pass k prefetches the next pieces r with r % P == k, so the
+  // weight stream overlaps the arithmetic and is spread over the whole group.
   const int passes = (T + 2) / 3;
   for (int t0 = 0, k = 0, nt = 0; t0 < T; t0 += nt, ++k) {
     nt = std::min(3, T - t0);
-    const char* pf[4];
+    const char* pf[R];
     int npf = 0;
-    for (int r = k; r < 4 && has_next; r += passes)
-      if (wide || o0 + 4 + r < L.out) pf[npf++] = next_piece(r);
-    float res[4][3];
-    if (direct) {
-      const uint16_t* p = bf16_group(L, g);
-      const float* xdt = xd + static_cast<size_t>(t0) * ld;
-      switch (nt) {
-        case 3: dot_4xN_bf16<3>(p, xdt, ld, ld, res, pf, npf); break;
-        case 2: dot_4xN_bf16<2>(p, xdt, ld, ld, res, pf, npf); break;
-        default: dot_4xN_bf16<1>(p, xdt, ld, ld, res, pf, npf); break;
+    for (int r = k; r < R; r += passes)
+      if (piece_exists(r)) pf[npf++] = next_piece(r);
+    float res[R][3];
+    if constexpr (R == 4) {
+      if (direct) {
+        const uint16_t* p = bf16_group(L, g);
+        const float* xdt = xd + static_cast<size_t>(t0) * ld;
+        switch (nt) {
+          case 3: dot_4xN_bf16<3>(p, xdt, ld, ld, res, pf, npf); break;
+          case 2: dot_4xN_bf16<2>(p, xdt, ld, ld, res, pf, npf); break;
+          default: dot_4xN_bf16<1>(p, xdt, ld, ld, res, pf, npf); break;
+        }
       }
-    } else {
+    }
+    if (!direct) {
       const float* xt = x + static_cast<size_t>(t0) * L.in;
       switch (nt) {
-        case 3: dot_4xN<3>(w, xt, L.in, L.in, res, pf, npf, esize); break;
-        case 2: dot_4xN<2>(w, xt, L.in, L.in, res, pf, npf, esize); break;
-        default: dot_4xN<1>(w, xt, L.in, L.in, res, pf, npf, esize); break;
+        case 3: dot_RxN<R, 3>(w, xt, L.in, L.in, res, pf, npf, esize); break;
+        case 2: dot_RxN<R, 2>(w, xt, L.in, L.in, res, pf, npf, esize); break;
+        default: dot_RxN<R, 1>(w, xt, L.in, L.in, res, pf, npf, esize); break;
       }
     }
     for (int t = 0; t < nt; ++t)
@@ -1315,7 +1344,10 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
     work += static_cast<int64_t>(layers[i]->in) * layers[i]->out;
   }
   const bool widen_rows = path == Path::SmallRows && layers[0]->type == WeightType::BF16 && !direct_bf16;
-  auto run_group = [&](int G, float* scratch, int c0) {
+  const bool pairs = kPairGroups && path == Path::SmallRows && !direct_bf16 && T >= kPairMinRows;
+  // Runs group G (and G + 1 with it where pairs allow, both below `end` and in one layer); returns
+  // how many it ran.
+  auto run_group = [&](int G, int end, float* scratch, int c0) {
     int i = 0;
     while (G >= first[i + 1]) ++i;
     const Linear& L = *layers[i];
@@ -1325,8 +1357,17 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
       case Path::Bf16Row: bf16_row_group(xd, L, g, ys[i]); break;
       case Path::I8Rows: panel_rows<I8Block>(xq, c0, std::min(T, c0 + chunk), L, g, ys[i]); break;
       case Path::A8Rows: panel_rows<A8Block>(xa, c0, std::min(T, c0 + chunk), L, g, ys[i]); break;
-      default: small_group(x, xd, direct_bf16, T, L, g, ys[i], scratch); break;
+      default:
+        if constexpr (kPairGroups) {
+          if (pairs && G + 1 < std::min(end, first[i + 1])) {
+            small_group<8>(x, xd, false, T, L, g, ys[i], scratch);
+            return 2;
+          }
+        }
+        small_group<4>(x, xd, direct_bf16, T, L, g, ys[i], scratch);
+        break;
     }
+    return 1;
   };
   thread_local FloatBuffer scratch;  // each thread's own (bf16 rows widened for the tiles)
   // Below this many weights one thread is faster than waking the others (a few microseconds per
@@ -1348,16 +1389,16 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
     std::vector<GroupRanges>& shared_ranges = ranges;
 #pragma omp parallel
     {
-      if (widen_rows) grow(scratch, static_cast<size_t>(4) * layers[0]->in);
+      if (widen_rows) grow(scratch, static_cast<size_t>(pairs ? 8 : 4) * layers[0]->in);
       int b, e;
       for (int c = 0; c < n_chunks; ++c)
         while (shared_ranges[c].next(omp_get_thread_num(), b, e))
-          for (int G = b; G < e; ++G) run_group(G, scratch.data(), c * chunk);
+          for (int G = b; G < e;) G += run_group(G, e, scratch.data(), c * chunk);
     }
   } else {
-    if (widen_rows) grow(scratch, static_cast<size_t>(4) * layers[0]->in);
+    if (widen_rows) grow(scratch, static_cast<size_t>(pairs ? 8 : 4) * layers[0]->in);
     for (int c0 = 0; c0 < T; c0 += chunk)
-      for (int G = 0; G < first[n]; ++G) run_group(G, scratch.data(), c0);
+      for (int G = 0; G < first[n];) G += run_group(G, first[n], scratch.data(), c0);
   }
   for (int i = 0; i < n; ++i) {
     const Linear& L = *layers[i];
