@@ -87,6 +87,26 @@ def test_decode_steps_are_bit_identical_on_any_thread_count(checkpoint, dtype):
         np.testing.assert_array_equal(a.decode(tok, ca), b.decode(tok, cb))
 
 
+# An odd number of 4-row weight groups in every layer (q 75, k and v 15, MLP 101, head 128 with a
+# short last one) and enough weights for the threads to share the groups: AVX-512 builds multiply
+# two groups at once in the batched tiles, and such a pair must not reach past its layer's end.
+ODD_GROUPS = dict(arch="llama", hidden_size=300, intermediate_size=404, num_hidden_layers=1, num_attention_heads=5,
+                  num_key_value_heads=1, vocab_size=509, max_position_embeddings=64, tie_word_embeddings=False)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_batched_rows_equal_single_rows_with_odd_group_counts(tmp_path, dtype, threads):
+    cfg, tensors = decodelab.testing.random_weights(ODD_GROUPS, seed=11)
+    m = decodelab.load(decodelab.testing.write_hf_folder(str(tmp_path / "m"), cfg, tensors), dtype=dtype,
+                       threads=threads)
+    ids = np.random.default_rng(12).integers(0, cfg["vocab_size"], size=24).tolist()
+    full = m.forward(ids)  # 24 rows at once: the register tiles, fewer than gemm_min_rows
+    cache = m.new_cache()
+    rows = [m.prefill(ids[:1], cache)] + [m.decode(t, cache) for t in ids[1:]]
+    np.testing.assert_allclose(np.stack(rows), full, rtol=0, atol=1e-5)
+
+
 def test_cache_views_are_read_only_and_shaped(checkpoint):
     m = decodelab.load(checkpoint("llama-tiny"))
     cache = m.new_cache(capacity=16)
