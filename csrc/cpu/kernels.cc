@@ -524,21 +524,28 @@ struct I8Block {  // 16-bit activations, steps of 2
     const char* xs = xr.unit(t0, s0);
     const size_t step = xr.step_stride(t0);
     int s = s0;
-    if constexpr (NT == 1) {
-      // One row (decode): four sums over alternate steps, added at the end, so that four
-      // products are in flight through vpdpwssd's latency instead of one chain of dependent ones.
-      __m512i a4[4] = {a[0], a[0], a[0], a[0]};
-      for (; s + 4 <= s1; s += 4, xs += 4 * step) {
+    // Few rows (decode, small batches): K sums per row over alternate steps, added at the end, so
+    // that 4 to 8 products are in flight through vpdpwssd's latency instead of one chain of
+    // dependent ones per row. The same integers.
+    constexpr int K = NT == 1 ? 4 : NT <= 4 ? 2 : 1;
+    if constexpr (K > 1) {
+      __m512i ak[K][NT];
+      for (int k = 0; k < K; ++k)
+        for (int t = 0; t < NT; ++t) ak[k][t] = a[t];
+      for (; s + K <= s1; s += K, xs += K * step) {
         const int8_t* ws = panel + 32 * static_cast<size_t>(s);
-        if (pf) {
-          _mm_prefetch(reinterpret_cast<const char*>(ws) + pf, _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(ws) + pf + 64, _MM_HINT_T0);
+        if (pf)
+          for (int line = 0; line < K / 2; ++line)
+            _mm_prefetch(reinterpret_cast<const char*>(ws) + pf + 64 * line, _MM_HINT_T0);
+        for (int k = 0; k < K; ++k) {
+          const __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws + 32 * k)));
+          for (int t = 0; t < NT; ++t) ak[k][t] = dpwssd_bcast(ak[k][t], w, xs + k * step + 4 * t);
         }
-        for (int k = 0; k < 4; ++k)
-          a4[k] = dpwssd_bcast(a4[k], _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws + 32 * k))),
-                               xs + k * step);
       }
-      a[0] = _mm512_add_epi32(_mm512_add_epi32(a4[0], a4[1]), _mm512_add_epi32(a4[2], a4[3]));
+      for (int t = 0; t < NT; ++t) {
+        a[t] = ak[0][t];
+        for (int k = 1; k < K; ++k) a[t] = _mm512_add_epi32(a[t], ak[k][t]);
+      }
     }
     for (; s < s1; ++s, xs += step) {
       const int8_t* ws = panel + 32 * static_cast<size_t>(s);
@@ -588,21 +595,31 @@ struct A8Block {  // 7-bit activations stored with an offset of 64, steps of 4
     const char* xs = xr.unit(t0, s0);
     const size_t step = xr.step_stride(t0);
     int s = s0;
-    if constexpr (NT == 1) {  // one row: two sums in flight, as in I8Block
-      __m512i a2[2] = {st, _mm512_setzero_si512()};
-      for (; s + 2 <= s1; s += 2, xs += 2 * step) {
+    constexpr int K = NT <= 4 ? 2 : 1;  // sums in flight per row, as in I8Block
+    if constexpr (K > 1) {
+      __m512i ak[K][NT];
+      for (int t = 0; t < NT; ++t) {
+        ak[0][t] = st;
+        for (int k = 1; k < K; ++k) ak[k][t] = _mm512_setzero_si512();
+      }
+      for (; s + K <= s1; s += K, xs += K * step) {
         const int8_t* ws = panel + 64 * static_cast<size_t>(s);
-        if (pf) {
-          _mm_prefetch(reinterpret_cast<const char*>(ws) + pf, _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(ws) + pf + 64, _MM_HINT_T0);
-        }
-        for (int k = 0; k < 2; ++k) {
-          int32_t quad;
-          std::memcpy(&quad, xs + k * step, 4);
-          a2[k] = dpbusd(a2[k], _mm512_set1_epi32(quad), _mm512_loadu_si512(ws + 64 * k));
+        if (pf)
+          for (int line = 0; line < K; ++line)
+            _mm_prefetch(reinterpret_cast<const char*>(ws) + pf + 64 * line, _MM_HINT_T0);
+        for (int k = 0; k < K; ++k) {
+          const __m512i w = _mm512_loadu_si512(ws + 64 * k);
+          for (int t = 0; t < NT; ++t) {
+            int32_t quad;
+            std::memcpy(&quad, xs + k * step + 4 * t, 4);
+            ak[k][t] = dpbusd(ak[k][t], _mm512_set1_epi32(quad), w);  // u8 activations x s8 weights
+          }
         }
       }
-      a[0] = _mm512_add_epi32(a2[0], a2[1]);
+      for (int t = 0; t < NT; ++t) {
+        a[t] = ak[0][t];
+        for (int k = 1; k < K; ++k) a[t] = _mm512_add_epi32(a[t], ak[k][t]);
+      }
     }
     for (; s < s1; ++s, xs += step) {
       const int8_t* ws = panel + 64 * static_cast<size_t>(s);
