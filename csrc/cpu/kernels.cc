@@ -80,11 +80,12 @@ static inline void hsum_halves(__m512 v, float* lo, float* hi) {
 }
 #endif
 
-// The 4 fp32 weight rows of group g (rows [4g, 4g + 4)): a short last group repeats its last row,
-// so the kernels always run 4. Returns how many rows are real.
-static int group_rows(const Linear& L, int g, const float* w[4]) {
-  const int o0 = 4 * g, nr = std::min(4, L.out - o0);
-  for (int r = 0; r < 4; ++r) w[r] = L.w + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
+// The R fp32 weight rows from group g (rows [4g, 4g + R), one or two groups): a short last group
+// repeats its last row, so the kernels always run R. Returns how many rows are real.
+template <int R = 4>
+static int group_rows(const Linear& L, int g, const float* w[R]) {
+  const int o0 = 4 * g, nr = std::min(R, L.out - o0);
+  for (int r = 0; r < R; ++r) w[r] = L.w + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
   return nr;
 }
 
@@ -893,8 +894,8 @@ constexpr int kBf16DirectRows = 6;
 // Whether small_group runs two groups of 4 weight rows together (8-row register tiles: AVX-512's
 // 32 registers hold their 24 accumulators; AVX2's 16 do not), from kPairMinRows activation rows.
 // Every group streams all T activation rows from L2, one load per 4 weight rows with single groups;
-// pairs halve that. Scratch A/B on this AVX-512 host (linear_seconds, GMAC/s, two alternating
-// runs): fp32 2304x768 8 rows 40 -> 73, 16 rows 41 -> 76, 32 rows 43 -> 86; 3072 -> 768 at 16 rows
+// pairs halve that. Scratch A/B on an Intel Xeon host (AVX-512 and VNNI, no AVX512_BF16;
+// linear_seconds, GMAC/s, two alternating runs): fp32 2304x768 8 rows 40 -> 73, 16 rows 41 -> 76, 32 rows 43 -> 86; 3072 -> 768 at 16 rows
 // 38 -> 80; bf16 widened (7 rows or more) 16 rows 58 -> 85. At 2 and 3 rows (one pass, the weights
 // streamed from memory) eight row streams per thread ran 10-20 % slower than four, so those keep
 // single groups.
@@ -932,8 +933,7 @@ static void small_group(const float* x, const float* xd, bool direct, int T, con
   auto piece_exists = [&](int r) { return wide ? g + R / 4 + r / 4 < n_groups : o0 + R + r < L.out; };
   const float* w[R];
   if (!wide) {
-    // A short last group repeats its last row, so the kernels always run R.
-    for (int r = 0; r < R; ++r) w[r] = L.w + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
+    group_rows<R>(L, g, w);
   } else if (!direct) {
     for (int k = 0; k < R / 4; ++k)  // a short last group's padding rows are zero
       widen_group(L, g + k, scratch + static_cast<size_t>(4 * k) * L.in);

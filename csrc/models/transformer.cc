@@ -26,6 +26,16 @@ std::vector<size_t> aligned_offsets(const std::vector<size_t>& bytes) {
   for (size_t i = 0; i < bytes.size(); ++i) at[i + 1] = at[i] + (bytes[i] + kAlign - 1) / kAlign * kAlign;
   return at;
 }
+
+// The first layer of each weight shape (in, out, with or without bias), in order: oneDNN keeps its
+// primitives per shape, so one trial run on each sets them all up.
+std::vector<const Linear*> one_per_shape(const std::vector<Linear*>& layers) {
+  std::set<std::tuple<int, int, bool>> seen;
+  std::vector<const Linear*> out;
+  for (const Linear* l : layers)
+    if (seen.insert(std::make_tuple(l->in, l->out, l->b != nullptr)).second) out.push_back(l);
+  return out;
+}
 }  // namespace
 
 std::vector<Linear*> Transformer::layer_linears() {
@@ -178,13 +188,8 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
   // weight shape (oneDNN's primitives are kept per shape), on the first layer of that shape. Every
   // matmul reads (out, in) weights; a GPT-2 source still (in, out) before quantization serves as
   // K x N floats for the trial run, whose output is discarded.
-  {
-    std::set<std::tuple<int, int, bool>> seen;
-    for (const Linear* x : layer_linears())
-      if (seen.insert(std::make_tuple(x->in, x->out, x->b != nullptr)).second)
-        matmul_onednn_prepare(x->w, x->in, x->out, x->b);
-    matmul_onednn_prepare(lm_head_.w, lm_head_.in, lm_head_.out);
-  }
+  for (const Linear* x : one_per_shape(layer_linears())) matmul_onednn_prepare(x->w, x->in, x->out, x->b);
+  matmul_onednn_prepare(lm_head_.w, lm_head_.in, lm_head_.out);
   if (weight_type_ != WeightType::F32) {
     std::vector<Linear*> all = layer_linears();
     all.insert(all.begin(), &lm_head_);
@@ -215,10 +220,7 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
       // trial run on each shape maps the scratch and sets them up now. The layers come from `all`
       // past the head at its front (used only for all-position logits): layer_linears() lists
       // only layers with fp32 weights, which quantization has let go of.
-      std::set<std::tuple<int, int, bool>> seen;
-      for (size_t i = 1; i < all.size(); ++i) {
-        const Linear* l = all[i];
-        if (!seen.insert(std::make_tuple(l->in, l->out, l->b != nullptr)).second) continue;
+      for (const Linear* l : one_per_shape({all.begin() + 1, all.end()})) {
         const int rows = gemm_min_rows(weight_type_);
         std::vector<float> x(static_cast<size_t>(rows) * l->in, 0.0f);
         std::vector<float> y(static_cast<size_t>(rows) * l->out);

@@ -602,9 +602,10 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
     benchmarks/bench_accuracy.py). Activations, norms, attention and accumulation stay fp32, except
     that int8 layers round their input to 16-bit fixed point (a scale per 256 values; error at most
     1/65534 of the block's largest value) to sum the products exactly in int32, and bfloat16
-    and int8 prompts on a CPU with native bf16 products round theirs to bf16 (``bf16_matmul``). w8a8, and int8 with ``bf16_matmul=False``, run one linear kernel at every
-    number of tokens: a row's product is the same bit for bit whether it was decoded alone, in a
-    batch, or in a prompt.
+    and int8 prompts on a CPU with native bf16 products round theirs to bf16 (``bf16_matmul``).
+    w8a8, and int8 with ``bf16_matmul=False``, run one linear kernel at every number of tokens: a
+    row's product is the same bit for bit whether it was decoded alone, in a batch, or in a
+    prompt.
     ``tokenizer`` overrides the tokenizer found beside the weights (a path or a Tokenizer).
     ``zero_copy``: with fp32, the linear layers and the head are by default copied once from the
     file mapping into memory in huge pages, where a decode step reads them 10-20 % faster here
