@@ -162,7 +162,14 @@ static void split_even_odd(const float* x, int T, int n, FloatBuffer& xd) {
 // ahead 24, 2048 31, 4096 22. On an Intel Xeon host (AMX, 2 cores) the same loop over 256 MiB, best
 // of 5: NTA 15-16, T0 31.5, T1 30.3-34.2, T2 31.4, none 21-22; and whole decode steps NTA -> T1:
 // Llama 110M 67 -> 144 tok/s, GPT-2 124M 54 -> 113. T1 is the one hint near the best on both.
-constexpr int kBf16Ahead = 1024;
+// The distance matters on Intel: one group stream per thread, 1024 bytes ahead, read 11.8 GB/s on
+// one core of a Xeon host without AVX512_BF16 (256 MiB, best of 15 interleaved passes) against
+// 14.1 for the fp32 kernel's four row streams; 2048 ahead 13.5, 4096 13.3 (2 threads: 21.8, 25.0,
+// 27.1 against 27.5). Whole decode there, bench_phase.py --phase decode --prompt 16, three
+// alternating rounds, 1024 -> 4096: Llama 110M 105-108 -> 123-139 tok/s, GPT-2 124M 74-80 ->
+// 90-101; 6144 to 16384 ahead were no faster than 4096. On a Xeon with AMX (two of its cores,
+// taskset), three rounds: Llama 93-100 -> 98-147, GPT-2 63-81 -> 87-119.
+constexpr int kBf16Ahead = 4096;
 // The two cache lines kBf16Ahead bytes past a group's step at p, unless past the layer's end.
 static inline void prefetch_ahead(const uint16_t* p, const char* end) {
   const char* ahead = reinterpret_cast<const char*>(p) + kBf16Ahead;
@@ -424,8 +431,12 @@ constexpr int kPanel = 16;
 // it reads: one stream per thread is not always enough for the hardware prefetcher to keep memory
 // busy. Interleaved in one process against none: one-row decode +4-14 % on three of the four
 // 8-bit rows (GPT-2 / Llama int8 / w8a8; Llama w8a8 +9 % and -7 % in two runs), batch 16 +4-9 %,
-// 512-token prompts -2 % to +9 %.
-constexpr int kPanelPrefetch = 1024;
+// 512-token prompts -2 % to +9 %. 2048 bytes against 1024 on an Intel Xeon host without
+// AVX512_BF16, bench_phase.py --phase decode --prompt 16, 4 alternating rounds, tok/s: Llama 110M
+// int8 186-210 -> 215-225, w8a8 182-241 -> 228-248, GPT-2 int8 133-170 -> 148-173, w8a8 157-168
+// -> 126-173 (one slow round); 512-token prompts and batch 16 unchanged. Llama int8 at 4096 and
+// 8192 bytes: 199-241, below 2048. On a Xeon with AMX (two cores), Llama int8 336-374 -> 385-410.
+constexpr int kPanelPrefetch = 2048;
 inline int panel_count(int out) { return (out + kPanel - 1) / kPanel; }
 inline int panel_steps(int in, int G) { return (in + G - 1) / G; }
 
