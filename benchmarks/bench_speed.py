@@ -19,6 +19,7 @@ about 11 minutes on 2 cores); the GGUF files come from benchmarks/gguf_export.py
 own quantizer.
 """
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -303,9 +304,10 @@ def work_plainc(folder, dtype, a):
     cfg = json.load(open(os.path.join(folder, "config.json")))
     if cfg["model_type"] != "llama":
         raise RuntimeError("the plain-C baseline runs Llama checkpoints only")
-    exe = os.path.join(os.path.dirname(folder), "plainc")
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "baseline", "plainc.c")
+    with open(src, "rb") as f:  # one build per version of the source
+        exe = os.path.join(os.path.dirname(folder), "plainc-" + hashlib.sha1(f.read()).hexdigest()[:12])
     if not os.path.exists(exe):
-        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "baseline", "plainc.c")
         subprocess.run(["gcc", "-O3", "-ffast-math", "-march=native", "-fopenmp", src, "-lm", "-o", exe], check=True)
     ckpt = folder + ".llama2c.bin"
     if not os.path.exists(ckpt):
@@ -314,8 +316,24 @@ def work_plainc(folder, dtype, a):
     p = subprocess.run([exe, ckpt, str(a.prompt), str(a.decode)], capture_output=True, text=True, env=env, check=True)
     res = json.loads(p.stdout.strip().splitlines()[-1])
     res.pop("last_token", None)
-    res["child_rss_mib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    kib = res.pop("peak_rss_kib")
+    res["child_rss_mib"] = kib / 1024 if kib > 0 else None
     return res
+
+
+def peak_rss_mib():
+    """This process's peak resident set. Linux's VmHWM belongs to the process's own memory map, made
+    new at exec; ru_maxrss does not start again at exec, so a worker started by a parent that had
+    written the checkpoints would report the parent's peak (every decodelab row read 643 MiB so).
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 WORKERS = {"decodelab": work_decodelab, "transformers": work_transformers, "ctranslate2": work_ctranslate2,
@@ -358,7 +376,7 @@ def main():
     if a.worker:
         engine, folder, dtype = a.worker
         res = WORKERS[engine](folder, dtype, a)
-        res["peak_rss_mib"] = res.pop("child_rss_mib", None) or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        res["peak_rss_mib"] = res.pop("child_rss_mib") if "child_rss_mib" in res else peak_rss_mib()
         print(json.dumps(res))
         return
 

@@ -59,6 +59,18 @@ static void softmax(float* x, int n) {
   for (int i = 0; i < n; i++) x[i] /= s;
 }
 
+// This process's peak resident set in KiB (Linux VmHWM), or -1 where it cannot be read.
+static long peak_rss_kib(void) {
+  FILE* f = fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long kib = -1;
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, "VmHWM:", 6) == 0) kib = strtol(line + 6, NULL, 10);
+  fclose(f);
+  return kib;
+}
+
 int main(int argc, char** argv) {
   if (argc != 4) {
     fprintf(stderr, "usage: %s model.bin PROMPT_TOKENS DECODE_TOKENS\n", argv[0]);
@@ -175,8 +187,9 @@ int main(int argc, char** argv) {
     }
   }
   const double t_end = now();
-  printf("{\"prefill_tok_s\": %.3f, \"decode_tok_s\": %.3f, \"ttft_s\": %.6f, \"last_token\": %d}\n",
+  printf("{\"prefill_tok_s\": %.3f, \"decode_tok_s\": %.3f, \"ttft_s\": %.6f, \"last_token\": %d, "
+         "\"peak_rss_kib\": %ld}\n",
          P / (t_first - t_start), N / (t_end - t_first), /* N forward passes after the first token */
-         t_first - t_start, token);
+         t_first - t_start, token, peak_rss_kib());
   return 0;
 }
