@@ -321,6 +321,23 @@ def work_plainc(folder, dtype, a):
     return res
 
 
+def host_info():
+    """What the figures depend on: the CPU, its vector and matrix extensions, the threads."""
+    from decodelab import _core
+    model, flags = "", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and not model:
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags |= {x for x in line.split(":", 1)[1].split() if x.startswith(("avx512", "amx"))}
+    except OSError:
+        pass
+    return {"cpu": model, "extensions": sorted(flags), "cpus_available": len(os.sched_getaffinity(0)),
+            "bf16_matmul_native": _core.bf16_matmul_native()}
+
+
 def peak_rss_mib():
     """This process's peak resident set. Linux's VmHWM belongs to the process's own memory map, made
     new at exec; ru_maxrss does not start again at exec, so a worker started by a parent that had
@@ -490,7 +507,7 @@ def main():
             print(f"  {name:<12} {ours['dtype']:<9} KV {ours['kv_cache']:<9} " + ", ".join(parts)
                   + f", decode at {frac:.0%} of the bound ({frac_kv:.0%} counting the cache)")
     with open(a.json, "w") as f:
-        json.dump({"argv": sys.argv, "read_bandwidth_bytes_s": bw, "rows": rows}, f, indent=2)
+        json.dump({"argv": sys.argv, "host": host_info(), "read_bandwidth_bytes_s": bw, "rows": rows}, f, indent=2)
     print(f"wrote {a.json}")
     if tmp_ctx:
         tmp_ctx.cleanup()

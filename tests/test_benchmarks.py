@@ -41,3 +41,25 @@ def test_first_prompt_phase_reports_each_prompt(checkpoint):
     assert len(res["tok_s"]) == 3 and all(r > 0 for r in res["tok_s"])
     assert len(res["page_faults"]) == 3 and all(isinstance(n, int) and n >= 0 for n in res["page_faults"])
     assert res["load_s"] > 0
+
+
+@pytest.mark.parametrize("engine", ["decodelab", "plain-C"])
+def test_worker_peak_rss_is_its_own(engine, checkpoint):
+    # bench_speed.py's workers are started by a parent that may hold far more memory (it writes
+    # the checkpoints). Their RSS column must not report the parent's peak, as ru_maxrss, which
+    # carries over fork and exec, did. Here the parent holds 800 MiB; a tiny model's worker needs
+    # a fraction of that.
+    if engine == "plain-C" and shutil.which("gcc") is None:
+        pytest.skip("needs gcc to build benchmarks/baseline/plainc.c")
+    folder = str(checkpoint("llama-tiny"))
+    parent = (
+        "import subprocess, sys, numpy as np\n"
+        "held = np.ones(100 << 20)\n"  # 800 MiB, every page touched
+        "cmd = [sys.executable, sys.argv[1], '--worker', sys.argv[2], sys.argv[3], 'float32', '--threads', '1',"
+        " '--prompt', '8', '--decode', '4', '--batch-steps', '1']\n"
+        "print(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip())\n"
+        "print(held.sum() > 0)\n")
+    out = subprocess.run([sys.executable, "-c", parent, os.path.join(ROOT, "benchmarks", "bench_speed.py"), engine, folder],
+                         capture_output=True, text=True, check=True)
+    res = json.loads(out.stdout.strip().splitlines()[-2])
+    assert 1 < res["peak_rss_mib"] < 400, res
