@@ -168,7 +168,8 @@ static void split_even_odd(const float* x, int T, int n, FloatBuffer& xd) {
 // 27.1 against 27.5). Whole decode there, bench_phase.py --phase decode --prompt 16, three
 // alternating rounds, 1024 -> 4096: Llama 110M 105-108 -> 123-139 tok/s, GPT-2 124M 74-80 ->
 // 90-101; 6144 to 16384 ahead were no faster than 4096. On a Xeon with AMX (two of its cores,
-// taskset), three rounds: Llama 93-100 -> 98-147, GPT-2 63-81 -> 87-119.
+// taskset), three rounds: Llama 93-100 -> 98-147, GPT-2 63-81 -> 87-119. T1 at 4096 bytes has
+// not been measured on the AMD host; retune there if its one-row bf16 decode falls behind fp32's.
 constexpr int kBf16Ahead = 4096;
 // The two cache lines kBf16Ahead bytes past a group's step at p, unless past the layer's end.
 static inline void prefetch_ahead(const uint16_t* p, const char* end) {
