@@ -1460,10 +1460,10 @@ void layernorm(const float* x, const float* w, const float* b, int T, int dim, f
   for_each_index(T, rows_worth_threads(T, dim), [&](int64_t t) {
     const float* xt = x + static_cast<size_t>(t) * dim;
     float* yt = y + static_cast<size_t>(t) * dim;
-    const float mean = ConstVec(xt, dim).sum() / dim;
-    float var = 0.0f;
-    for (int i = 0; i < dim; ++i) var += (xt[i] - mean) * (xt[i] - mean);
-    var /= dim;
+    const auto xa = ConstVec(xt, dim).array();
+    const float mean = xa.sum() / dim;
+    // Through Eigen, vectorised: a plain loop's float sum stays scalar without -ffast-math.
+    const float var = (xa - mean).square().sum() / dim;
     const float inv = 1.0f / std::sqrt(var + eps);
     for (int i = 0; i < dim; ++i) yt[i] = (xt[i] - mean) * inv * w[i] + b[i];
   });
