@@ -388,7 +388,8 @@ static void interleave_units(const char* src, size_t row_bytes, int w, int units
   }
 #endif
   for (; u < units; ++u)
-    for (int j = 0; j < w; ++j) std::memcpy(dst + (static_cast<size_t>(u) * w + j) * 4, src + j * row_bytes + 4 * static_cast<size_t>(u), 4);
+    for (int j = 0; j < w; ++j)
+      std::memcpy(dst + (static_cast<size_t>(u) * w + j) * 4, src + j * row_bytes + 4 * static_cast<size_t>(u), 4);
 }
 
 // Rounds T rows of n values into v (int16 or u8 blocks) with round_row, in v's layout (rows ld
