@@ -1,5 +1,6 @@
 """What reduced precision costs in accuracy: logit error against fp32 and perplexity on a fixed
-text, for load(dtype="bfloat16"), load(dtype="int8") and load(dtype="w8a8") weights and for bf16 KV caches.
+text, for load(dtype="bfloat16"), load(dtype="int8") and load(dtype="w8a8") weights and for bf16
+and int8 KV caches.
 
     python benchmarks/bench_accuracy.py [--json bench_accuracy.json]
 
@@ -10,7 +11,7 @@ fp32 logit| over every position, and how often the argmax agrees with fp32's.
 
 Two paths per setting: "forward" scores the whole text in one pass (the prefill kernels);
 "decode" feeds it one token at a time through a KV cache (the kernels generation runs after the
-prompt; a bf16 cache rounds keys and values there). bfloat16 and int8 "forward" run twice: with
+prompt; a bf16 or int8 cache rounds keys and values there). bfloat16 and int8 "forward" run twice: with
 bf16_matmul (the default: the prompt's matmuls round their inputs to bf16, where the CPU has
 native bf16 products) and without ("-fp32in": bf16 weights with fp32 inputs, "-panels": the
 int8 kernel's 16-bit inputs).
@@ -63,8 +64,9 @@ def main():
             settings = [("float32", "forward", "-"), ("bfloat16", "forward", "-"), ("bfloat16-fp32in", "forward", "-"),
                         ("int8", "forward", "-"), ("int8-panels", "forward", "-"),
                         ("float32", "decode", "float32"), ("float32", "decode", "bfloat16"),
+                        ("float32", "decode", "int8"),
                         ("bfloat16", "decode", "float32"), ("bfloat16", "decode", "bfloat16"),
-                        ("int8", "decode", "float32"), ("int8", "decode", "bfloat16"),
+                        ("int8", "decode", "float32"), ("int8", "decode", "bfloat16"), ("int8", "decode", "int8"),
                         ("w8a8", "forward", "-"), ("w8a8", "decode", "float32")]
             models = {}
             for dtype, path_kind, kv in settings:

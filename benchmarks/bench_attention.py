@@ -4,7 +4,7 @@ from memory as a decode step reads it (the weights stream through the caches in 
     python benchmarks/bench_attention.py [--ctx 128 640 1024] [--rounds 5] [--repeats 10] [--json out.json]
 
 For the GPT-2 124M shape (12 KV heads) and the Llama 110M shape (4 KV heads for 12 query heads),
-fp32 and bf16 caches: milliseconds per decode step, the cache bytes read per second, and that
+fp32, bf16 and int8 caches (int8: one fp32 scale per row of head_dim values): milliseconds per decode step, the cache bytes read per second, and that
 rate against the read-bandwidth probe of the same run. Rounds are interleaved across the rows and
 each keeps its best step, as this shared host's speed drifts.
 """
@@ -18,7 +18,7 @@ SHAPES = {  # n_layers, n_heads, n_kv_heads, head_dim
     "gpt2-124m": (12, 12, 12, 64),
     "llama-110m": (12, 12, 4, 64),
 }
-KV = {"float32": 4, "bfloat16": 2}
+KV = {"float32": 4, "bfloat16": 2, "int8": 1}  # bytes per value; an int8 row adds its 4-byte scale
 
 
 def main():
@@ -46,7 +46,7 @@ def main():
     print(f"{'shape':>11} {'KV':>9} {'ctx':>5} {'ms/step':>8} {'GB/s':>6} {'of probe':>8}")
     for s, kv, n in cases:
         layers, _, kvh, hd = SHAPES[s]
-        nbytes = 2 * layers * kvh * hd * n * KV[kv]
+        nbytes = 2 * layers * kvh * n * (hd * KV[kv] + (4 if kv == "int8" else 0))
         t = best[(s, kv, n)]
         rows.append({"shape": s, "kv": kv, "ctx": n, "seconds": t, "bytes": nbytes, "gb_s": nbytes / t / 1e9,
                      "of_probe": nbytes / t / probe})

@@ -7,7 +7,7 @@
 2. The speedup of reusing a long shared prefix: generate after a 900-token prompt from a cold
    cache, and from a cache that already holds the prompt.
 3. Memory of 4 forks of a 1,000-token cache, each decoding 100 tokens, against 4 separate caches.
-4. The logit error of a bfloat16 cache against fp32, over 256 positions.
+4. The logit error of bfloat16 and int8 caches against fp32, over 256 positions.
 Models: stories260K and a random-initialised Llama 110M shape (12 heads, 4 kv heads).
 """
 import argparse
@@ -91,10 +91,10 @@ def fork_memory(m, rng):
             "ratio_to_single": r["bytes_in_use"] / single}
 
 
-def bf16_error(m, rng, n=256):
+def cache_error(m, rng, dtype, n=256):
     ids = rng.integers(3, m.config.vocab_size, size=n).tolist()
     full = m.forward(ids)
-    c = m.new_cache(dtype="bfloat16")
+    c = m.new_cache(dtype=dtype)
     rows = [m.prefill(ids[:1], c)] + [m.decode(t, c) for t in ids[1:]]
     err = np.abs(np.stack(rows) - full)
     same = float(np.mean(np.argmax(np.stack(rows), 1) == np.argmax(full, 1)))
@@ -119,7 +119,7 @@ def main():
             lengths = [32, 128, 256, 500] if name == "stories260K" else [32, 128, 512, 1024]
             res = {"per_token": per_token_vs_context(m, lengths, rng),
                    "prefix_reuse": prefix_reuse(m, rng, n_prefix=400 if name == "stories260K" else 900),
-                   "bf16_cache": bf16_error(m, rng)}
+                   "bf16_cache": cache_error(m, rng, "bfloat16"), "int8_cache": cache_error(m, rng, "int8")}
             if name == "llama-110m":
                 res["fork_memory"] = fork_memory(m, rng)
             out["models"][name] = res
@@ -131,10 +131,11 @@ def main():
         p = res["prefix_reuse"]
         print(f"prefix reuse: {p['prefix_tokens']}-token prompt + {p['new_tokens']} new tokens: cold {p['cold_ms']:.1f} ms, "
               f"cached prefix {p['warm_ms']:.1f} ms ({p['speedup']:.1f}x, {p['reused_prompt_tokens']} tokens reused)")
-        b = res["bf16_cache"]
-        print(f"bf16 cache over {b['positions']} positions: max |logit error| {b['max_abs_logit_error']:.2e} "
-              f"(mean {b['mean_abs_logit_error']:.2e}, max |logit| {b['max_abs_logit']:.2f}), "
-              f"argmax agreement {b['argmax_agreement']:.3f}")
+        for key, label in (("bf16_cache", "bf16"), ("int8_cache", "int8")):
+            b = res[key]
+            print(f"{label} cache over {b['positions']} positions: max |logit error| {b['max_abs_logit_error']:.2e} "
+                  f"(mean {b['mean_abs_logit_error']:.2e}, max |logit| {b['max_abs_logit']:.2f}), "
+                  f"argmax agreement {b['argmax_agreement']:.3f}")
         if "fork_memory" in res:
             f = res["fork_memory"]
             print(f"4 forks of a 1000-token cache, +100 tokens each: {f['four_forks_bytes'] / 2**20:.1f} MiB vs "

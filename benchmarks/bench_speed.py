@@ -83,6 +83,9 @@ def kv_bytes_per_step(folder, kv_dtype, context):
     else:
         hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
         L, width = cfg["num_hidden_layers"], cfg["num_key_value_heads"] * hd
+    if kv_dtype == "int8":  # one byte a value and an fp32 scale per head_dim values
+        hd = cfg["n_embd"] // cfg["n_head"] if cfg["model_type"] == "gpt2" else hd
+        return 2 * L * context * (width + 4 * width // hd)
     return 2 * L * width * context * (4 if kv_dtype == "float32" else 2)
 
 
@@ -360,7 +363,7 @@ WORKERS = {"decodelab": work_decodelab, "transformers": work_transformers, "ctra
 # one in the model's dtype.
 CONFIGS = [("decodelab", "float32", "float32"), ("decodelab", "bfloat16", "float32"),
            ("decodelab", "bfloat16", "bfloat16"), ("decodelab", "int8", "float32"), ("decodelab", "int8", "bfloat16"),
-           ("decodelab", "w8a8", "float32"),
+           ("decodelab", "int8", "int8"), ("decodelab", "w8a8", "float32"),
            ("transformers", "float32", "float32"), ("transformers", "bfloat16", "bfloat16"),
            ("ctranslate2", "float32", "float32"), ("ctranslate2", "int8", "float32"),
            ("llama.cpp", "float32", "float16"), ("llama.cpp", "float16", "float16"), ("llama.cpp", "q8_0", "float16"),

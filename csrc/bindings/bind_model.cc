@@ -60,12 +60,15 @@ void set_read_only(py::array& a) {
   py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
 }
 
-const char* dtype_name(KVDType d) { return d == KVDType::F32 ? "float32" : "bfloat16"; }
+const char* dtype_name(KVDType d) {
+  return d == KVDType::F32 ? "float32" : d == KVDType::BF16 ? "bfloat16" : "int8";
+}
 
 KVDType parse_kv_dtype(const std::string& s) {
   if (s == "float32" || s == "fp32") return KVDType::F32;
   if (s == "bfloat16" || s == "bf16") return KVDType::BF16;
-  throw std::invalid_argument("cache dtype must be 'float32' or 'bfloat16', got '" + s + "'");
+  if (s == "int8") return KVDType::I8;
+  throw std::invalid_argument("cache dtype must be 'float32', 'bfloat16' or 'int8', got '" + s + "'");
 }
 
 WeightType parse_weight_dtype(const std::string& s) {
@@ -134,6 +137,10 @@ py::array layer_kv(py::object self, int layer, int kind) {
       const uint8_t* blk = p.data(table[pos / bs]);
       if (p.dtype() == KVDType::F32) {
         std::memcpy(d, reinterpret_cast<const float*>(blk) + off, hd * sizeof(float));
+      } else if (p.dtype() == KVDType::I8) {
+        const int8_t* s = reinterpret_cast<const int8_t*>(blk) + off;
+        const float scale = p.row_scales(blk, layer, kind, kh)[pos % bs];
+        for (int i = 0; i < hd; ++i) d[i] = scale * static_cast<float>(s[i]);
       } else {
         const uint16_t* s = reinterpret_cast<const uint16_t*>(blk) + off;
         for (int i = 0; i < hd; ++i) d[i] = bf16_to_f32(s[i]);
@@ -250,7 +257,7 @@ void register_device(py::module_& m) {
                                       std::to_string(n_kv_heads));
         const KVDType dtype = parse_kv_dtype(kv_dtype);
         const double cache_bytes = 2.0 * n_layers * n_kv_heads * head_dim * static_cast<double>(n_ctx) *
-                                   (dtype == KVDType::F32 ? 4 : 2);
+                                   (dtype == KVDType::F32 ? 4 : dtype == KVDType::BF16 ? 2 : 1);
         constexpr double kMaxBytes = 4.0 * (1 << 30);
         if (cache_bytes > kMaxBytes)
           throw std::invalid_argument("the cache would take " + std::to_string(cache_bytes / (1 << 20)) +
@@ -272,10 +279,15 @@ void register_device(py::module_& m) {
         };
         for (int b = 0; b < n_blocks; ++b) {
           table[b] = pool.alloc();
-          const size_t n = pool.block_bytes() / pool.elem_bytes();
+          const size_t n = pool.block_elems();
           if (dtype == KVDType::F32) {
             float* f = reinterpret_cast<float*>(pool.data(table[b]));
             for (size_t i = 0; i < n; ++i) f[i] = next_value();
+          } else if (dtype == KVDType::I8) {  // values in [-127, 127], each row's scale 1 / 254
+            int8_t* v = reinterpret_cast<int8_t*>(pool.data(table[b]));
+            for (size_t i = 0; i < n; ++i) v[i] = static_cast<int8_t>(std::lround(254.0f * next_value()));
+            float* sc = reinterpret_cast<float*>(pool.data(table[b]) + pool.scales_offset());
+            std::fill(sc, sc + n / head_dim, 1.0f / 254.0f);
           } else {
             uint16_t* u = reinterpret_cast<uint16_t*>(pool.data(table[b]));
             for (size_t i = 0; i < n; ++i) u[i] = f32_to_bf16(next_value());
@@ -386,7 +398,7 @@ the first write into a shared block copies that block (copy-on-write).
       .def(
           "keys", [](py::object self, int layer) { return layer_kv(self, layer, 0); }, py::arg("layer"),
           "(n_kv_heads, len, head_dim) float32: a read-only view when the tokens sit in one fp32 block, "
-          "otherwise a gathered copy.")
+          "otherwise a gathered copy (bfloat16 widened; int8 times each row's scale).")
       .def(
           "values", [](py::object self, int layer) { return layer_kv(self, layer, 1); }, py::arg("layer"),
           "Like keys(), for values.")
@@ -400,7 +412,9 @@ the first write into a shared block copies that block (copy-on-write).
               throw py::index_error("block " + std::to_string(i) + " is out of range [0, " + std::to_string(n) + ")");
             const py::ssize_t e = static_cast<py::ssize_t>(p.elem_bytes());
             const py::ssize_t L = p.n_layers(), kv = p.n_kv_heads(), bs = p.block_size(), hd = p.head_dim();
-            py::dtype dt = p.dtype() == KVDType::F32 ? py::dtype::of<float>() : py::dtype::of<uint16_t>();
+            py::dtype dt = p.dtype() == KVDType::F32    ? py::dtype::of<float>()
+                           : p.dtype() == KVDType::BF16 ? py::dtype::of<uint16_t>()
+                                                        : py::dtype::of<int8_t>();
             py::array a(dt, {L, py::ssize_t(2), kv, bs, hd}, {2 * kv * bs * hd * e, kv * bs * hd * e, bs * hd * e, hd * e, e},
                         p.data(c.block_table()[i]), self);
             set_read_only(a);
@@ -408,7 +422,29 @@ the first write into a shared block copies that block (copy-on-write).
           },
           py::arg("i"),
           "Zero-copy read-only view of this sequence's i-th block, (n_layers, 2 [K, V], n_kv_heads, block_size, "
-          "head_dim); float32, or uint16 holding bfloat16 bits. Rows past len(cache) are unused.")
+          "head_dim); float32, uint16 holding bfloat16 bits, or int8 (each row's scale in block_scales(i)). Rows "
+          "past len(cache) are unused.")
+      .def(
+          "block_scales",
+          [](py::object self, int i) {
+            const KVCache& c = self.cast<const KVCache&>();
+            const BlockPool& p = c.pool();
+            if (p.dtype() != KVDType::I8)
+              throw std::invalid_argument(std::string("block_scales() is for int8 caches; this one is ") +
+                                          dtype_name(p.dtype()));
+            const int n = static_cast<int>(c.block_table().size());
+            if (i < 0 || i >= n)
+              throw py::index_error("block " + std::to_string(i) + " is out of range [0, " + std::to_string(n) + ")");
+            const py::ssize_t f = sizeof(float);
+            const py::ssize_t L = p.n_layers(), kv = p.n_kv_heads(), bs = p.block_size();
+            py::array a(py::dtype::of<float>(), {L, py::ssize_t(2), kv, bs}, {2 * kv * bs * f, kv * bs * f, bs * f, f},
+                        p.data(c.block_table()[i]) + p.scales_offset(), self);
+            set_read_only(a);
+            return a;
+          },
+          py::arg("i"),
+          "Zero-copy read-only view of the row scales of an int8 cache's i-th block, (n_layers, 2 [K, V], "
+          "n_kv_heads, block_size) float32: row r of block(i) holds values / scale, rounded.")
       .def("__repr__", [](const KVCache& c) {
         const BlockPool& p = c.pool();
         return "KVCache(" + std::to_string(c.length()) + "/" + std::to_string(c.capacity()) + " tokens, " +
@@ -487,7 +523,7 @@ the first write into a shared block copies that block (copy-on-write).
           "pool_stats",
           [](const Transformer& e) {
             py::list out;
-            for (KVDType d : {KVDType::F32, KVDType::BF16})
+            for (KVDType d : {KVDType::F32, KVDType::BF16, KVDType::I8})
               if (auto p = e.pool(d)) out.append(pool_stats(p));
             return out;
           },

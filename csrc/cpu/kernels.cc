@@ -1573,6 +1573,7 @@ void rope(float* x, int T, int n_heads, int head_dim, int p0, const float* cos_t
 namespace {
 inline float load(const float* p, int i) { return p[i]; }
 inline float load(const uint16_t* p, int i) { return bf16_to_f32(p[i]); }
+inline float load(const int8_t* p, int i) { return static_cast<float>(p[i]); }  // before its row's scale
 
 inline float dot_kv(const float* q, const float* k, int n) { return dot(q, k, n); }
 inline float dot_kv(const float* q, const uint16_t* k, int n) {
@@ -1580,6 +1581,32 @@ inline float dot_kv(const float* q, const uint16_t* k, int n) {
 #pragma omp simd reduction(+ : s)
   for (int i = 0; i < n; ++i) s += q[i] * bf16_to_f32(k[i]);
   return s;
+}
+inline float dot_kv(const float* q, const int8_t* k, int n) {  // before the row's scale
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int i = 0; i < n; ++i) s += q[i] * static_cast<float>(k[i]);
+  return s;
+}
+
+// Rows [0, nb) of one slab (layer, K or V, KV head) of a cache block as fp32, hd values each: a
+// copy, bf16 widened, or int8 times each row's scale.
+template <typename E>
+void widen_slab(const BlockPool& pool, const uint8_t* blk, int layer, int kind, int kh, int nb, float* dst) {
+  const int hd = pool.head_dim();
+  const E* src = reinterpret_cast<const E*>(blk) + pool.slab(layer, kind, kh);
+  if constexpr (std::is_same<E, int8_t>::value) {
+    const float* rs = pool.row_scales(blk, layer, kind, kh);
+    for (int r = 0; r < nb; ++r) {
+      const int8_t* row = src + static_cast<size_t>(r) * hd;
+      float* d = dst + static_cast<size_t>(r) * hd;
+      const float sc = rs[r];
+#pragma omp simd
+      for (int i = 0; i < hd; ++i) d[i] = sc * static_cast<float>(row[i]);
+    }
+  } else {
+    widen(src, static_cast<size_t>(nb) * hd, dst);
+  }
 }
 
 using StridedRows = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
@@ -1730,22 +1757,21 @@ void attention_prefill(const float* q, const BlockPool& pool, const int* table, 
 #pragma omp for collapse(2) schedule(static)
     for (int kh = 0; kh < n_kv; ++kh) {
       for (int b = 0; b < n_blocks; ++b) {
-        const E* blk = reinterpret_cast<const E*>(pool.data(table[b]));
+        const uint8_t* blk = pool.data(table[b]);
         const int nb = std::min(bs, n_all - b * bs);
         float* K = kv_all + 2 * static_cast<size_t>(kh) * head_elems;
         if (!tiles) {
-          widen(blk + pool.slab(layer, 0, kh), static_cast<size_t>(nb) * hd, K + static_cast<size_t>(b) * bs * hd);
-          widen(blk + pool.slab(layer, 1, kh), static_cast<size_t>(nb) * hd,
-                K + head_elems + static_cast<size_t>(b) * bs * hd);
+          widen_slab<E>(pool, blk, layer, 0, kh, nb, K + static_cast<size_t>(b) * bs * hd);
+          widen_slab<E>(pool, blk, layer, 1, kh, nb, K + head_elems + static_cast<size_t>(b) * bs * hd);
           continue;
         }
         float* rows = rows_buf.data();
-        widen(blk + pool.slab(layer, 1, kh), static_cast<size_t>(nb) * hd, rows);
+        widen_slab<E>(pool, blk, layer, 1, kh, nb, rows);
         for (int c = 0; c < hd; c += 16)  // value j, columns [c, c + 16) at panel c / 16, row j
           for (int j = 0; j < nb; ++j)
             std::memcpy(K + head_elems + static_cast<size_t>(c) * ldk + 16 * static_cast<size_t>(b * bs + j),
                         rows + static_cast<size_t>(j) * hd + c, 16 * sizeof(float));
-        widen(blk + pool.slab(layer, 0, kh), static_cast<size_t>(nb) * hd, rows);
+        widen_slab<E>(pool, blk, layer, 0, kh, nb, rows);
         for (int j = b * bs; j < b * bs + nb; ++j) {  // key j, dim d at panel j / 16, row d, lane j % 16
           float* dst = K + static_cast<size_t>(j / 16) * 16 * hd + j % 16;
           const float* src = rows + static_cast<size_t>(j - b * bs) * hd;
@@ -1823,9 +1849,13 @@ struct Trickle {
 #if defined(__AVX2__) && defined(__FMA__)
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) { return load8_bf16(p); }
+inline __m256 load8(const int8_t* p) {  // an int8 cache row's values, before the row's scale
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
 
 // How the attention kernels read a row of keys or values, kStep values at a time. InOrder: 8
-// values as they lie (fp32, or bf16 widened by shuffles). EvenOdd: 16 bf16 values split by
+// values as they lie (fp32; bf16 widened by shuffles; int8 widened, the row's scale applied by the
+// caller). EvenOdd: 16 bf16 values split by
 // bf16_even / bf16_odd, against a query and an output kept in even/odd order (bf16 caches with head
 // sizes a multiple of 16).
 template <typename E>
@@ -2100,6 +2130,13 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
     return reinterpret_cast<const E*>(pool.data(table[b])) + pool.slab(layer, kind, kh);
   };
   auto rows_of = [&](int b) { return std::min(bs, n_ctx - b * bs); };
+  // int8 caches: the kernels below see the rows' integers; each key row's scale multiplies its
+  // scores afterwards, and each value row's its weights before the values are summed.
+  constexpr bool i8 = std::is_same<E, int8_t>::value;
+  auto scales_of = [&](int b, int kind, int kh) { return pool.row_scales(pool.data(table[b]), layer, kind, kh); };
+  auto prefetch_scales = [&](int b, int kind, int kh) {
+    if constexpr (i8) prefetch_range(scales_of(b, kind, kh), static_cast<size_t>(rows_of(b)) * sizeof(float));
+  };
   thread_local FloatBuffer maxima;  // each head's largest score, then 1 / its softmax sum
   grow(maxima, nh);
   float* m = maxima.data();
@@ -2123,6 +2160,8 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
       const E* next = b + 1 < n_blocks ? slab(b + 1, 0, kh) : slab(0, 1, kh);
       const size_t next_bytes = static_cast<size_t>(rows_of(b + 1 < n_blocks ? b + 1 : 0)) * hd * sizeof(E);
       if (!vec) prefetch_range(next, next_bytes);
+      if (b + 1 < n_blocks) prefetch_scales(b + 1, 0, kh);
+      else prefetch_scales(0, 1, kh);
       // Grouped-query heads, up to 4 at a time, in one pass over the keys (and below the values).
       // Llama 110M (12 query heads on 4, int8 weights), a step at context 960 less one at context 1,
       // medians of 14 alternating rounds against one pass per head: fp32 cache 1.73 -> 1.46 ms, bf16
@@ -2170,6 +2209,19 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
       }
     }
   }
+  if constexpr (i8) {  // each key row's scale on its scores; each head's largest score again
+    for (int j = 0; j < nh; ++j) {
+      const int kh = kh0 + j / group;
+      float* s = sc + static_cast<size_t>(j) * stride;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int b = 0; b < n_blocks; ++b) {
+        Eigen::Map<Eigen::ArrayXf> sb(s + static_cast<size_t>(b) * bs, rows_of(b));
+        sb *= Eigen::Map<const Eigen::ArrayXf>(scales_of(b, 0, kh), sb.size());  // vectorised, as is the max
+        mx = std::max(mx, sb.maxCoeff());
+      }
+      m[j] = mx;
+    }
+  }
   for (int j = 0; j < nh; ++j) {
     Eigen::Map<Eigen::ArrayXf> p(sc + static_cast<size_t>(j) * stride, n_ctx);
     p = (p - m[j]).exp();  // vectorised
@@ -2185,6 +2237,12 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
       const E* next = b + 1 < n_blocks ? slab(b + 1, 1, kh) : nullptr;
       const size_t next_bytes = next ? static_cast<size_t>(rows_of(b + 1)) * hd * sizeof(E) : 0;
       if (!vec && next) prefetch_range(next, next_bytes);
+      if constexpr (i8) {  // each value row's scale on its weights (the softmax sum is taken)
+        if (next) prefetch_scales(b + 1, 1, kh);
+        Eigen::Map<const Eigen::ArrayXf> rs(scales_of(b, 1, kh), rows);
+        for (int g = 0; g < group; ++g)
+          Eigen::Map<Eigen::ArrayXf>(sc + static_cast<size_t>((kh - kh0) * group + g) * stride + b * bs, rows) *= rs;
+      }
       for (int g0 = 0; g0 < group && vec && group > 1; g0 += 4) {
         const int G = std::min(4, group - g0);
         const float* ps[4];
@@ -2267,19 +2325,46 @@ void attention_runs(const float* q, const BlockPool& pool, const int* table, int
 void attention_paged(const float* q, const BlockPool& pool, const int* block_table, int layer, int T, int p0,
                      int n_heads, float* out, float* scratch, int scratch_stride, float* gather, int n_threads) {
   // Eight or more queries: matrix products over keys and values gathered (and widened) per head.
-  if (T >= 8 && pool.dtype() == KVDType::F32)
-    attention_prefill<float>(q, pool, block_table, layer, T, p0, n_heads, out, gather, n_threads);
-  else if (T >= 8)
-    attention_prefill<uint16_t>(q, pool, block_table, layer, T, p0, n_heads, out, gather, n_threads);
-  else if (pool.dtype() == KVDType::F32)
-    attention_runs<float>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride, n_threads);
-  else
-    attention_runs<uint16_t>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride, n_threads);
+  switch (pool.dtype()) {
+    case KVDType::F32:
+      if (T >= 8) attention_prefill<float>(q, pool, block_table, layer, T, p0, n_heads, out, gather, n_threads);
+      else attention_runs<float>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride, n_threads);
+      break;
+    case KVDType::BF16:
+      if (T >= 8) attention_prefill<uint16_t>(q, pool, block_table, layer, T, p0, n_heads, out, gather, n_threads);
+      else attention_runs<uint16_t>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride,
+                                    n_threads);
+      break;
+    case KVDType::I8:
+      if (T >= 8) attention_prefill<int8_t>(q, pool, block_table, layer, T, p0, n_heads, out, gather, n_threads);
+      else attention_runs<int8_t>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride,
+                                  n_threads);
+      break;
+  }
+}
+
+// One row of an int8 cache: q[i] = round(x[i] / scale) in [-127, 127], scale = max |x| / 127
+// (returned; 0 for a row of zeros). A row holding NaN or inf gets scale NaN and zero values, so
+// that the attention reading it gives NaN, as an fp32 cache would.
+static float quantize_kv_row(const float* x, int n, int8_t* q) {
+  float mx = 0.0f;
+  bool finite = true;
+  for (int i = 0; i < n; ++i) {
+    finite = finite && std::isfinite(x[i]);
+    mx = std::max(mx, std::fabs(x[i]));
+  }
+  if (!finite || mx == 0.0f) {
+    std::memset(q, 0, n);
+    return finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+  }
+  const float inv = 127.0f / mx;
+  for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f));
+  return mx / 127.0f;
 }
 
 void store_kv(const float* k, const float* v, BlockPool& pool, const int* table, int layer, int T, int p0) {
   const int n_kv = pool.n_kv_heads(), hd = pool.head_dim(), bs = pool.block_size();
-  const bool f32 = pool.dtype() == KVDType::F32;
+  const KVDType dtype = pool.dtype();
   for (int t = 0; t < T; ++t) {
     const int pos = p0 + t;
     uint8_t* blk = pool.data(table[pos / bs]);
@@ -2288,8 +2373,10 @@ void store_kv(const float* k, const float* v, BlockPool& pool, const int* table,
       for (int kh = 0; kh < n_kv; ++kh) {
         const float* src = src_all + (static_cast<size_t>(t) * n_kv + kh) * hd;
         const size_t off = pool.slab(layer, kind, kh) + static_cast<size_t>(pos % bs) * hd;
-        if (f32) {
+        if (dtype == KVDType::F32) {
           std::memcpy(reinterpret_cast<float*>(blk) + off, src, hd * sizeof(float));
+        } else if (dtype == KVDType::I8) {
+          pool.row_scales(blk, layer, kind, kh)[pos % bs] = quantize_kv_row(src, hd, reinterpret_cast<int8_t*>(blk) + off);
         } else {
           uint16_t* dst = reinterpret_cast<uint16_t*>(blk) + off;
           for (int i = 0; i < hd; ++i) dst[i] = f32_to_bf16(src[i]);

@@ -189,8 +189,10 @@ class Model:
         ``capacity``: most tokens it may hold (default: the context window); going past it raises
         ValueError unless ``grow=True``, which doubles it up to the context window. Memory is
         taken in blocks of ``kv_block_size`` tokens (see ``load``) as the sequence grows.
-        ``dtype``: "float32" (default) or "bfloat16" (half the bytes; logits move slightly, see
-        the tests).
+        ``dtype``: "float32" (default), "bfloat16" (half the bytes) or "int8" (a quarter, plus one
+        fp32 scale per head and position: each row of head_dim values is rounded to 1/254 of its
+        largest magnitude). Both move the logits slightly; ``benchmarks/bench_accuracy.py``
+        measures by how much.
         """
         cap = self.config.max_position_embeddings if capacity is None else int(capacity)
         return self._engine.new_cache(cap, dtype or "float32", bool(grow))

@@ -7,6 +7,11 @@
 // row p % block_size. Blocks are reference-counted, so fork() shares every block of a prefix
 // without copying a token; a write into a block that another sequence still references copies
 // that one block first (copy-on-write).
+//
+// int8 caches store each (layer, K or V, head, position) row of head_dim values as int8 with one
+// fp32 scale (row max |x| / 127, values round(x / scale)), the scales after the values in the same
+// block: (n_layers, 2, n_kv_heads, block_size) floats from scales_offset(). A row reads back as
+// scale * value, within half a step (max |x| / 254) of what was stored.
 #pragma once
 
 #include "decodelab/aligned.h"
@@ -21,7 +26,7 @@
 
 namespace decodelab {
 
-enum class KVDType { F32, BF16 };
+enum class KVDType { F32, BF16, I8 };
 
 class BlockPool {
  public:
@@ -41,9 +46,22 @@ class BlockPool {
 
   const void* owner() const { return owner_; }
   KVDType dtype() const { return dtype_; }
-  size_t elem_bytes() const { return dtype_ == KVDType::F32 ? 4 : 2; }
+  size_t elem_bytes() const { return dtype_ == KVDType::F32 ? 4 : dtype_ == KVDType::BF16 ? 2 : 1; }
   int block_size() const { return block_size_; }
-  size_t block_bytes() const { return block_elems_ * elem_bytes(); }
+  size_t block_elems() const { return block_elems_; }
+  // Where an int8 block's row scales start (bytes, 64-aligned), and the block's whole size.
+  size_t scales_offset() const { return (block_elems_ * elem_bytes() + 63) / 64 * 64; }
+  size_t block_bytes() const {
+    return dtype_ == KVDType::I8 ? scales_offset() + block_elems_ / head_dim_ * sizeof(float)
+                                 : block_elems_ * elem_bytes();
+  }
+  // An int8 block's row scales of one slab (block_size floats, as slab() counts elements).
+  float* row_scales(uint8_t* blk, int layer, int kind, int kv_head) const {
+    return reinterpret_cast<float*>(blk + scales_offset()) + slab(layer, kind, kv_head) / head_dim_;
+  }
+  const float* row_scales(const uint8_t* blk, int layer, int kind, int kv_head) const {
+    return reinterpret_cast<const float*>(blk + scales_offset()) + slab(layer, kind, kv_head) / head_dim_;
+  }
   int n_layers() const { return n_layers_; }
   int n_kv_heads() const { return n_kv_heads_; }
   int head_dim() const { return head_dim_; }

@@ -112,7 +112,7 @@ class Transformer {
   mutable std::mutex ws_mu_;
   mutable std::vector<std::unique_ptr<Workspace>> spare_ws_;
   mutable std::mutex pools_mu_;
-  mutable std::shared_ptr<BlockPool> pools_[2];  // by KVDType
+  mutable std::shared_ptr<BlockPool> pools_[3];  // by KVDType
 };
 
 }  // namespace decodelab
