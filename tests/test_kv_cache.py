@@ -346,12 +346,14 @@ def _check_steps_against_forward(m, dtype, ids):
         assert per_row.max() < 1e-3 and np.median(per_row) < 2e-5
 
 
-@pytest.mark.parametrize("head_dim", [8, 12, 24, 64, 128])
+@pytest.mark.parametrize("head_dim", [8, 12, 24, 48, 64, 80, 128])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
 def test_decode_attention_head_sizes(checkpoint, head_dim, dtype):
     """One-token steps (the decode attention kernels; vector ones when head_dim % 8 == 0, and for a
-    bf16 cache the even/odd ones when head_dim % 16 == 0) against a full forward pass (the prefill
-    kernels), over several cache blocks, with grouped-query heads."""
+    bf16 cache the even/odd ones when head_dim % 16 == 0; for an int8 cache on AVX-512, when
+    head_dim % 16 == 0, kernels that take the columns 64 at a time: 48 and 80 end on a part of 64)
+    against a full forward pass (the prefill kernels), over several cache blocks, with
+    grouped-query heads."""
     shape = dict(arch="llama", hidden_size=2 * head_dim, intermediate_size=96, num_hidden_layers=2,
                  num_attention_heads=2, num_key_value_heads=1, vocab_size=256, max_position_embeddings=128,
                  tie_word_embeddings=False)
