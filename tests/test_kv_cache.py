@@ -163,27 +163,17 @@ def test_capacity_error_and_growth(checkpoint):
         m.generate([1, 2, 3], max_new_tokens=30, cache=m.new_cache(capacity=20))
 
 
-def test_bf16_cache_logit_error_is_small(checkpoint):
+@pytest.mark.parametrize("dtype,bound,stored", [("bfloat16", 1e-2, np.uint16), ("int8", 2e-2, np.int8)])
+def test_reduced_cache_logit_error_is_small(checkpoint, dtype, bound, stored):
     m = decodelab.load(checkpoint("llama-tiny"))
     ids = np.random.default_rng(3).integers(0, 512, size=100).tolist()
     full = m.forward(ids)
-    c = m.new_cache(dtype="bfloat16")
+    c = m.new_cache(dtype=dtype)
     rows = [m.prefill(ids[:1], c)] + [m.decode(t, c) for t in ids[1:]]
     err = np.abs(np.stack(rows) - full).max()
-    assert 0 < err < 1e-2  # bf16 keys/values: a small but real change
-    assert c.dtype == "bfloat16" and c.block(0).dtype == np.uint16
-
-
-def test_int8_cache_logit_error_is_small(checkpoint):
-    m = decodelab.load(checkpoint("llama-tiny"))
-    ids = np.random.default_rng(3).integers(0, 512, size=100).tolist()
-    full = m.forward(ids)
-    c = m.new_cache(dtype="int8")
-    rows = [m.prefill(ids[:1], c)] + [m.decode(t, c) for t in ids[1:]]
-    err = np.abs(np.stack(rows) - full).max()
-    assert 0 < err < 2e-2  # int8 keys/values: a small but real change
-    assert c.dtype == "int8" and c.block(0).dtype == np.int8
-    assert set(m.memory_report()) >= {"int8"}
+    assert 0 < err < bound  # rounded keys/values: a small but real change
+    assert c.dtype == dtype and c.block(0).dtype == stored
+    assert dtype in m.memory_report()
 
 
 @pytest.mark.parametrize("shape", ["llama-tiny", "gpt2-tiny"])
