@@ -16,6 +16,21 @@ def test_python_m_generate(stories_bin):
     assert "20 generated" in out.stderr
 
 
+def test_python_m_generate_with_reduced_precision(stories_bin):
+    """--dtype and --cache-dtype reach load() and new_cache(): the same greedy text as the API with
+    int8 weights and an int8 cache."""
+    out = subprocess.run([sys.executable, "-m", "decodelab", "generate", "--model", stories_bin, "--dtype", "int8",
+                          "--cache-dtype", "int8", "--max-new-tokens", "40", "Once upon a time"],
+                         capture_output=True, text=True, check=True)
+    m = decodelab.load(stories_bin, dtype="int8")
+    g = m.generate("Once upon a time", max_new_tokens=40, cache=m.new_cache(dtype="int8"))
+    assert out.stdout == "Once upon a time" + g.text + "\n"
+    assert "weights int8, cache int8" in out.stderr
+    bad = subprocess.run([sys.executable, "-m", "decodelab", "generate", "--model", stories_bin, "--cache-dtype", "int4",
+                          "hi"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "invalid choice: 'int4'" in bad.stderr
+
+
 def test_console_script_reports_errors_cleanly(tmp_path):
     exe = shutil.which("decodelab")
     assert exe is not None, "the decodelab console script is not on PATH"

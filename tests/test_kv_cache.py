@@ -315,6 +315,32 @@ def test_decode_batch_equals_one_by_one(checkpoint, shape):
         m.decode_batch([1, 2], [caches[0], caches[0]])
 
 
+@pytest.mark.parametrize("shape", ["llama-tiny", "gpt2-tiny"])
+def test_decode_batch_on_int8_caches(checkpoint, shape):
+    """Batched decode over int8 caches, one of them a fork that shares its parent's blocks: a fork
+    given the parent's next token gives the parent's logits bit for bit (its copied block carries
+    the row scales); every row is within a rounding step of one-at-a-time decode on its own cache
+    and close to the fp32 forward."""
+    m = decodelab.load(checkpoint(shape), kv_block_size=16)
+    rng = np.random.default_rng(5)
+    seqs = [rng.integers(0, 512, size=n).tolist() for n in (3, 17, 40)]
+    caches, alone = [], []
+    for s in seqs:
+        for group in (caches, alone):
+            c = m.new_cache(dtype="int8")
+            m.prefill(s, c)
+            group.append(c)
+    caches.append(caches[1].fork())
+    seqs.append(list(seqs[1]))
+    nxt = [5, 6, 7, 6]  # the fork takes its parent's token
+    got = m.decode_batch(nxt, caches)
+    np.testing.assert_array_equal(got[3], got[1])
+    assert caches[1].shared_blocks == 1 and caches[3].token_ids == caches[1].token_ids  # the first block still shared
+    for i, (s, t) in enumerate(zip(seqs[:3], nxt[:3])):
+        _close(got[i], m.decode(t, alone[i]), atol=1e-3)
+        _close(got[i], m.forward(s + [t])[-1], atol=2e-2)
+
+
 def _check_steps_against_forward(m, dtype, ids):
     """A 3-token prompt, then one-token steps over the rest of ids (the decode attention kernels),
     against a full forward pass (the prefill kernels): fp32 caches to 2e-5; bf16 and int8 caches

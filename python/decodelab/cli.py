@@ -9,12 +9,13 @@ from typing import List, Optional
 def _generate(args) -> int:
     from .model import load
 
-    model = load(args.model, threads=args.threads, tokenizer=args.tokenizer)
+    model = load(args.model, threads=args.threads, tokenizer=args.tokenizer, dtype=args.dtype)
     opts = {k: getattr(args, k) for k in ("top_k", "top_p", "min_p", "repetition_penalty") if getattr(args, k) is not None}
     g = model.generate(args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
-                       order=args.order, **opts)
+                       order=args.order, cache=model.new_cache(dtype=args.cache_dtype), **opts)
     print(args.prompt + g.text)
     print(f"[{g.prompt_tokens} prompt tokens, {g.generated_tokens} generated, finish_reason={g.finish_reason}; "
+          f"weights {args.dtype}, cache {args.cache_dtype}; "
           f"prefill {g.prefill_tokens_per_second:.1f} tok/s, decode {g.decode_tokens_per_second:.1f} tok/s]",
           file=sys.stderr)
     return 0
@@ -52,6 +53,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--order", default=None, choices=["hf", "vllm", "llama.cpp"])
     g.add_argument("--threads", type=int, default=None)
+    g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "int8", "w8a8"],
+                   help="weights as load(dtype=...) keeps them (default float32)")
+    g.add_argument("--cache-dtype", dest="cache_dtype", default="float32", choices=["float32", "bfloat16", "int8"],
+                   help="KV cache, as new_cache(dtype=...) (default float32)")
     g.add_argument("prompt")
     g.set_defaults(func=_generate)
 
