@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,3 +64,14 @@ def test_worker_peak_rss_is_its_own(engine, checkpoint):
                          capture_output=True, text=True, check=True)
     res = json.loads(out.stdout.strip().splitlines()[-2])
     assert 1 < res["peak_rss_mib"] < 400, res
+
+
+@pytest.mark.parametrize("kv", ["float32", "bfloat16", "int8"])
+def test_attention_timing_binding_takes_every_cache_dtype(kv):
+    """bench_attention.py's binding fills a cache of each dtype and times decode attention over it."""
+    from decodelab._native import _core
+
+    t = _core.attention_seconds(2, 4, 2, 64, 100, kv, 3, 1)
+    assert t.shape == (3,) and np.all(np.isfinite(t)) and np.all(t > 0)
+    with pytest.raises(ValueError, match="cache dtype must be 'float32', 'bfloat16' or 'int8', got 'fp8'"):
+        _core.attention_seconds(2, 4, 2, 64, 100, "fp8", 3, 1)
