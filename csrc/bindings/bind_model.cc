@@ -149,6 +149,14 @@ py::array layer_kv(py::object self, int layer, int kind) {
   return std::move(out);
 }
 
+// The storage of a sequence's i-th block, or IndexError.
+const uint8_t* block_data(const KVCache& c, int i) {
+  const int n = static_cast<int>(c.block_table().size());
+  if (i < 0 || i >= n)
+    throw py::index_error("block " + std::to_string(i) + " is out of range [0, " + std::to_string(n) + ")");
+  return c.pool().data(c.block_table()[i]);
+}
+
 py::dict pool_stats(const std::shared_ptr<BlockPool>& p) {
   py::dict d;
   const auto s = p->stats();
@@ -407,16 +415,14 @@ the first write into a shared block copies that block (copy-on-write).
           [](py::object self, int i) {
             const KVCache& c = self.cast<const KVCache&>();
             const BlockPool& p = c.pool();
-            const int n = static_cast<int>(c.block_table().size());
-            if (i < 0 || i >= n)
-              throw py::index_error("block " + std::to_string(i) + " is out of range [0, " + std::to_string(n) + ")");
+            const uint8_t* blk = block_data(c, i);
             const py::ssize_t e = static_cast<py::ssize_t>(p.elem_bytes());
             const py::ssize_t L = p.n_layers(), kv = p.n_kv_heads(), bs = p.block_size(), hd = p.head_dim();
             py::dtype dt = p.dtype() == KVDType::F32    ? py::dtype::of<float>()
                            : p.dtype() == KVDType::BF16 ? py::dtype::of<uint16_t>()
                                                         : py::dtype::of<int8_t>();
             py::array a(dt, {L, py::ssize_t(2), kv, bs, hd}, {2 * kv * bs * hd * e, kv * bs * hd * e, bs * hd * e, hd * e, e},
-                        p.data(c.block_table()[i]), self);
+                        blk, self);
             set_read_only(a);
             return a;
           },
@@ -432,13 +438,11 @@ the first write into a shared block copies that block (copy-on-write).
             if (p.dtype() != KVDType::I8)
               throw std::invalid_argument(std::string("block_scales() is for int8 caches; this one is ") +
                                           dtype_name(p.dtype()));
-            const int n = static_cast<int>(c.block_table().size());
-            if (i < 0 || i >= n)
-              throw py::index_error("block " + std::to_string(i) + " is out of range [0, " + std::to_string(n) + ")");
+            const uint8_t* blk = block_data(c, i);
             const py::ssize_t f = sizeof(float);
             const py::ssize_t L = p.n_layers(), kv = p.n_kv_heads(), bs = p.block_size();
             py::array a(py::dtype::of<float>(), {L, py::ssize_t(2), kv, bs}, {2 * kv * bs * f, kv * bs * f, bs * f, f},
-                        p.data(c.block_table()[i]) + p.scales_offset(), self);
+                        blk + p.scales_offset(), self);
             set_read_only(a);
             return a;
           },
