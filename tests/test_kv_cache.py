@@ -355,7 +355,7 @@ def _check_steps_against_forward(m, dtype, ids):
     else:
         assert 0 < err < 2e-2
         # The two paths compute keys and values in different summation orders, so a value on a
-        # rounding boundary may round either way (an int8 step is 1/254 of its row's largest):
+        # rounding boundary may round either way (an int8 step is 1/127 of its row's largest):
         # after one such flip the later rows move by ~1e-4. Most rows still agree to fp32 rounding.
         same = m._engine.forward(np.asarray(ids, dtype=np.int64), m.new_cache(dtype=dtype), True)
         per_row = np.abs(rows - same[2:]).max(axis=1)

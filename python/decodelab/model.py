@@ -190,8 +190,8 @@ class Model:
         ValueError unless ``grow=True``, which doubles it up to the context window. Memory is
         taken in blocks of ``kv_block_size`` tokens (see ``load``) as the sequence grows.
         ``dtype``: "float32" (default), "bfloat16" (half the bytes) or "int8" (a quarter, plus one
-        fp32 scale per head and position: each row of head_dim values is rounded to 1/254 of its
-        largest magnitude). Both move the logits slightly; ``benchmarks/bench_accuracy.py``
+        fp32 scale per head and position: each row of head_dim values is rounded to steps of 1/127
+        of its largest magnitude). Both move the logits slightly; ``benchmarks/bench_accuracy.py``
         measures by how much.
         """
         cap = self.config.max_position_embeddings if capacity is None else int(capacity)
