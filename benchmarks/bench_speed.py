@@ -13,7 +13,10 @@ run, the larger of probes just before and after the row, as this shared host's b
 divided by the bytes of weights one decode step reads; bound+KV adds the cache a step reads at
 the mean decode position. decode@1 (decodelab rows) is the same decode after a one-token prompt,
 llama-bench's "tg" setting, where a step reads little besides the weights: the ratio lines hold
-it against the bound too. With --rounds N every row runs N times, the rounds interleaved over all
+it against the bound too. The probe reads 256 MiB, past what a process gets of a shared last-level
+cache here (read rates: 55 GB/s over 16-32 MiB, 44 over 64, 32 from 96 up, on a host with 260 MiB
+of L3); a model of about 100 MB whose weights partly stay in that cache between steps can run
+above the bound (Llama 110M w8a8 at 106 % after a one-token prompt in one run). With --rounds N every row runs N times, the rounds interleaved over all
 rows, and each figure is the row's best round (the probe its largest), so a slow spell of this
 shared host does not land on one engine only; the JSON keeps every round. llama.cpp rows need
 llama-cpp-python (PyPI has only its source: `pip install llama-cpp-python gguf` builds llama.cpp,
