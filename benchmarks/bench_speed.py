@@ -16,9 +16,10 @@ llama-bench's "tg" setting, where a step reads little besides the weights: the r
 it against the bound too. The probe reads 256 MiB, past what a process gets of a shared last-level
 cache here (read rates: 55 GB/s over 16-32 MiB, 44 over 64, 32 from 96 up, on a host with 260 MiB
 of L3); a model of about 100 MB whose weights partly stay in that cache between steps can run
-above the bound (Llama 110M w8a8 at 106 % after a one-token prompt in one run). With --rounds N every row runs N times, the rounds interleaved over all
-rows, and each figure is the row's best round (the probe its largest), so a slow spell of this
-shared host does not land on one engine only; the JSON keeps every round. llama.cpp rows need
+above the bound (Llama 110M w8a8 at 106 % after a one-token prompt in one run). With --rounds N
+every row runs N times, the rounds interleaved over all rows, and each figure is the row's best
+round (the probe its largest), so a slow spell of this shared host does not land on one engine
+only; the JSON keeps every round. llama.cpp rows need
 llama-cpp-python (PyPI has only its source: `pip install llama-cpp-python gguf` builds llama.cpp,
 about 11 minutes on 2 cores); the GGUF files come from benchmarks/gguf_export.py and llama.cpp's
 own quantizer.
@@ -88,6 +89,8 @@ def kv_bytes_per_step(folder, kv_dtype, context):
     else:
         hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
         L, width = cfg["num_hidden_layers"], cfg["num_key_value_heads"] * hd
+    if kv_dtype == "q8_0":  # llama.cpp: 32 values in 34 bytes
+        return 2 * L * width * context * 34 // 32
     if kv_dtype == "int8":  # one byte a value and an fp32 scale per head_dim values
         hd = cfg["n_embd"] // cfg["n_head"] if cfg["model_type"] == "gpt2" else hd
         return 2 * L * context * (width + 4 * width // hd)
@@ -226,6 +229,11 @@ def work_llamacpp(folder, dtype, a):
     V = cfg["vocab_size"]
     rng = np.random.default_rng(0)
     max_seq = 16
+    if a.kv == "q8_0":
+        width, heads = cfg.get("n_embd") or cfg["hidden_size"], cfg.get("n_head") or cfg["num_attention_heads"]
+        hd = cfg.get("head_dim") or width // heads
+        if hd % 32:
+            raise RuntimeError(f"llama.cpp's q8_0 cache stores blocks of 32 values; this model's head size is {hd}")
 
     def context(n_ctx, n_seq):
         cp = lc.llama_context_default_params()
@@ -233,6 +241,10 @@ def work_llamacpp(folder, dtype, a):
         cp.n_batch = cp.n_ubatch = max(a.prompt, 512)
         cp.n_seq_max = n_seq
         cp.n_threads = cp.n_threads_batch = a.threads
+        if a.kv == "q8_0":  # llama.cpp's 8-bit cache (blocks of 32 values, one f16 scale each); a
+            # quantized V cache needs its flash-attention path
+            cp.type_k = cp.type_v = lc.GGML_TYPE_Q8_0
+            cp.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
         ctx = lc.llama_init_from_model(model, cp)
         if not ctx:
             raise RuntimeError("llama_init_from_model failed")
@@ -367,15 +379,16 @@ def peak_rss_mib():
 
 WORKERS = {"decodelab": work_decodelab, "transformers": work_transformers, "ctranslate2": work_ctranslate2,
            "llama.cpp": work_llamacpp, "plain-C": work_plainc}
-# (engine, weights, KV cache). Our reduced-precision weights run with either cache; llama.cpp keeps
-# an f16 cache at every weight type (its default), CTranslate2 an fp32 one on CPU, transformers
-# one in the model's dtype.
+# (engine, weights, KV cache). Our reduced-precision weights run with each cache dtype; llama.cpp
+# keeps an f16 cache at every weight type (its default) and, with q8_0 weights, also its q8_0 cache
+# (against our int8 one); CTranslate2 an fp32 one on CPU, transformers one in the model's dtype.
 CONFIGS = [("decodelab", "float32", "float32"), ("decodelab", "bfloat16", "float32"),
            ("decodelab", "bfloat16", "bfloat16"), ("decodelab", "int8", "float32"), ("decodelab", "int8", "bfloat16"),
            ("decodelab", "int8", "int8"), ("decodelab", "w8a8", "float32"),
            ("transformers", "float32", "float32"), ("transformers", "bfloat16", "bfloat16"),
            ("ctranslate2", "float32", "float32"), ("ctranslate2", "int8", "float32"),
            ("llama.cpp", "float32", "float16"), ("llama.cpp", "float16", "float16"), ("llama.cpp", "q8_0", "float16"),
+           ("llama.cpp", "q8_0", "q8_0"),
            ("plain-C", "float32", "float32")]
 # Precision classes for the ratios: each of ours against every peer format of the same width.
 # w8a8 (int8 weights, 7-bit activations) is set against the same 8-bit peers; CTranslate2's int8
