@@ -18,6 +18,14 @@ BlockPool::BlockPool(const ModelConfig& cfg, const void* owner, KVDType dtype, i
   block_elems_ = static_cast<size_t>(n_layers_) * 2 * n_kv_heads_ * block_size_ * head_dim_;
 }
 
+BlockPool::~BlockPool() {
+  for (const Chunk& c : chunks_) huge_free(c.p, c.bytes);
+}
+
+namespace {
+constexpr size_t kHugePageBytes = size_t(2) << 20, kChunkBytes = size_t(32) << 20;
+}
+
 int BlockPool::alloc() {
   std::lock_guard<std::mutex> lock(mu_);
   int id;
@@ -25,8 +33,22 @@ int BlockPool::alloc() {
     id = free_.back();
     free_.pop_back();
   } else {
+    const size_t stride = (block_bytes() + kAlign - 1) / kAlign * kAlign;
+    if (chunks_.empty() || chunks_.back().used == chunks_.back().blocks) {
+      // The first chunk spans at least one huge page; each next one doubles, up to kChunkBytes.
+      const int first = static_cast<int>((kHugePageBytes + stride - 1) / stride);
+      const int cap = std::max(first, static_cast<int>(kChunkBytes / stride));
+      const int n = chunks_.empty() ? first : std::min(cap, 2 * chunks_.back().blocks);
+      chunks_.reserve(chunks_.size() + 1);
+      chunks_.push_back(Chunk{static_cast<uint8_t*>(huge_alloc(n * stride)), n * stride, n, 0});
+    }
+    blocks_.reserve(blocks_.size() + 1);
+    refs_.reserve(refs_.size() + 1);
+    Chunk& c = chunks_.back();
+    uint8_t* p = c.p + static_cast<size_t>(c.used++) * stride;
+    std::memset(p, 0, block_bytes());
     id = static_cast<int>(blocks_.size());
-    blocks_.emplace_back(block_bytes());
+    blocks_.push_back(p);
     refs_.push_back(0);
   }
   refs_[id] = 1;

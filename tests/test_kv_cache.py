@@ -126,6 +126,36 @@ def test_memory_report_counts_shared_blocks_once(checkpoint):
     assert r["blocks_in_use"] == 0 and r["blocks_allocated"] >= 3  # freed blocks are kept for reuse
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+def test_blocks_from_several_chunks_stay_apart(checkpoint, dtype):
+    # One block per sequence (block_size 2048: 1 MiB in fp32); the pool carves blocks from chunks of
+    # at least 2 MiB that double, so eleven sequences take blocks from three chunks, and freed blocks
+    # are handed out again. Every sequence must read back exactly what a pool of its own holds.
+    path = checkpoint(LONG_LLAMA)
+    m, ref = decodelab.load(path, kv_block_size=2048), decodelab.load(path, kv_block_size=2048)
+    rng = np.random.default_rng(5)
+    seqs = [rng.integers(0, 512, size=int(rng.integers(5, 40))).tolist() for _ in range(14)]
+    caches = []
+    for s in seqs[:11]:
+        caches.append(m.new_cache(dtype=dtype))
+        m.prefill(s, caches[-1])
+    r = m.memory_report()[dtype]
+    assert r["blocks_allocated"] == 11 and r["blocks_in_use"] == 11
+    del caches[3:6]  # three blocks back to the free list, then to the next three sequences
+    for s in seqs[11:]:
+        caches.append(m.new_cache(dtype=dtype))
+        m.prefill(s, caches[-1])
+    assert m.memory_report()[dtype]["blocks_allocated"] == 11
+    for cache, s in zip(caches, seqs[:3] + seqs[6:]):
+        m.decode(7, cache)
+        alone = ref.new_cache(dtype=dtype)
+        ref.prefill(s, alone)
+        ref.decode(7, alone)
+        for layer in range(m.config.n_layers):
+            np.testing.assert_array_equal(cache.keys(layer), alone.keys(layer))
+            np.testing.assert_array_equal(cache.values(layer), alone.values(layer))
+
+
 def test_generate_reuses_the_cached_prefix(stories):
     prefix = stories.tokenizer.encode("Once upon a time, there was a little girl named Lily. She loved to play")
     cache = stories.new_cache()

@@ -31,9 +31,10 @@ struct AlignedAllocator {
 
 using FloatBuffer = std::vector<float, AlignedAllocator<float>>;
 
-// Storage read end to end on every decode step (converted weights, the bandwidth probe): blocks
-// of 2 MiB or more start on a 2 MiB boundary and ask the kernel for transparent huge pages before
-// the first write, so streaming them walks one page table entry per 2 MiB instead of per 4 KiB.
+// Storage read end to end on every decode step (converted weights, KV-cache chunks, the bandwidth
+// probe): blocks of 2 MiB or more start on a 2 MiB boundary and ask the kernel for transparent huge
+// pages before the first write, so streaming them walks one page table entry per 2 MiB instead of
+// per 4 KiB.
 // Where huge pages are off (or the hint is refused) they are ordinary pages; nothing else changes.
 // Defined in loaders/weights.cc.
 void* huge_alloc(std::size_t bytes);
