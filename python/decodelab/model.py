@@ -200,7 +200,9 @@ class Model:
     def memory_report(self) -> dict:
         """KV-cache memory of every live cache of this model, per cache dtype. Blocks shared by
         forks are counted once in ``bytes_in_use``; ``bytes_referenced`` counts them per sequence
-        (the sum of the caches' nbytes); ``bytes_allocated`` includes free blocks kept for reuse."""
+        (the sum of the caches' nbytes); ``bytes_allocated`` includes free blocks kept for reuse.
+        Blocks are carved from chunks in huge pages; a chunk's unused tail (at most one 2 MiB page
+        of memory) is not counted."""
         return {p["dtype"]: p for p in self._engine.pool_stats()}
 
     def forward(self, token_ids: Sequence[int]) -> np.ndarray:
