@@ -81,18 +81,24 @@ def weight_bytes_per_step(folder, dtype):
     return n * per
 
 
+def head_dim(cfg):
+    """Values per attention head of a Hugging Face GPT-2 or Llama config."""
+    if cfg["model_type"] == "gpt2":
+        return cfg["n_embd"] // cfg["n_head"]
+    return cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+
+
 def kv_bytes_per_step(folder, kv_dtype, context):
     """Bytes of keys and values one decode step reads at `context` cached positions."""
     cfg = json.load(open(os.path.join(folder, "config.json")))
+    hd = head_dim(cfg)
     if cfg["model_type"] == "gpt2":
         L, width = cfg["n_layer"], cfg["n_embd"]
     else:
-        hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
         L, width = cfg["num_hidden_layers"], cfg["num_key_value_heads"] * hd
     if kv_dtype == "q8_0":  # llama.cpp: 32 values in 34 bytes
         return 2 * L * width * context * 34 // 32
     if kv_dtype == "int8":  # one byte a value and an fp32 scale per head_dim values
-        hd = cfg["n_embd"] // cfg["n_head"] if cfg["model_type"] == "gpt2" else hd
         return 2 * L * context * (width + 4 * width // hd)
     return 2 * L * width * context * (4 if kv_dtype == "float32" else 2)
 
@@ -229,11 +235,9 @@ def work_llamacpp(folder, dtype, a):
     V = cfg["vocab_size"]
     rng = np.random.default_rng(0)
     max_seq = 16
-    if a.kv == "q8_0":
-        width, heads = cfg.get("n_embd") or cfg["hidden_size"], cfg.get("n_head") or cfg["num_attention_heads"]
-        hd = cfg.get("head_dim") or width // heads
-        if hd % 32:
-            raise RuntimeError(f"llama.cpp's q8_0 cache stores blocks of 32 values; this model's head size is {hd}")
+    if a.kv == "q8_0" and head_dim(cfg) % 32:
+        raise RuntimeError("llama.cpp's q8_0 cache stores blocks of 32 values; this model's head size is "
+                           f"{head_dim(cfg)}")
 
     def context(n_ctx, n_seq):
         cp = lc.llama_context_default_params()

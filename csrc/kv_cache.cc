@@ -19,7 +19,7 @@ BlockPool::BlockPool(const ModelConfig& cfg, const void* owner, KVDType dtype, i
 }
 
 BlockPool::~BlockPool() {
-  for (const Chunk& c : chunks_) huge_free(c.p, c.bytes);
+  for (const Chunk& c : chunks_) huge_free(c.p, c.blocks * stride());
 }
 
 namespace {
@@ -33,17 +33,14 @@ int BlockPool::alloc() {
     id = free_.back();
     free_.pop_back();
   } else {
-    const size_t stride = (block_bytes() + kAlign - 1) / kAlign * kAlign;
+    const size_t stride = this->stride();
     if (chunks_.empty() || chunks_.back().used == chunks_.back().blocks) {
       // The first chunk spans at least one huge page; each next one doubles, up to kChunkBytes.
       const int first = static_cast<int>((kHugePageBytes + stride - 1) / stride);
       const int cap = std::max(first, static_cast<int>(kChunkBytes / stride));
       const int n = chunks_.empty() ? first : std::min(cap, 2 * chunks_.back().blocks);
-      chunks_.reserve(chunks_.size() + 1);
-      chunks_.push_back(Chunk{static_cast<uint8_t*>(huge_alloc(n * stride)), n * stride, n, 0});
+      chunks_.push_back(Chunk{static_cast<uint8_t*>(huge_alloc(n * stride)), n, 0});
     }
-    blocks_.reserve(blocks_.size() + 1);
-    refs_.reserve(refs_.size() + 1);
     Chunk& c = chunks_.back();
     uint8_t* p = c.p + static_cast<size_t>(c.used++) * stride;
     std::memset(p, 0, block_bytes());

@@ -129,8 +129,9 @@ def test_memory_report_counts_shared_blocks_once(checkpoint):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
 def test_blocks_from_several_chunks_stay_apart(checkpoint, dtype):
     # One block per sequence (block_size 2048: 1 MiB in fp32); the pool carves blocks from chunks of
-    # at least 2 MiB that double, so eleven sequences take blocks from three chunks, and freed blocks
-    # are handed out again. Every sequence must read back exactly what a pool of its own holds.
+    # at least 2 MiB that double, so eleven sequences take blocks from more than one chunk (fp32:
+    # 2 + 4 + 5 of 8; bf16 and int8: two chunks), and freed blocks are handed out again. Every
+    # sequence must read back exactly what a pool of its own holds.
     path = checkpoint(LONG_LLAMA)
     m, ref = decodelab.load(path, kv_block_size=2048), decodelab.load(path, kv_block_size=2048)
     rng = np.random.default_rng(5)

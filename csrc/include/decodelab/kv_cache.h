@@ -94,9 +94,10 @@ class BlockPool {
   // with the pool.
   struct Chunk {
     uint8_t* p;
-    size_t bytes;
     int blocks, used;
   };
+  // Bytes from one block of a chunk to the next (each block on a 64-byte boundary).
+  size_t stride() const { return (block_bytes() + kAlign - 1) / kAlign * kAlign; }
   std::vector<Chunk> chunks_;
   std::vector<uint8_t*> blocks_;
   std::vector<int> refs_;
