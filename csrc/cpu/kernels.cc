@@ -73,6 +73,28 @@ static inline __m512 bf16_even512(__m512i v) { return _mm512_castsi512_ps(_mm512
 static inline __m512 bf16_odd512(__m512i v) {
   return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
 }
+// The sum of v's 16 lanes: lane j plus lane j + 8, then j + 4, j + 2, j + 1, the order
+// reduce16 below keeps for each of its sixteen vectors, so both give the same bits.
+static inline float hsum512(__m512 v) {
+  return hsum256(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+
+// Lane r: the sum of a[r]'s 16 lanes, added in hsum512's order: each step adds the upper half of
+// every partial sum to its lower half for two vectors at once, 15 shuffle pairs in all instead of
+// the 16 x 4 steps of separate sums.
+static inline __m512 reduce16(const __m512 a[16]) {
+  __m512 w[8], z[4], y[2];
+  for (int r = 0; r < 8; ++r)  // lanes 0-7: row r, 8-15: row r + 8; each lane j + lane j + 8
+    w[r] = _mm512_add_ps(_mm512_shuffle_f32x4(a[r], a[r + 8], 0x44), _mm512_shuffle_f32x4(a[r], a[r + 8], 0xEE));
+  for (int r = 0; r < 4; ++r)  // 128-bit lanes: rows r, r + 8, r + 4, r + 12; each j + (j + 4)
+    z[r] = _mm512_add_ps(_mm512_shuffle_f32x4(w[r], w[r + 4], 0x88), _mm512_shuffle_f32x4(w[r], w[r + 4], 0xDD));
+  for (int r = 0; r < 2; ++r)  // per 128-bit lane: two lanes of z[r]'s row, two of z[r + 2]'s; j + (j + 2)
+    y[r] = _mm512_add_ps(_mm512_shuffle_ps(z[r], z[r + 2], 0x44), _mm512_shuffle_ps(z[r], z[r + 2], 0xEE));
+  // j + (j + 1): rows 0 2 1 3, 8 10 9 11, 4 6 5 7, 12 14 13 15, put back in order
+  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x88), _mm512_shuffle_ps(y[0], y[1], 0xDD));
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15), s);
+}
+
 // The sums of the two 256-bit halves of v, each reduced as hsum256 reduces an AVX2 accumulator.
 static inline void hsum_halves(__m512 v, float* lo, float* hi) {
   *lo = hsum256(_mm512_castps512_ps256(v));
@@ -112,7 +134,7 @@ static void f32_row_group(const float* x, const Linear& L, int g, float* y) {
     for (int r = 0; r < 4; ++r) a[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w[r] + i), xv, a[r]);
     i = L.in;
   }
-  for (int r = 0; r < 4; ++r) acc[r] = _mm512_reduce_add_ps(a[r]);
+  for (int r = 0; r < 4; ++r) acc[r] = hsum512(a[r]);
 #elif defined(__AVX2__) && defined(__FMA__)
   __m256 a[4];
   for (int r = 0; r < 4; ++r) a[r] = _mm256_setzero_ps();
@@ -126,6 +148,31 @@ static void f32_row_group(const float* x, const Linear& L, int g, float* y) {
     for (int j = i; j < L.in; ++j) acc[r] += w[r][j] * x[j];
   for (int r = 0; r < nr; ++r) y[o0 + r] = acc[r];
 }
+
+#if defined(DECODELAB_AVX512)
+// f32_row_group for rows [o0, o0 + 16) at once, the same sums to the bit (each row's 16 lanes over
+// the columns in the same order, then hsum512's order): a small layer decoded on one thread (a
+// stories260K step: 64 or 172 columns) spends less on the sums across lanes than on the products,
+// and sixteen rows at a time do them in 15 shuffle pairs (reduce16) where four rows take 16 steps.
+static void f32_rows16(const float* x, const Linear& L, int o0, float* y) {
+  const int nr = std::min(16, L.out - o0);
+  const float* w[16];
+  for (int r = 0; r < 16; ++r) w[r] = L.w + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
+  __m512 a[16];
+  for (int r = 0; r < 16; ++r) a[r] = _mm512_setzero_ps();
+  int i = 0;
+  for (; i + 16 <= L.in; i += 16) {
+    const __m512 xv = _mm512_loadu_ps(x + i);
+    for (int r = 0; r < 16; ++r) a[r] = _mm512_fmadd_ps(_mm512_loadu_ps(w[r] + i), xv, a[r]);
+  }
+  if (i < L.in) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (L.in - i)) - 1);
+    const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+    for (int r = 0; r < 16; ++r) a[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w[r] + i), xv, a[r]);
+  }
+  _mm512_mask_storeu_ps(y + o0, static_cast<__mmask16>((1u << nr) - 1), reduce16(a));
+}
+#endif
 
 // bf16 weights are stored in groups of 4 output rows (the rows a kernel call reads together): per
 // 16 input columns, the 4 rows' 16 values side by side (128 bytes), columns zero-padded to a multiple
@@ -1340,6 +1387,12 @@ class GroupRanges {
 
 enum class Path { F32Row, Bf16Row, I8Rows, A8Rows, SmallRows, Gemm };
 
+#if defined(DECODELAB_AVX512)
+constexpr bool kRows16 = true;  // one-thread fp32 decode layers through f32_rows16
+#else
+constexpr bool kRows16 = false;
+#endif
+
 }  // namespace
 
 int gemm_min_rows(WeightType type) {
@@ -1473,6 +1526,11 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
         while (shared_ranges[c].next(omp_get_thread_num(), b, e))
           for (int G = b; G < e;) G += run_group(G, e, scratch.data(), c * chunk);
     }
+  } else if (kRows16 && path == Path::F32Row) {
+#if defined(DECODELAB_AVX512)
+    for (int i = 0; i < n; ++i)
+      for (int o = 0; o < layers[i]->out; o += 16) f32_rows16(x, *layers[i], o, ys[i]);
+#endif
   } else {
     if (widen_rows) grow(scratch, static_cast<size_t>(pairs ? 8 : 4) * layers[0]->in);
     for (int c0 = 0; c0 < T; c0 += chunk)
@@ -2447,6 +2505,10 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
   }
 }
 
+// Multiply-adds (queries x heads x context x head size) from which decode attention spreads its
+// heads over the threads.
+constexpr int64_t kAttentionThreadsMinWork = int64_t(1) << 12;
+
 // Decode attention for T < 8 queries: the (query, KV head) pairs split evenly into one contiguous
 // run per thread (not handed out one at a time: a run reads adjacent slabs, and its GQA heads
 // share them). scratch holds n_threads * n_heads * stride floats.
@@ -2457,9 +2519,7 @@ void attention_runs(const float* q, const BlockPool& pool, const int* table, int
   const bool vec = kVectorAttention && hd % 8 == 0;
   const int items = T * n_kv;
   const int64_t work = static_cast<int64_t>(T) * n_heads * (p0 + T) * hd;  // multiply-adds, roughly
-#pragma omp parallel num_threads(n_threads) if (work >= (1 << 12))
-  {
-    const int nth = omp_get_num_threads(), id = omp_get_thread_num();
+  auto run = [&](int nth, int id) {
     float* sc = scratch + static_cast<size_t>(id) * n_heads * stride;
     const int i1 = static_cast<int>(static_cast<int64_t>(items) * (id + 1) / nth);
     for (int i = static_cast<int>(static_cast<int64_t>(items) * id / nth); i < i1;) {
@@ -2467,6 +2527,14 @@ void attention_runs(const float* q, const BlockPool& pool, const int* table, int
       attend_heads<E>(q, pool, table, layer, t, p0, n_heads, kh0, kh1, out, sc, stride, vec);
       i += kh1 - kh0;
     }
+  };
+  // Small steps run on the calling thread, outside OpenMP: a parallel region that an if clause
+  // makes serial still builds (mallocs) and frees a team of one.
+  if (n_threads > 1 && work >= kAttentionThreadsMinWork) {
+#pragma omp parallel num_threads(n_threads)
+    run(omp_get_num_threads(), omp_get_thread_num());
+  } else {
+    run(1, 0);
   }
 }
 }  // namespace
