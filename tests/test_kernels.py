@@ -160,19 +160,21 @@ def test_fused_layers_match_separate_calls(dtype, T):
         _core.linear_many(x, [ws[0], np.zeros((3, 299), np.float32)], dtype)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("n_in", [7, 16, 64, 172, 300])
-@pytest.mark.parametrize("n_out", [1, 15, 16, 17, 37])
-def test_fp32_decode_row_is_the_same_on_one_thread_and_many(n_in, n_out):
-    """A small fp32 layer decoded alone runs on the calling thread, sixteen rows at a time; beside a
-    large one it runs in the threaded split, four rows at a time. Each output must be the same to
-    the bit either way, so a model's logits do not depend on its size or the thread count."""
+@pytest.mark.parametrize("n_out", [1, 3, 15, 16, 17, 37])
+def test_decode_row_is_the_same_on_one_thread_and_many(dtype, n_in, n_out):
+    """A small fp32 or bf16 layer decoded alone runs on the calling thread, sixteen rows at a time;
+    beside a large one it runs in the threaded split, four rows at a time. Each output must be the
+    same to the bit either way, so a model's logits do not depend on its size or the thread count."""
     rng = np.random.default_rng(n_in * 100 + n_out)
     x = rng.standard_normal((1, n_in)).astype(np.float32)
     w = rng.standard_normal((n_out, n_in)).astype(np.float32)
     big = rng.standard_normal((70000 // n_in + 1, n_in)).astype(np.float32)  # past the threaded split
-    alone = _core.linear(x, w, "float32")
-    np.testing.assert_array_equal(_core.linear_many(x, [w, big], "float32")[0], alone)
-    np.testing.assert_allclose(alone, x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5, atol=1e-5)
+    alone = _core.linear(x, w, dtype)
+    np.testing.assert_array_equal(_core.linear_many(x, [w, big], dtype)[0], alone)
+    mag = np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T
+    np.testing.assert_array_less(np.abs(alone - _reference(x, w, dtype)), 1e-5 * mag + 1e-7)
 
 
 @pytest.mark.parametrize("dtype", ["int8", "w8a8"])

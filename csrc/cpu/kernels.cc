@@ -82,10 +82,10 @@ static inline float hsum512(__m512 v) {
 // Lane r: the sum of a[r]'s 16 lanes, added in hsum512's order: each step adds the upper half of
 // every partial sum to its lower half for two vectors at once, 15 shuffle pairs in all instead of
 // the 16 x 4 steps of separate sums.
-static inline __m512 reduce16(const __m512 a[16]) {
-  __m512 w[8], z[4], y[2];
-  for (int r = 0; r < 8; ++r)  // lanes 0-7: row r, 8-15: row r + 8; each lane j + lane j + 8
-    w[r] = _mm512_add_ps(_mm512_shuffle_f32x4(a[r], a[r + 8], 0x44), _mm512_shuffle_f32x4(a[r], a[r + 8], 0xEE));
+// reduce16_halves starts one step in: w[r] holds 8 partial sums of row r in lanes 0-7 and of row
+// r + 8 in lanes 8-15, each added as hsum256 adds an AVX2 accumulator's lanes.
+static inline __m512 reduce16_halves(const __m512 w[8]) {
+  __m512 z[4], y[2];
   for (int r = 0; r < 4; ++r)  // 128-bit lanes: rows r, r + 8, r + 4, r + 12; each j + (j + 4)
     z[r] = _mm512_add_ps(_mm512_shuffle_f32x4(w[r], w[r + 4], 0x88), _mm512_shuffle_f32x4(w[r], w[r + 4], 0xDD));
   for (int r = 0; r < 2; ++r)  // per 128-bit lane: two lanes of z[r]'s row, two of z[r + 2]'s; j + (j + 2)
@@ -93,6 +93,12 @@ static inline __m512 reduce16(const __m512 a[16]) {
   // j + (j + 1): rows 0 2 1 3, 8 10 9 11, 4 6 5 7, 12 14 13 15, put back in order
   const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x88), _mm512_shuffle_ps(y[0], y[1], 0xDD));
   return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15), s);
+}
+static inline __m512 reduce16(const __m512 a[16]) {
+  __m512 w[8];
+  for (int r = 0; r < 8; ++r)  // lanes 0-7: row r, 8-15: row r + 8; each lane j + lane j + 8
+    w[r] = _mm512_add_ps(_mm512_shuffle_f32x4(a[r], a[r + 8], 0x44), _mm512_shuffle_f32x4(a[r], a[r + 8], 0xEE));
+  return reduce16_halves(w);
 }
 
 // The sums of the two 256-bit halves of v, each reduced as hsum256 reduces an AVX2 accumulator.
@@ -277,6 +283,34 @@ static void bf16_row_group(const float* xd, const Linear& L, int g, float* y) {
 #endif
   for (int r = 0; r < nr; ++r) y[o0 + r] = acc[r];
 }
+
+#if defined(DECODELAB_AVX512)
+// bf16_row_group for rows [o0, o0 + 16) (four groups) at once on one thread, the same sums to the
+// bit: each pair of rows accumulated as there, then their halves reduced sixteen at a time.
+static void bf16_rows16(const float* xd, const Linear& L, int o0, float* y) {
+  const int ld = bf16_ld(L.in), nr = std::min(16, L.out - o0);
+  const int g0 = o0 / 4, last = (L.out + 3) / 4 - 1;
+  const uint16_t* p[4];
+  for (int k = 0; k < 4; ++k) p[k] = bf16_group(L, std::min(g0 + k, last));  // a short end repeats its last
+  __m512 ae[8], ao[8];  // [2 * group + k]: rows 4 * group + 2k (lanes 0-7) and + 1 (lanes 8-15)
+  for (int j = 0; j < 8; ++j) ae[j] = ao[j] = _mm512_setzero_ps();
+  for (int i = 0; i < ld; i += 16) {
+    const __m512 xe = _mm512_broadcast_f32x8(_mm256_load_ps(xd + i));
+    const __m512 xo = _mm512_broadcast_f32x8(_mm256_load_ps(xd + i + 8));
+    for (int gg = 0; gg < 4; ++gg)
+      for (int k = 0; k < 2; ++k) {
+        const __m512i v = _mm512_loadu_si512(p[gg] + 4 * i + 32 * k);
+        ae[2 * gg + k] = _mm512_fmadd_ps(bf16_even512(v), xe, ae[2 * gg + k]);
+        ao[2 * gg + k] = _mm512_fmadd_ps(bf16_odd512(v), xo, ao[2 * gg + k]);
+      }
+  }
+  __m512 pr[8], w[8];
+  for (int j = 0; j < 8; ++j) pr[j] = _mm512_add_ps(ae[j], ao[j]);  // rows 2j and 2j + 1
+  for (int r = 0; r < 8; ++r)  // rows r and r + 8: halves of pairs r / 2 and r / 2 + 4
+    w[r] = _mm512_shuffle_f32x4(pr[r / 2], pr[r / 2 + 4], r % 2 ? 0xEE : 0x44);
+  _mm512_mask_storeu_ps(y + o0, static_cast<__mmask16>((1u << nr) - 1), reduce16_halves(w));
+}
+#endif
 
 // Activations for int8 products (every row count): x rounded to 16-bit fixed point with one fp32 scale
 // per block of kI8Block values (block max |x| / 32767). The rounding error is at most 1 / 65534 of
@@ -1388,7 +1422,7 @@ class GroupRanges {
 enum class Path { F32Row, Bf16Row, I8Rows, A8Rows, SmallRows, Gemm };
 
 #if defined(DECODELAB_AVX512)
-constexpr bool kRows16 = true;  // one-thread fp32 decode layers through f32_rows16
+constexpr bool kRows16 = true;  // one-thread fp32 and bf16 decode layers through f32_rows16, bf16_rows16
 #else
 constexpr bool kRows16 = false;
 #endif
@@ -1526,10 +1560,12 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
         while (shared_ranges[c].next(omp_get_thread_num(), b, e))
           for (int G = b; G < e;) G += run_group(G, e, scratch.data(), c * chunk);
     }
-  } else if (kRows16 && path == Path::F32Row) {
+  } else if (kRows16 && (path == Path::F32Row || path == Path::Bf16Row)) {
 #if defined(DECODELAB_AVX512)
     for (int i = 0; i < n; ++i)
-      for (int o = 0; o < layers[i]->out; o += 16) f32_rows16(x, *layers[i], o, ys[i]);
+      for (int o = 0; o < layers[i]->out; o += 16)
+        if (path == Path::F32Row) f32_rows16(x, *layers[i], o, ys[i]);
+        else bf16_rows16(xd, *layers[i], o, ys[i]);
 #endif
   } else {
     if (widen_rows) grow(scratch, static_cast<size_t>(pairs ? 8 : 4) * layers[0]->in);
