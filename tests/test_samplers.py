@@ -72,6 +72,39 @@ def test_greedy_ties_nan_and_inf():
         S.Dist(0).apply([-np.inf, -np.inf])
 
 
+@pytest.mark.parametrize("n", [17, 50257])
+def test_greedy_over_a_vocabulary_keeps_the_first_largest(n):
+    """Greedy over vocabularies past one vector: ties across and within vectors and in the tail,
+    NaN and -inf anywhere, -0.0 against 0.0. It keeps the lowest id of the largest value, untouched."""
+    rng = np.random.default_rng(n)
+    for top in {0, 15, 16, n // 2, n - 17, n - 2, n - 1}:
+        x = rng.standard_normal(n).astype(np.float32)
+        x[rng.integers(0, n, size=n // 9 + 1)] = np.nan
+        x[rng.integers(0, n, size=n // 9 + 1)] = -np.inf
+        x[top] = 7.5
+        later = [i for i in (top + 1, top + 16, n - 1) if top < i < n]
+        x[later] = 7.5                                             # ties after it lose
+        g = S.Greedy().apply(x)
+        assert kept(g).tolist() == [i == top for i in range(n)], top
+        assert g[top] == 7.5
+    zeros = np.full(n, -np.inf, np.float32)
+    zeros[[3, 9]] = [-0.0, 0.0]
+    assert np.flatnonzero(kept(S.Greedy().apply(zeros))).tolist() == [3]
+    with pytest.raises(ValueError, match="no candidate token has a finite logit"):
+        S.Greedy().apply(np.where(np.arange(n) % 2, np.nan, -np.inf))
+
+
+@pytest.mark.parametrize("top", [0, 20, 47, 49])
+def test_cutoffs_keep_the_most_likely_token_anywhere(top):
+    """Epsilon cutoffs above every probability, and min_p near 1, keep the most likely token
+    wherever it sits (in a vector of 16 or in the tail) and remove every other; NaN stays removed."""
+    x = np.linspace(0.0, 1.0, 50).astype(np.float32)
+    x[top] = 3.0
+    x[(top + 7) % 50] = np.nan
+    for s in (S.EpsilonCutoff(0.5), S.EpsilonCutoff(0.99), S.MinP(0.999)):
+        assert np.flatnonzero(kept(s.apply(x))).tolist() == [top], s
+
+
 def test_removed_tokens_have_exactly_zero_probability():
     x = S.TopK(2).apply(np.log([0.5, 0.2, 0.2, 0.1]).astype(np.float32) * 3)
     p = S.softmax(x)

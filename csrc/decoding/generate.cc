@@ -124,12 +124,7 @@ int32_t Decoder::step() {
   }
   if (opts_.trace) std::copy(work_.begin(), work_.end(), before_.begin());
   stages.back()->apply(work_.data(), V, ctx_);
-  int32_t next = -1;
-  for (int i = 0; i < V; ++i)
-    if (!is_removed(work_[i])) {
-      next = i;
-      break;
-    }
+  const int32_t next = first_kept(work_.data(), V);
   if (next < 0) throw std::invalid_argument("the sampler chain removed every token");
   chain_.accept(next);
 

@@ -44,6 +44,10 @@ using SamplerPtr = std::shared_ptr<Sampler>;
 // conventions above and returns false when no entry is finite.
 bool softmax(const float* logits, int n, float* probs);
 double entropy_of(const float* probs, int n);  // nats
+// The largest logit, NaN ignored (-inf when none is larger).
+float max_logit(const float* logits, int n);
+// The first token a chain left in (its logit neither NaN nor -inf), or -1.
+int first_kept(const float* logits, int n);
 
 SamplerPtr make_temperature(double t);
 SamplerPtr make_top_k(int64_t k);
