@@ -157,6 +157,17 @@ def test_xtc_and_top_n_sigma_by_hand():
     assert kept(S.TopNSigma(1.0).apply(z)).tolist() == [True, True, False, False]
 
 
+@pytest.mark.parametrize("tau", [4.0, 6.0, 9.0])
+def test_mirostat_draws_only_tokens_within_its_surprise_bound(tau):
+    """Before it accepts anything mu is 2 tau: every draw has surprise -log2 p <= mu, or is the
+    most likely token; over a GPT-2-sized vocabulary the draws are several different tokens."""
+    x = (np.random.default_rng(int(tau)).standard_normal(50257) * 3).astype(np.float32)
+    p = S.softmax(x).astype(np.float64)
+    draws = {int(np.argmax(S.Mirostat(tau=tau, eta=0.1, seed=5).apply(x, step=i))) for i in range(200)}
+    assert all(-np.log2(p[t]) <= 2 * tau or t == int(np.argmax(p)) for t in draws)
+    assert len(draws) > 1
+
+
 def test_mirostat_state_accept_reset_clone():
     m = S.Mirostat(tau=1.0, eta=0.5, seed=3)
     first = [int(np.argmax(m.apply(FOUR, step=i))) for i in range(1)]
@@ -301,6 +312,31 @@ def test_presence_frequency_match_vllm_formula(x, seed, pres, freq):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
 
 
+def _typical_reference(x, mass):
+    """typical_p in float64 with a full stable sort: the semantics the engine keeps (transformers'
+    float32 arithmetic differs from it at this size, so the comparison with it stays at 300 tokens)."""
+    p = S.softmax(x).astype(np.float64)
+    lp = np.log(np.where(p > 0, p, 1.0))
+    H = -np.sum(p * lp)
+    shift = np.where(p > 0, np.abs(-lp - H), np.inf)
+    order = np.argsort(shift, kind="stable")
+    cum = np.cumsum(p[order])
+    last = min(int(np.sum(cum < mass)), len(x) - 1)
+    remove = shift > shift[order[last]]
+    remove[order[0]] = False
+    return np.where(remove, -np.inf, x).astype(np.float32)
+
+
+@pytest.mark.parametrize("scale", [0.5, 3.0, 10.0])
+def test_typical_p_on_a_gpt2_sized_vocabulary(scale):
+    """typical_p histograms the mass by distance and sorts one bucket; over 50,257 tokens it must
+    keep what a full sort keeps."""
+    x = (np.random.default_rng(int(scale * 10) + 1).standard_normal(50257) * scale).astype(np.float32)
+    x[::1000] = -np.inf
+    for mass in (0.05, 0.5, 0.9, 0.99, 0.9999):
+        np.testing.assert_array_equal(kept(S.TypicalP(mass).apply(x)), kept(_typical_reference(x, mass)))
+
+
 # --- randomness ------------------------------------------------------------------------------------
 
 def test_sampled_frequencies_match_the_processed_distribution():
@@ -426,3 +462,7 @@ def test_top_p_and_min_p_match_transformers_on_a_gpt2_sized_vocabulary(scale):
         _same(S.MinP(p / 10).apply(x), _hf(hf.MinPLogitsWarper(p / 10), x))
     for k in (1, 40, 1000):
         _same(S.TopK(k).apply(x), _hf(hf.TopKLogitsWarper(k), x))
+        # top_p over what top_k left: few candidates (sorted directly) or many (the histogram)
+        for p in (0.5, 0.9):
+            _same(S.Chain([S.TopK(k), S.TopP(p)]).apply(x),
+                  _hf(hf.TopPLogitsWarper(p), _hf(hf.TopKLogitsWarper(k), x)))
