@@ -94,6 +94,23 @@ def test_greedy_over_a_vocabulary_keeps_the_first_largest(n):
         S.Greedy().apply(np.where(np.arange(n) % 2, np.nan, -np.inf))
 
 
+@pytest.mark.parametrize("order", ["random", "ascending", "descending"])
+@pytest.mark.parametrize("k", [1, 2, 40, 1000, 50000])
+def test_top_k_keeps_every_candidate_at_or_above_the_kth(order, k):
+    """top_k over 50,257 logits in any order, with NaN, -inf and repeated values: it keeps exactly
+    the candidates at or above the k-th largest candidate (ties with it included)."""
+    rng = np.random.default_rng(k)
+    x = np.round(rng.standard_normal(50257) * 3, 1).astype(np.float32)  # many ties
+    if order != "random":
+        x = np.sort(x) if order == "ascending" else -np.sort(x)
+    x[rng.integers(0, x.size, 500)] = np.nan
+    x[rng.integers(0, x.size, 500)] = -np.inf
+    cand = x[~(np.isnan(x) | np.isneginf(x))]
+    kth = np.sort(cand)[::-1][min(k, cand.size) - 1]
+    want = ~(np.isnan(x) | np.isneginf(x)) & (x >= kth)
+    np.testing.assert_array_equal(kept(S.TopK(k).apply(x)), want)
+
+
 @pytest.mark.parametrize("top", [0, 20, 47, 49])
 def test_cutoffs_keep_the_most_likely_token_anywhere(top):
     """Epsilon cutoffs above every probability, and min_p near 1, keep the most likely token
