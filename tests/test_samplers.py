@@ -147,6 +147,10 @@ def test_penalties_by_hand():
     # Presence / frequency count only the output (after n_prompt).
     np.testing.assert_allclose(S.PresencePenalty(0.5).apply(x, [2, 0, 0, 3], n_prompt=1), [1.5, -1.0, 0.5, -0.5])
     np.testing.assert_allclose(S.FrequencyPenalty(0.5).apply(x, [2, 0, 0, 3], n_prompt=1), [1.0, -1.0, 0.5, -0.5])
+    f = S.FrequencyPenalty(0.5)  # one object, called again: no count carried over
+    for _ in range(3):
+        np.testing.assert_allclose(f.apply(x, [2, 0, 0, 3], n_prompt=1), [1.0, -1.0, 0.5, -0.5])
+    np.testing.assert_allclose(f.apply(x, [0, 2, 2], n_prompt=1), [2.0, -1.0, -0.5, 0.0])
     np.testing.assert_allclose(S.LogitBias({1: 3.0, 3: -np.inf}).apply(x), [2.0, 2.0, 0.5, -np.inf])
     assert kept(S.SuppressTokens([0, 2]).apply(x)).tolist() == [False, True, False, True]
     assert kept(S.MinNewTokens(2, [3]).apply(x, [1, 1, 2], n_prompt=2)).tolist() == [True, True, True, False]

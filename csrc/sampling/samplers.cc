@@ -512,13 +512,19 @@ class CountPenalty : public Base<CountPenalty> {
   }
   void apply(float* l, int n, const SampleContext& ctx) override {
     if (v_ == 0.0) return;
-    counts_.assign(n, 0);
+    // Work in the generated tokens only, not the vocabulary: counts_ is all zeros between calls
+    // (each count is reset as its token is penalised), so a step zeroes and scans nothing else.
+    if (static_cast<int>(counts_.size()) < n) counts_.resize(n, 0);
     for (int j = ctx.n_prompt; j < ctx.n_tokens; ++j) {
       const int t = ctx.tokens[j];
       if (t >= 0 && t < n) ++counts_[t];
     }
-    for (int i = 0; i < n; ++i)
-      if (counts_[i] > 0) l[i] -= static_cast<float>(presence_ ? v_ : v_ * counts_[i]);
+    for (int j = ctx.n_prompt; j < ctx.n_tokens; ++j) {
+      const int t = ctx.tokens[j];
+      if (t < 0 || t >= n || counts_[t] == 0) continue;  // outside, or done at an earlier position
+      l[t] -= static_cast<float>(presence_ ? v_ : v_ * counts_[t]);
+      counts_[t] = 0;
+    }
   }
 
  private:
@@ -785,10 +791,18 @@ bool softmax(const float* l, int n, float* p) {
 }
 
 double entropy_of(const float* p, int n) {
-  double h = 0.0;
-  for (int i = 0; i < n; ++i)
-    if (p[i] > 0.0f) h -= p[i] * std::log(static_cast<double>(p[i]));
-  return h;
+  // Each log through Eigen's vectorised float log (a libm double log per token cost 240 us over
+  // GPT-2's vocabulary), the products summed in double; tokens of probability 0 add nothing.
+  // (A probability below the smallest normal float takes that one's log: 0 x log adds 0, and a
+  // denormal adds under 1e-36.)
+  thread_local Eigen::ArrayXf lq;
+  lq = Eigen::Map<const Eigen::ArrayXf>(p, n).max(std::numeric_limits<float>::min()).log();
+  double a[4] = {0.0, 0.0, 0.0, 0.0};  // four running sums, then in pairs: a fixed order
+  int i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int j = 0; j < 4; ++j) a[j] -= static_cast<double>(p[i + j]) * lq[i + j];
+  for (int j = 0; i < n; ++i, ++j) a[j] -= static_cast<double>(p[i]) * lq[i];
+  return (a[0] + a[1]) + (a[2] + a[3]);
 }
 
 SamplerPtr Chain::clone() const {
