@@ -186,22 +186,30 @@ class TopP : public Base<TopP> {
     if (p_ >= 1.0) return;
     probs_.resize(n);
     if (!softmax(l, n, probs_.data())) return;
-    // Tokens of probability 0 are removed; the others, often few after top_k or min_p, are the
-    // candidates.
-    positive(l, n);
     const float limit = static_cast<float>(1.0 - p_);
-    double total = 0.0, above = 0.0;
+    // The total, and a floor the token where the mass crosses cannot lie below: the largest of
+    // top x 2^-3k (k = 1..8) with at least the needed mass at or above it, summed in float with a
+    // margin of 1e-3 over their worst rounding (2e-4 for 50,257 terms). Tokens below the floor
+    // (or of probability 0) are removed unranked; the others, often few after top_k or min_p or
+    // in a peaked distribution, are the candidates.
+    // (The floors are summed only when more than kSortDirectly tokens have probability above 0.)
+    float mass[kFloors], bars[kFloors];
+    int positive = 0;
+    const double total = masses(n, positive, bars, mass);
+    const double target = total - static_cast<double>(limit);  // mass that must be ranked above
+    float floor_p = 0.0f;
+    for (int k = 0; k < kFloors && static_cast<size_t>(positive) > kSortDirectly; ++k)
+      if (static_cast<double>(mass[k]) >= target + 1e-3) {
+        floor_p = bars[k];
+        break;
+      }
+    candidates(l, n, floor_p);
+    double above = 0.0;
     const bool few = idx_.size() <= kSortDirectly;
     if (few) {
-      for (int i : idx_) total += probs_[i];
       cand_.swap(idx_);
     } else {
-      // Level 1: the candidates by their top 11 bits (exponent and 3 mantissa bits).
-      histogram(idx_, kShift1);
-      for (int k = 0; k < kBuckets; ++k) total += hist_[k];
-    }
-    const double target = total - static_cast<double>(limit);  // mass that must be ranked above
-    if (!few) {
+      histogram(idx_, kShift1);  // level 1: the candidates by their top 11 bits (exponent and 3 mantissa bits)
       const int b = crossing(above, target);
       // Tokens of buckets above b are kept, those below b removed; bucket b is decided below.
       for (int i : idx_) {
@@ -241,23 +249,68 @@ class TopP : public Base<TopP> {
  private:
   static constexpr int kShift1 = 20, kShift2 = 9, kBuckets = 1 << 11;  // sign bit is 0 for probabilities
   static constexpr size_t kSortDirectly = 1024;
-  // idx_: the tokens of probability above 0, in order; the others' logits become -inf.
-  void positive(float* l, int n) {
+  static constexpr int kFloors = 8;
+  // The sum of the probabilities in double (eight lanes per half vector, then a fixed order) and
+  // how many are above 0; when more than kSortDirectly are, mass[k]: the float sum of those at or
+  // above bars[k] = top x 2^-3(k+1).
+  double masses(int n, int& positive, float* bars, float* mass) const {
+    const float* p = probs_.data();
+    double total = 0.0;
+    positive = 0;
+    int i = 0;
+#if defined(__AVX512F__)
+    __m512d t0 = _mm512_setzero_pd(), t1 = t0;
+    for (; i + 16 <= n; i += 16) {
+      const __m512 v = _mm512_loadu_ps(p + i);
+      t0 = _mm512_add_pd(t0, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+      t1 = _mm512_add_pd(t1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+      positive += __builtin_popcount(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ));
+    }
+    total = _mm512_reduce_add_pd(t0) + _mm512_reduce_add_pd(t1);
+#endif
+    for (int j = i; j < n; ++j) {
+      total += p[j];
+      positive += p[j] > 0.0f;
+    }
+    if (static_cast<size_t>(positive) <= kSortDirectly) return total;
+    const float top = max_logit(p, n);
+    for (int k = 0; k < kFloors; ++k) bars[k] = std::ldexp(top, -3 * (k + 1)), mass[k] = 0.0f;
+    i = 0;
+#if defined(__AVX512F__)
+    __m512 mk[kFloors], bk[kFloors];
+    for (int k = 0; k < kFloors; ++k) mk[k] = _mm512_setzero_ps(), bk[k] = _mm512_set1_ps(bars[k]);
+    for (; i + 16 <= n; i += 16) {
+      const __m512 v = _mm512_loadu_ps(p + i);
+      for (int k = 0; k < kFloors; ++k)
+        mk[k] = _mm512_mask_add_ps(mk[k], _mm512_cmp_ps_mask(v, bk[k], _CMP_GE_OQ), mk[k], v);
+    }
+    for (int k = 0; k < kFloors; ++k) mass[k] = _mm512_reduce_add_ps(mk[k]);
+#endif
+    for (; i < n; ++i)
+      for (int k = 0; k < kFloors; ++k)
+        if (p[i] >= bars[k]) mass[k] += p[i];
+    return total;
+  }
+  // idx_: the tokens of probability above 0 and at least floor_p, in order; the others' logits
+  // become -inf.
+  void candidates(float* l, int n, float floor_p) {
     idx_.resize(n);
     cand_.clear();
     int m = 0, i = 0;
 #if defined(__AVX512F__)
     const __m512i step = _mm512_set1_epi32(16);
+    const __m512 lo = _mm512_set1_ps(floor_p);
     __m512i id = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (; i + 16 <= n; i += 16, id = _mm512_add_epi32(id, step)) {
-      const __mmask16 k = _mm512_cmp_ps_mask(_mm512_loadu_ps(probs_.data() + i), _mm512_setzero_ps(), _CMP_GT_OQ);
+      const __m512 v = _mm512_loadu_ps(probs_.data() + i);
+      const __mmask16 k = _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), v, lo, _CMP_GE_OQ);
       _mm512_mask_storeu_ps(l + i, static_cast<__mmask16>(~k), _mm512_set1_ps(kNegInf));
       _mm512_mask_compressstoreu_epi32(idx_.data() + m, k, id);
       m += __builtin_popcount(k);
     }
 #endif
     for (; i < n; ++i)
-      if (probs_[i] > 0.0f) idx_[m++] = i;
+      if (probs_[i] > 0.0f && probs_[i] >= floor_p) idx_[m++] = i;
       else l[i] = kNegInf;
     idx_.resize(m);
   }
