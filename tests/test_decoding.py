@@ -220,7 +220,9 @@ def test_stream_interrupted_by_the_consumer_leaves_the_model_usable(stories):
 
 
 def test_ctrl_c_during_beam_search(checkpoint):
-    shape = dict(arch="llama", hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+    # Large enough that 8000 tokens of 4 beams take seconds on one thread: the interrupt at 0.3 s
+    # lands inside generate().
+    shape = dict(arch="llama", hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=512, max_position_embeddings=8192, tie_word_embeddings=False)
     m = decodelab.load(checkpoint(shape), threads=1)
     before = m.generate([1, 2, 3], num_beams=2, max_new_tokens=10, eos_token_id=[]).token_ids

@@ -130,9 +130,14 @@ def test_forward_does_not_mutate_input(checkpoint):
     assert ids.tolist() == [3, 4, 5]
 
 
+# Large enough that 8000 tokens take seconds on one thread, so the interrupt at 0.2 s always lands
+# inside generate() (with hidden size 64 they had come to take about that long).
+SLOW_SHAPE = dict(arch="llama", hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=512, max_position_embeddings=8192, tie_word_embeddings=False)
+
+
 def test_keyboard_interrupt_stops_generation_and_model_stays_usable(checkpoint):
-    shape = dict(arch="llama", hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=512, max_position_embeddings=8192, tie_word_embeddings=False)
+    shape = SLOW_SHAPE
     m = decodelab.load(checkpoint(shape), threads=1)
     before = m.generate([1, 2, 3], max_new_tokens=30, eos_token_id=[]).token_ids
     timer = threading.Timer(0.2, _thread.interrupt_main)

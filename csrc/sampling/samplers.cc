@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "decodelab/aligned.h"
 #include "decodelab/sampling.h"
 
 namespace decodelab {
@@ -830,12 +831,18 @@ bool softmax(const float* l, int n, float* p) {
     }
   } else {
     // Eigen's vectorised exp. It clamps very negative inputs, so exp(-inf) comes out as a tiny
-    // denormal rather than 0: removed tokens (-inf or NaN) are set to exactly 0 after.
+    // denormal rather than 0: removed tokens (-inf or NaN) are set to exactly 0 after. Written to
+    // a 64-byte-aligned scratch first: Eigen takes the elements before the first aligned one of
+    // its destination through the scalar std::exp and starts its sum there, so writing straight
+    // into p made the probabilities differ in their last bit with p's address.
+    thread_local FloatBuffer scratch;
+    grow(scratch, static_cast<size_t>(n));
     Eigen::Map<const Eigen::ArrayXf> L(l, n);
-    Eigen::Map<Eigen::ArrayXf> P(p, n);
+    Eigen::Map<Eigen::ArrayXf, Eigen::Aligned64> P(scratch.data(), n);
     P = (L - mx).exp();
     P = (L > kNegInf).select(P, 0.0f);
     sum = P.sum();
+    std::copy(scratch.data(), scratch.data() + n, p);
   }
   const float inv = 1.0f / sum;
 #pragma omp simd
