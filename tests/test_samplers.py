@@ -333,6 +333,25 @@ def test_presence_frequency_match_vllm_formula(x, seed, pres, freq):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
 
 
+@pytest.mark.parametrize("nsigma", [0.5, 1.0, 3.0])
+def test_top_n_sigma_over_a_gpt2_sized_vocabulary(nsigma):
+    """top-n-sigma over 50,257 logits with NaN and -inf: it keeps the finite logits at or above
+    max - n x std (statistics over the finite ones, in float64), two of them placed near the bar."""
+    rng = np.random.default_rng(int(nsigma * 10))
+    x = (rng.standard_normal(50257) * 3).astype(np.float32)
+    x[rng.integers(0, x.size, 300)] = np.nan
+    x[rng.integers(0, x.size, 300)] = -np.inf
+    fin = np.isfinite(x)
+    v = x[fin].astype(np.float64)
+    bar = v.max() - nsigma * np.sqrt(max(0.0, (v * v).mean() - v.mean() ** 2))
+    edge = np.float32(bar)
+    x[[5, 50000]] = [np.nextafter(edge, np.float32(-np.inf)), np.nextafter(edge, np.float32(np.inf))]
+    fin = np.isfinite(x)
+    v = x[fin].astype(np.float64)
+    bar = v.max() - nsigma * np.sqrt(max(0.0, (v * v).mean() - v.mean() ** 2))
+    np.testing.assert_array_equal(kept(S.TopNSigma(nsigma).apply(x)), fin & (x >= bar))
+
+
 def test_softmax_does_not_depend_on_where_the_logits_lie():
     """The same logits at every offset within a cache line give the same probabilities to the bit
     (Eigen's scalar head before its first aligned element once made the last bit vary)."""

@@ -481,9 +481,30 @@ class TopNSigma : public Base<TopNSigma> {
   std::string name() const override { return "top_n_sigma(" + num(n_) + ")"; }
   void apply(float* l, int n, const SampleContext&) override {
     if (n_ <= 0.0) return;
+    // Sums over the finite logits in double, eight lanes per half vector added in a fixed order
+    // (one running double sum took 100 us over GPT-2's vocabulary).
     double sum = 0.0, sq = 0.0, mx = -std::numeric_limits<double>::infinity();
-    int cnt = 0;
-    for (int i = 0; i < n; ++i)
+    int cnt = 0, i = 0;
+#if defined(__AVX512F__)
+    __m512d s0 = _mm512_setzero_pd(), s1 = s0, q0 = s0, q1 = s0;
+    __m512 m = _mm512_set1_ps(kNegInf);
+    const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+    for (; i + 16 <= n; i += 16) {
+      const __m512 v = _mm512_loadu_ps(l + i);
+      const __mmask16 fin = _mm512_cmp_ps_mask(_mm512_abs_ps(v), inf, _CMP_LT_OQ);  // not NaN, not +-inf
+      const __m512 f = _mm512_maskz_mov_ps(fin, v);
+      const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
+      const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
+      s0 = _mm512_add_pd(s0, lo), s1 = _mm512_add_pd(s1, hi);
+      q0 = _mm512_fmadd_pd(lo, lo, q0), q1 = _mm512_fmadd_pd(hi, hi, q1);
+      m = _mm512_mask_max_ps(m, fin, v, m);
+      cnt += __builtin_popcount(fin);
+    }
+    sum = _mm512_reduce_add_pd(s0) + _mm512_reduce_add_pd(s1);
+    sq = _mm512_reduce_add_pd(q0) + _mm512_reduce_add_pd(q1);
+    mx = _mm512_reduce_max_ps(m);
+#endif
+    for (; i < n; ++i)
       if (std::isfinite(l[i])) {
         sum += l[i];
         sq += static_cast<double>(l[i]) * l[i];
@@ -494,8 +515,18 @@ class TopNSigma : public Base<TopNSigma> {
     const double mean = sum / cnt;
     const double sd = std::sqrt(std::max(0.0, sq / cnt - mean * mean));
     const double thr = mx - n_ * sd;
-    for (int i = 0; i < n; ++i)
-      if (std::isfinite(l[i]) && l[i] < thr) l[i] = kNegInf;
+    // A float x is below thr exactly when it is below the smallest float at or above thr, so the
+    // removal runs in float vectors (-inf stays, NaN and +inf fail the compare).
+    float t = static_cast<float>(thr);
+    if (static_cast<double>(t) < thr) t = std::nextafter(t, std::numeric_limits<float>::infinity());
+    int j = 0;
+#if defined(__AVX512F__)
+    for (; j + 16 <= n; j += 16)
+      _mm512_mask_storeu_ps(l + j, _mm512_cmp_ps_mask(_mm512_loadu_ps(l + j), _mm512_set1_ps(t), _CMP_LT_OQ),
+                            _mm512_set1_ps(kNegInf));
+#endif
+    for (; j < n; ++j)
+      if (std::isfinite(l[j]) && l[j] < thr) l[j] = kNegInf;
   }
 
  private:
