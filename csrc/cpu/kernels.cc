@@ -79,11 +79,8 @@ static inline float hsum512(__m512 v) {
   return hsum256(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
 
-// Lane r: the sum of a[r]'s 16 lanes, added in hsum512's order: each step adds the upper half of
-// every partial sum to its lower half for two vectors at once, 15 shuffle pairs in all instead of
-// the 16 x 4 steps of separate sums.
-// reduce16_halves starts one step in: w[r] holds 8 partial sums of row r in lanes 0-7 and of row
-// r + 8 in lanes 8-15, each added as hsum256 adds an AVX2 accumulator's lanes.
+// reduce16 below from its second step: w[r] holds 8 partial sums of row r in lanes 0-7 and of
+// row r + 8 in lanes 8-15, each added as hsum256 adds an AVX2 accumulator's lanes.
 static inline __m512 reduce16_halves(const __m512 w[8]) {
   __m512 z[4], y[2];
   for (int r = 0; r < 4; ++r)  // 128-bit lanes: rows r, r + 8, r + 4, r + 12; each j + (j + 4)
@@ -94,6 +91,9 @@ static inline __m512 reduce16_halves(const __m512 w[8]) {
   const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x88), _mm512_shuffle_ps(y[0], y[1], 0xDD));
   return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15), s);
 }
+// Lane r: the sum of a[r]'s 16 lanes, added in hsum512's order: each step adds the upper half of
+// every partial sum to its lower half for two vectors at once, 15 shuffle pairs in all instead of
+// the 16 x 4 steps of separate sums.
 static inline __m512 reduce16(const __m512 a[16]) {
   __m512 w[8];
   for (int r = 0; r < 8; ++r)  // lanes 0-7: row r, 8-15: row r + 8; each lane j + lane j + 8
@@ -1421,12 +1421,6 @@ class GroupRanges {
 
 enum class Path { F32Row, Bf16Row, I8Rows, A8Rows, SmallRows, Gemm };
 
-#if defined(DECODELAB_AVX512)
-constexpr bool kRows16 = true;  // one-thread fp32 and bf16 decode layers through f32_rows16, bf16_rows16
-#else
-constexpr bool kRows16 = false;
-#endif
-
 }  // namespace
 
 int gemm_min_rows(WeightType type) {
@@ -1560,14 +1554,16 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
         while (shared_ranges[c].next(omp_get_thread_num(), b, e))
           for (int G = b; G < e;) G += run_group(G, e, scratch.data(), c * chunk);
     }
-  } else if (kRows16 && (path == Path::F32Row || path == Path::Bf16Row)) {
+  }
 #if defined(DECODELAB_AVX512)
+  else if (path == Path::F32Row || path == Path::Bf16Row) {  // one thread: sixteen rows at a time
     for (int i = 0; i < n; ++i)
       for (int o = 0; o < layers[i]->out; o += 16)
         if (path == Path::F32Row) f32_rows16(x, *layers[i], o, ys[i]);
         else bf16_rows16(xd, *layers[i], o, ys[i]);
+  }
 #endif
-  } else {
+  else {
     if (widen_rows) grow(scratch, static_cast<size_t>(pairs ? 8 : 4) * layers[0]->in);
     for (int c0 = 0; c0 < T; c0 += chunk)
       for (int G = 0; G < first[n];) G += run_group(G, first[n], scratch.data(), c0);

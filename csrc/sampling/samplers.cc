@@ -74,6 +74,20 @@ void keep_only(float* l, int n, int keep) {
   if (inside) l[keep] = v;
 }
 
+// hist[k] for k < buckets: the mass (double) of the tokens in ids whose key is k. Four tables
+// take alternate tokens, then are added in a fixed order, so that runs of tokens in one bucket do
+// not wait on each other's adds (one dependent add per token had made top_p's histogram 200 us
+// over GPT-2's vocabulary).
+template <class Key>
+void interleaved_histogram(const std::vector<int>& ids, const float* mass, int buckets, Key key,
+                           std::vector<double>& tables, std::vector<double>& hist) {
+  tables.assign(4 * static_cast<size_t>(buckets), 0.0);
+  for (size_t j = 0; j < ids.size(); ++j) tables[(j & 3) * buckets + key(ids[j])] += mass[ids[j]];
+  hist.resize(buckets);
+  for (int k = 0; k < buckets; ++k)
+    hist[k] = (tables[k] + tables[buckets + k]) + (tables[2 * buckets + k] + tables[3 * buckets + k]);
+}
+
 // Remove every token whose probability is below thr, but never the most likely one.
 void remove_below(float* l, const float* probs, int n, float thr) {
   const int top = argmax(l, n);
@@ -320,19 +334,10 @@ class TopP : public Base<TopP> {
     std::memcpy(&u, &p, 4);
     return static_cast<int>(u >> shift);
   }
-  // hist_[k]: the mass of the tokens in ids whose bits above `shift` end in k, in double. Four
-  // tables take alternate tokens, so that runs of tokens in one bucket do not wait on each other's
-  // adds (one dependent add per token had made this loop 200 us over GPT-2's vocabulary).
+  // hist_[k]: the mass of the tokens in ids whose bits above `shift` end in k.
   void histogram(const std::vector<int>& ids, int shift) {
-    hist4_.assign(4 * kBuckets, 0.0);
-    const size_t m = ids.size();
-    for (size_t j = 0; j < m; ++j) {
-      const float p = probs_[ids[j]];
-      hist4_[(j & 3) * kBuckets + (bucket(p, shift) & (kBuckets - 1))] += p;
-    }
-    hist_.resize(kBuckets);
-    for (int k = 0; k < kBuckets; ++k)
-      hist_[k] = (hist4_[k] + hist4_[kBuckets + k]) + (hist4_[2 * kBuckets + k] + hist4_[3 * kBuckets + k]);
+    interleaved_histogram(ids, probs_.data(), kBuckets,
+                          [&](int i) { return bucket(probs_[i], shift) & (kBuckets - 1); }, tables_, hist_);
   }
   // From the top bucket down, adds each bucket's mass to `above` until the one whose mass takes
   // it to `target`; returns that bucket (0 at the latest).
@@ -346,7 +351,7 @@ class TopP : public Base<TopP> {
   }
   double p_;
   std::vector<float> probs_;
-  std::vector<double> hist_, hist4_;
+  std::vector<double> hist_, tables_;
   std::vector<int> idx_, cand_;
 };
 
@@ -402,12 +407,7 @@ class TypicalP : public Base<TypicalP> {
     double cutoff = std::numeric_limits<double>::infinity();  // nothing crosses: nothing removed
     for (int level = 0; level < 2 && cutoff == std::numeric_limits<double>::infinity(); ++level) {
       const int shift = level == 0 ? 52 : 41;
-      // Four tables take alternate tokens, so runs of tokens in one bucket do not wait on each
-      // other's adds.
-      hist_.assign(4 * kBuckets, 0.0);
-      for (size_t j = 0; j < idx_.size(); ++j) hist_[(j & 3) * kBuckets + key(idx_[j], shift)] += probs_[idx_[j]];
-      for (int k = 0; k < kBuckets; ++k)
-        hist_[k] = (hist_[k] + hist_[kBuckets + k]) + (hist_[2 * kBuckets + k] + hist_[3 * kBuckets + k]);
+      interleaved_histogram(idx_, probs_.data(), kBuckets, [&](int i) { return key(i, shift); }, tables_, hist_);
       int b = 0, last = -1;
       double before_last = cum;
       for (; b < kBuckets; ++b) {
@@ -449,7 +449,7 @@ class TypicalP : public Base<TypicalP> {
   }
   double p_;
   std::vector<float> probs_;
-  std::vector<double> shift_, hist_;
+  std::vector<double> shift_, hist_, tables_;
   std::vector<int> idx_, cand_;
 };
 
@@ -873,7 +873,10 @@ bool softmax(const float* l, int n, float* p) {
     P = (L - mx).exp();
     P = (L > kNegInf).select(P, 0.0f);
     sum = P.sum();
-    std::copy(scratch.data(), scratch.data() + n, p);
+    const float inv = 1.0f / sum;
+#pragma omp simd
+    for (int i = 0; i < n; ++i) p[i] = scratch[i] * inv;  // normalised on the way out
+    return true;
   }
   const float inv = 1.0f / sum;
 #pragma omp simd
