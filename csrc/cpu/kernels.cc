@@ -1313,6 +1313,39 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
   L.w = nullptr;  // the fp32 weights are no longer read
 }
 
+float read_pass(const float* p, size_t n, int n_threads) {
+  float total = 0.0f;
+#pragma omp parallel for num_threads(n_threads) schedule(static) reduction(+ : total)
+  for (int c = 0; c < n_threads; ++c) {
+    const size_t lo = n * c / n_threads, hi = n * (c + 1) / n_threads;
+    size_t i = lo;
+    float part = 0.0f;
+#ifdef __AVX512F__
+    // Four independent accumulators keep the loads, not the adds, the limit.
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (; i + 64 <= hi; i += 64) {
+      a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p + i));
+      a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 16));
+      a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 32));
+      a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 48));
+    }
+    part = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+#elif defined(__AVX2__)
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (; i + 32 <= hi; i += 32) {
+      a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
+      a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
+      a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
+      a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
+    }
+    part = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+#endif
+    for (; i < hi; ++i) part += p[i];
+    total += part;
+  }
+  return total;
+}
+
 double read_bandwidth(size_t nbytes, int n_threads, int repeats) {
   const size_t n = std::max<size_t>(nbytes / sizeof(float), 1024);
   std::vector<float, HugePageAllocator<float>> buf(n);
@@ -1321,37 +1354,8 @@ double read_bandwidth(size_t nbytes, int n_threads, int repeats) {
   double best = 0.0;
   volatile float sink = 0.0f;
   for (int r = 0; r < repeats; ++r) {
-    float total = 0.0f;
     const double t0 = omp_get_wtime();
-#pragma omp parallel for num_threads(n_threads) schedule(static) reduction(+ : total)
-    for (int c = 0; c < n_threads; ++c) {
-      const size_t lo = n * c / n_threads, hi = n * (c + 1) / n_threads;
-      const float* p = buf.data();
-      size_t i = lo;
-      float part = 0.0f;
-#ifdef __AVX512F__
-      // Four independent accumulators keep the loads, not the adds, the limit.
-      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (; i + 64 <= hi; i += 64) {
-        a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p + i));
-        a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 16));
-        a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 32));
-        a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 48));
-      }
-      part = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-#elif defined(__AVX2__)
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (; i + 32 <= hi; i += 32) {
-        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
-        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
-        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
-        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
-      }
-      part = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-#endif
-      for (; i < hi; ++i) part += p[i];
-      total += part;
-    }
+    const float total = read_pass(buf.data(), n, n_threads);
     const double dt = omp_get_wtime() - t0;
     sink = sink + total;
     best = std::max(best, static_cast<double>(n * sizeof(float)) / dt);

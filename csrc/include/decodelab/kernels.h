@@ -76,6 +76,9 @@ bool linear_row_view(const Linear& L, int first, int count, Linear* view);
 // pages the same loop read 30-35 GB/s here against 35-38 (scratch test, four rounds), a bound the
 // weights in huge pages could then pass.
 double read_bandwidth(size_t nbytes, int n_threads, int repeats);
+// The sum of p[0, n), read on n_threads, each a contiguous part as one stream: read_bandwidth's
+// pass, and a read-only sweep that pushes other data out of the caches.
+float read_pass(const float* p, size_t n, int n_threads);
 
 // The fewest rows for which fp32 and bf16 layers run the oneDNN matmul (bf16 on weights widened
 // per call, or with bf16_activations a bf16 matmul) rather than the register tiles that read the
