@@ -383,10 +383,11 @@ def peak_rss_mib():
 
 WORKERS = {"decodelab": work_decodelab, "transformers": work_transformers, "ctranslate2": work_ctranslate2,
            "llama.cpp": work_llamacpp, "plain-C": work_plainc}
-# (engine, weights, KV cache). Our reduced-precision weights run with each cache dtype; llama.cpp
-# keeps an f16 cache at every weight type (its default) and, with q8_0 weights, also its q8_0 cache
-# (against our int8 one); CTranslate2 an fp32 one on CPU, transformers one in the model's dtype.
-CONFIGS = [("decodelab", "float32", "float32"), ("decodelab", "bfloat16", "float32"),
+# (engine, weights, KV cache). Our reduced-precision weights run with each cache dtype, and fp32
+# weights also with a bf16 cache: the 16-bit cache llama.cpp's fp32 row reads (an f16 cache at every
+# weight type, its default; with q8_0 weights also its q8_0 cache, against our int8 one). CTranslate2
+# keeps an fp32 cache on CPU, transformers one in the model's dtype.
+CONFIGS = [("decodelab", "float32", "float32"), ("decodelab", "float32", "bfloat16"), ("decodelab", "bfloat16", "float32"),
            ("decodelab", "bfloat16", "bfloat16"), ("decodelab", "int8", "float32"), ("decodelab", "int8", "bfloat16"),
            ("decodelab", "int8", "int8"), ("decodelab", "w8a8", "float32"),
            ("transformers", "float32", "float32"), ("transformers", "bfloat16", "bfloat16"),
@@ -520,7 +521,7 @@ def main():
           "'own fp32': decode against our fp32 row)")
     for name in a.models:
         own = next((r for r in rows if r["model"] == name and r["engine"] == "decodelab" and r["dtype"] == "float32"
-                    and "error" not in r), None)
+                    and r["kv_cache"] == "float32" and "error" not in r), None)
         for ours in [r for r in rows if r["model"] == name and r["engine"] == "decodelab" and "error" not in r]:
             peers = [r for r in rows if r["model"] == name and r["engine"] != "decodelab"
                      and r["dtype"] in CLASSES[ours["dtype"]] and "error" not in r]
