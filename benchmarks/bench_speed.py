@@ -387,8 +387,9 @@ WORKERS = {"decodelab": work_decodelab, "transformers": work_transformers, "ctra
 # weights also with a bf16 cache: the 16-bit cache llama.cpp's fp32 row reads (an f16 cache at every
 # weight type, its default; with q8_0 weights also its q8_0 cache, against our int8 one). CTranslate2
 # keeps an fp32 cache on CPU, transformers one in the model's dtype.
-CONFIGS = [("decodelab", "float32", "float32"), ("decodelab", "float32", "bfloat16"), ("decodelab", "bfloat16", "float32"),
-           ("decodelab", "bfloat16", "bfloat16"), ("decodelab", "int8", "float32"), ("decodelab", "int8", "bfloat16"),
+CONFIGS = [("decodelab", "float32", "float32"), ("decodelab", "float32", "bfloat16"),
+           ("decodelab", "bfloat16", "float32"), ("decodelab", "bfloat16", "bfloat16"),
+           ("decodelab", "int8", "float32"), ("decodelab", "int8", "bfloat16"),
            ("decodelab", "int8", "int8"), ("decodelab", "w8a8", "float32"),
            ("transformers", "float32", "float32"), ("transformers", "bfloat16", "bfloat16"),
            ("ctranslate2", "float32", "float32"), ("ctranslate2", "int8", "float32"),

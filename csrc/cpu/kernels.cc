@@ -1318,30 +1318,7 @@ float read_pass(const float* p, size_t n, int n_threads) {
 #pragma omp parallel for num_threads(n_threads) schedule(static) reduction(+ : total)
   for (int c = 0; c < n_threads; ++c) {
     const size_t lo = n * c / n_threads, hi = n * (c + 1) / n_threads;
-    size_t i = lo;
-    float part = 0.0f;
-#ifdef __AVX512F__
-    // Four independent accumulators keep the loads, not the adds, the limit.
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (; i + 64 <= hi; i += 64) {
-      a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p + i));
-      a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 16));
-      a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 32));
-      a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 48));
-    }
-    part = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-#elif defined(__AVX2__)
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (; i + 32 <= hi; i += 32) {
-      a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
-      a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
-      a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
-      a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
-    }
-    part = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-#endif
-    for (; i < hi; ++i) part += p[i];
-    total += part;
+    total += ConstVec(p + lo, static_cast<Eigen::Index>(hi - lo)).sum();  // vectorised by Eigen
   }
   return total;
 }
