@@ -417,10 +417,21 @@ def main():
     ap.add_argument("--kv", default="float32", help="KV-cache dtype of a decodelab worker")
     ap.add_argument("--rounds", type=int, default=1,
                     help="passes over all rows, interleaved; each row reports its best pass (default 1)")
+    ap.add_argument("--skip", nargs="+", default=[], metavar="ENGINE:DTYPE",
+                    help="rows to leave out, e.g. transformers:bfloat16 on a CPU without native bf16, where "
+                         "torch emulates bf16 products and one 512-token GPT-2 row ran past 10 minutes")
+    ap.add_argument("--row-timeout", type=float, default=900,
+                    help="seconds one row may run before it is stopped and reported as an error (default 900)")
     ap.add_argument("--worker", nargs=3, metavar=("ENGINE", "FOLDER", "DTYPE"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.rounds < 1:
         ap.error(f"--rounds must be at least 1, got {a.rounds}")
+    known = {f"{e}:{d}" for e, d, _ in CONFIGS}
+    for s in a.skip:
+        if s not in known:
+            ap.error(f"--skip takes ENGINE:DTYPE from {sorted(known)}, got {s!r}")
+    if a.row_timeout <= 0:
+        ap.error(f"--row-timeout must be above 0 seconds, got {a.row_timeout}")
     if a.worker:
         engine, folder, dtype = a.worker
         res = WORKERS[engine](folder, dtype, a)
@@ -440,7 +451,7 @@ def main():
         folder = prepare(name, tmp)
         prompt = min(a.prompt, 256) if name == "stories260K" else a.prompt
         arch = json.load(open(os.path.join(folder, "config.json")))["model_type"]
-        for engine, dtype, kv in [c for c in CONFIGS if c[0] in a.engines]:
+        for engine, dtype, kv in [c for c in CONFIGS if c[0] in a.engines and f"{c[0]}:{c[1]}" not in a.skip]:
             if engine == "plain-C" and arch != "llama":
                 continue
             plan.append((name, folder, prompt, engine, dtype, kv))
@@ -455,9 +466,14 @@ def main():
             # This host's bandwidth drifts by a quarter over minutes (shared machine), so each row's
             # bound comes from probes taken just before and after it, the larger of the two.
             bw_before = _core.read_bandwidth(256 << 20, a.threads, 5)
-            p = subprocess.run(cmd, capture_output=True, text=True)
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.row_timeout)
+            except subprocess.TimeoutExpired:
+                p = None
             res = {"read_bandwidth_bytes_s": max(bw_before, _core.read_bandwidth(256 << 20, a.threads, 5))}
-            if p.returncode != 0:
+            if p is None:
+                res["error"] = f"stopped after --row-timeout {a.row_timeout:g} s"
+            elif p.returncode != 0:
                 res["error"] = (p.stderr.strip().splitlines() or ["failed"])[-1][:200]
             else:
                 res.update(json.loads(p.stdout.strip().splitlines()[-1]))
