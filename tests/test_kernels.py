@@ -179,13 +179,16 @@ def test_decode_row_is_the_same_on_one_thread_and_many(dtype, n_in, n_out):
 
 @pytest.mark.parametrize("dtype", ["int8", "w8a8"])
 @pytest.mark.parametrize("T", [2, 3, 5, 16, 17, 64, 150])
-def test_8bit_rows_do_not_depend_on_how_many_are_batched(dtype, T):
+@pytest.mark.parametrize("n_out", [37, 100, 1000])
+def test_8bit_rows_do_not_depend_on_how_many_are_batched(dtype, T, n_out):
     """Batched decode and beams run 2..16 rows through the same per-row arithmetic as one row, so a
     sequence's logits do not change with the batch it shares a step with; the panel kernels run
-    every row count, prompts included, so this holds at any length."""
+    every row count, prompts included, so this holds at any length. One row alone reads four
+    panels of 16 outputs at once where AVX2 has no VNNI (100 outputs: one such run and three single
+    panels, the last one short; 1000: many, over both threads)."""
     rng = np.random.default_rng(T)
     x = rng.standard_normal((T, 777)).astype(np.float32)
-    w = (0.05 * rng.standard_normal((37, 777))).astype(np.float32)
+    w = (0.05 * rng.standard_normal((n_out, 777))).astype(np.float32)
     together = _core.linear(x, w, dtype)
     alone = np.concatenate([_core.linear(x[t:t + 1], w, dtype) for t in range(T)])
     np.testing.assert_array_equal(together, alone)
