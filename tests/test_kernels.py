@@ -177,6 +177,23 @@ def test_decode_row_is_the_same_on_one_thread_and_many(dtype, n_in, n_out):
     np.testing.assert_array_less(np.abs(alone - _reference(x, w, dtype)), 1e-5 * mag + 1e-7)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "w8a8"])
+@pytest.mark.parametrize("n_in", [7, 300, 777])
+def test_decode_row_does_not_depend_on_the_rows_beside_it(dtype, n_in):
+    """A decode step may read several groups of output rows at once (two fp32 groups of 4, four
+    int8 / w8a8 panels of 16, where AVX2 has no AVX-512); each output must still be what its own
+    group alone gives, to the bit. The layer is split into its groups (the last one short) and each
+    piece run on its own."""
+    rng = np.random.default_rng(n_in)
+    unit = 16 if dtype in ("int8", "w8a8") else 4
+    x = rng.standard_normal((1, n_in)).astype(np.float32)
+    for n_out in (9 * unit + 3, 70000 // n_in + 5):  # one thread; past the threaded split
+        w = (0.05 * rng.standard_normal((n_out, n_in))).astype(np.float32)
+        whole = _core.linear(x, w, dtype)
+        pieces = np.concatenate([_core.linear(x, w[o:o + unit], dtype) for o in range(0, n_out, unit)], axis=1)
+        np.testing.assert_array_equal(whole, pieces)
+
+
 @pytest.mark.parametrize("dtype", ["int8", "w8a8"])
 @pytest.mark.parametrize("T", [2, 3, 5, 16, 17, 64, 150])
 @pytest.mark.parametrize("n_out", [37, 100, 1000])

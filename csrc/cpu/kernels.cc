@@ -155,6 +155,33 @@ static void f32_row_group(const float* x, const Linear& L, int g, float* y) {
   for (int r = 0; r < nr; ++r) y[o0 + r] = acc[r];
 }
 
+#if defined(__AVX2__) && defined(__FMA__) && !defined(DECODELAB_AVX512)
+// f32_row_group for groups g and g + 1 (rows [4g, 4g + 8)) at once, each row summed as there, so the
+// same bits: eight row streams per thread instead of four, and one load of x for eight rows. On an
+// AVX2-only AMD EPYC (Zen 3), decode after a 16-token prompt, alternating rounds in one process
+// (temporary switch), medians: Llama 110M 48.7 -> 52.5 and 54.6 -> 59.4 tok/s, GPT-2 124M 46.0 ->
+// 49.9; three groups at once 50.6 and four 49.0 against the same 48.7. (Two bf16 groups at once,
+// tried the same way, were 10-17 % slower than one.)
+static void f32_row_pair(const float* x, const Linear& L, int g, float* y) {
+  const float* w[8];
+  group_rows(L, g, w);
+  group_rows(L, g + 1, w + 4);
+  __m256 a[8];
+  for (int r = 0; r < 8; ++r) a[r] = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 8 <= L.in; i += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + i);
+    for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(w[r] + i), xv, a[r]);
+  }
+  float acc[8];
+  for (int r = 0; r < 8; ++r) acc[r] = hsum256(a[r]);
+  for (int r = 0; r < 8; ++r)
+    for (int j = i; j < L.in; ++j) acc[r] += w[r][j] * x[j];
+  const int o0 = 4 * g, nr = std::min(8, L.out - o0);
+  for (int r = 0; r < nr; ++r) y[o0 + r] = acc[r];
+}
+#endif
+
 #if defined(DECODELAB_AVX512)
 // f32_row_group for rows [o0, o0 + 16) at once, the same sums to the bit (each row's 16 lanes over
 // the columns in the same order, then hsum512's order): a small layer decoded on one thread (a
@@ -1556,7 +1583,15 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
     const Linear& L = *layers[i];
     const int g = G - first[i];
     switch (path) {
-      case Path::F32Row: f32_row_group(x, L, g, ys[i]); break;
+      case Path::F32Row:
+#if defined(__AVX2__) && defined(__FMA__) && !defined(DECODELAB_AVX512)
+        if (G + 2 <= std::min(end, first[i + 1])) {  // two groups at once where this range and layer hold them
+          f32_row_pair(x, L, g, ys[i]);
+          return 2;
+        }
+#endif
+        f32_row_group(x, L, g, ys[i]);
+        break;
       case Path::Bf16Row: bf16_row_group(xd, L, g, ys[i]); break;
       case Path::I8Rows:
       case Path::A8Rows:
