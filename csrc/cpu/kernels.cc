@@ -117,70 +117,58 @@ static int group_rows(const Linear& L, int g, const float* w[R]) {
   return nr;
 }
 
-// y[o] = W[o] . x for fp32 W (out, in), rows [4g, 4g + 4): each thread owns a range of output rows
-// and reads them once, as one contiguous stream. Four rows share each load of x. Unlike the bf16 and
-// int8 kernels this one asks for no software prefetch: at one FMA per 32 weight bytes the hardware
-// prefetcher keeps up, and prefetching the next group measured 8-18 % slower (while the bf16, int8
-// and w8a8 kernels, with more work per byte, decode 10-46 % slower without it).
+// y[o] = W[o] . x for fp32 W (out, in), rows [4g, 4g + 4 NG) (NG groups): each thread owns a range
+// of output rows and reads them once, as one contiguous stream. The group's rows share each load of
+// x. Unlike the bf16 and int8 kernels this one asks for no software prefetch: at one FMA per 32
+// weight bytes the hardware prefetcher keeps up, and prefetching the next group measured 8-18 %
+// slower (while the bf16, int8 and w8a8 kernels, with more work per byte, decode 10-46 % slower
+// without it). A row's sum does not depend on NG.
+//
+// Without AVX-512, decode runs two groups at once (kF32RowGroups): eight row streams per thread
+// instead of four, and one load of x for eight rows. On an AVX2-only AMD EPYC (Zen 3), decode after
+// a 16-token prompt, alternating rounds in one process (temporary switch), medians: Llama 110M 48.7
+// -> 52.5 and 54.6 -> 59.4 tok/s, GPT-2 124M 46.0 -> 49.9; three groups at once 50.6 and four 49.0
+// against the same 48.7. (Two bf16 groups at once, tried the same way, were 10-17 % slower than one.)
+#if defined(DECODELAB_AVX512)
+constexpr int kF32RowGroups = 1;
+#else
+constexpr int kF32RowGroups = 2;
+#endif
+template <int NG = 1>
 static void f32_row_group(const float* x, const Linear& L, int g, float* y) {
-  const float* w[4];
-  const int o0 = 4 * g, nr = group_rows(L, g, w);
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  constexpr int R = 4 * NG;
+  const float* w[R];
+  for (int k = 0; k < NG; ++k) group_rows(L, g + k, w + 4 * k);
+  const int o0 = 4 * g, nr = std::min(R, L.out - o0);
+  float acc[R] = {};
   int i = 0;
 #if defined(DECODELAB_AVX512)
-  __m512 a[4];
-  for (int r = 0; r < 4; ++r) a[r] = _mm512_setzero_ps();
+  __m512 a[R];
+  for (int r = 0; r < R; ++r) a[r] = _mm512_setzero_ps();
   for (; i + 16 <= L.in; i += 16) {
     const __m512 xv = _mm512_loadu_ps(x + i);
-    for (int r = 0; r < 4; ++r) a[r] = _mm512_fmadd_ps(_mm512_loadu_ps(w[r] + i), xv, a[r]);
+    for (int r = 0; r < R; ++r) a[r] = _mm512_fmadd_ps(_mm512_loadu_ps(w[r] + i), xv, a[r]);
   }
   if (i < L.in) {  // the last 1..15 columns under a mask
     const __mmask16 m = static_cast<__mmask16>((1u << (L.in - i)) - 1);
     const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
-    for (int r = 0; r < 4; ++r) a[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w[r] + i), xv, a[r]);
+    for (int r = 0; r < R; ++r) a[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w[r] + i), xv, a[r]);
     i = L.in;
   }
-  for (int r = 0; r < 4; ++r) acc[r] = hsum512(a[r]);
+  for (int r = 0; r < R; ++r) acc[r] = hsum512(a[r]);
 #elif defined(__AVX2__) && defined(__FMA__)
-  __m256 a[4];
-  for (int r = 0; r < 4; ++r) a[r] = _mm256_setzero_ps();
+  __m256 a[R];
+  for (int r = 0; r < R; ++r) a[r] = _mm256_setzero_ps();
   for (; i + 8 <= L.in; i += 8) {
     const __m256 xv = _mm256_loadu_ps(x + i);
-    for (int r = 0; r < 4; ++r) a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(w[r] + i), xv, a[r]);
+    for (int r = 0; r < R; ++r) a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(w[r] + i), xv, a[r]);
   }
-  for (int r = 0; r < 4; ++r) acc[r] = hsum256(a[r]);
+  for (int r = 0; r < R; ++r) acc[r] = hsum256(a[r]);
 #endif
-  for (int r = 0; r < 4; ++r)
+  for (int r = 0; r < R; ++r)
     for (int j = i; j < L.in; ++j) acc[r] += w[r][j] * x[j];
   for (int r = 0; r < nr; ++r) y[o0 + r] = acc[r];
 }
-
-#if defined(__AVX2__) && defined(__FMA__) && !defined(DECODELAB_AVX512)
-// f32_row_group for groups g and g + 1 (rows [4g, 4g + 8)) at once, each row summed as there, so the
-// same bits: eight row streams per thread instead of four, and one load of x for eight rows. On an
-// AVX2-only AMD EPYC (Zen 3), decode after a 16-token prompt, alternating rounds in one process
-// (temporary switch), medians: Llama 110M 48.7 -> 52.5 and 54.6 -> 59.4 tok/s, GPT-2 124M 46.0 ->
-// 49.9; three groups at once 50.6 and four 49.0 against the same 48.7. (Two bf16 groups at once,
-// tried the same way, were 10-17 % slower than one.)
-static void f32_row_pair(const float* x, const Linear& L, int g, float* y) {
-  const float* w[8];
-  group_rows(L, g, w);
-  group_rows(L, g + 1, w + 4);
-  __m256 a[8];
-  for (int r = 0; r < 8; ++r) a[r] = _mm256_setzero_ps();
-  int i = 0;
-  for (; i + 8 <= L.in; i += 8) {
-    const __m256 xv = _mm256_loadu_ps(x + i);
-    for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(w[r] + i), xv, a[r]);
-  }
-  float acc[8];
-  for (int r = 0; r < 8; ++r) acc[r] = hsum256(a[r]);
-  for (int r = 0; r < 8; ++r)
-    for (int j = i; j < L.in; ++j) acc[r] += w[r][j] * x[j];
-  const int o0 = 4 * g, nr = std::min(8, L.out - o0);
-  for (int r = 0; r < nr; ++r) y[o0 + r] = acc[r];
-}
-#endif
 
 #if defined(DECODELAB_AVX512)
 // f32_row_group for rows [o0, o0 + 16) at once, the same sums to the bit (each row's 16 lanes over
@@ -1584,12 +1572,10 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
     const int g = G - first[i];
     switch (path) {
       case Path::F32Row:
-#if defined(__AVX2__) && defined(__FMA__) && !defined(DECODELAB_AVX512)
-        if (G + 2 <= std::min(end, first[i + 1])) {  // two groups at once where this range and layer hold them
-          f32_row_pair(x, L, g, ys[i]);
-          return 2;
+        if (kF32RowGroups > 1 && G + kF32RowGroups <= std::min(end, first[i + 1])) {  // where range and layer hold them
+          f32_row_group<kF32RowGroups>(x, L, g, ys[i]);
+          return kF32RowGroups;
         }
-#endif
         f32_row_group(x, L, g, ys[i]);
         break;
       case Path::Bf16Row: bf16_row_group(xd, L, g, ys[i]); break;
