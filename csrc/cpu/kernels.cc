@@ -608,6 +608,33 @@ static void pack_panels(const int8_t* w, int out, int in, int G, int8_t* packed,
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
+// One panel step on AVX2 without VNNI: the weights of the step, loaded once for every activation
+// row (rows 0-7 in w[0], 8-15 in w[1]), then one row's products added into its sums a0, a1;
+// xb is the row's activation unit broadcast. int8 (I8Weights): 32 bytes, 16 rows x 2 values,
+// widened to int16 for pmaddwd against an int16 pair. w8a8 (A8Weights): 64 bytes, 16 rows x 4
+// values, pmaddubsw against a u8 quad, then pmaddwd by ones to sum the pairs.
+struct I8Weights {
+  __m256i w[2];
+  explicit I8Weights(const int8_t* ws)
+      : w{_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ws))),
+          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ws + 16)))} {}
+  void add(__m256i xb, __m256i& a0, __m256i& a1) const {
+    a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(xb, w[0]));
+    a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(xb, w[1]));
+  }
+};
+struct A8Weights {
+  __m256i w[2];
+  explicit A8Weights(const int8_t* ws)
+      : w{_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws)),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws + 32))} {}
+  void add(__m256i xb, __m256i& a0, __m256i& a1) const {
+    const __m256i ones = _mm256_set1_epi16(1);
+    a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_maddubs_epi16(xb, w[0]), ones));
+    a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_maddubs_epi16(xb, w[1]), ones));
+  }
+};
+
 // f[t][0..16) += the 16 lanes of a0[t], a1[t] (integer block sums) times row t's block-b scale.
 template <int NT, typename Rows>
 static inline void add_block(const __m256i* a0, const __m256i* a1, const Rows& xr, int t0, int b, float (*f)[kPanel]) {
@@ -722,14 +749,11 @@ struct I8Block {  // 16-bit activations, steps of 2
     for (int s = s0; s < s1; ++s) {
       const int8_t* ws = panel + 32 * static_cast<size_t>(s);
       if (pf && (s & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(ws) + pf, _MM_HINT_T0);
-      const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ws)));
-      const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ws + 16)));
+      const I8Weights w(ws);
       for (int t = 0; t < NT; ++t) {
         int32_t pair;
         std::memcpy(&pair, x[t] + 2 * s, 4);
-        const __m256i xb = _mm256_set1_epi32(pair);
-        a0[t] = _mm256_add_epi32(a0[t], _mm256_madd_epi16(xb, w0));
-        a1[t] = _mm256_add_epi32(a1[t], _mm256_madd_epi16(xb, w1));
+        w.add(_mm256_set1_epi32(pair), a0[t], a1[t]);
       }
     }
     add_block<NT>(a0, a1, xr, t0, b, f);
@@ -791,7 +815,6 @@ struct A8Block {  // 7-bit activations stored with an offset of 64, steps of 4
     }
     add_block<NT>(a, xr, t0, b, f);
 #elif defined(__AVX2__) && defined(__FMA__)
-    const __m256i ones = _mm256_set1_epi16(1);
     const __m256i st0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(start));
     const __m256i st1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(start + 8));
     __m256i a0[NT], a1[NT];
@@ -803,14 +826,11 @@ struct A8Block {  // 7-bit activations stored with an offset of 64, steps of 4
     for (int s = s0; s < s1; ++s) {
       const int8_t* ws = panel + 64 * static_cast<size_t>(s);
       if (pf) _mm_prefetch(reinterpret_cast<const char*>(ws) + pf, _MM_HINT_T0);
-      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws));
-      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws + 32));
+      const A8Weights w(ws);
       for (int t = 0; t < NT; ++t) {
         int32_t quad;
         std::memcpy(&quad, x[t] + 4 * s, 4);
-        const __m256i xb = _mm256_set1_epi32(quad);
-        a0[t] = _mm256_add_epi32(a0[t], _mm256_madd_epi16(_mm256_maddubs_epi16(xb, w0), ones));
-        a1[t] = _mm256_add_epi32(a1[t], _mm256_madd_epi16(_mm256_maddubs_epi16(xb, w1), ones));
+        w.add(_mm256_set1_epi32(quad), a0[t], a1[t]);
       }
     }
     add_block<NT>(a0, a1, xr, t0, b, f);
@@ -820,6 +840,17 @@ struct A8Block {  // 7-bit activations stored with an offset of 64, steps of 4
 #endif
   }
 };
+
+// y rows [t_lo, t_hi), panel p's outputs = f[t - t_lo] x the output rows' scales + bias.
+static void store_panel(const float (*f)[kPanel], int t_lo, int t_hi, const Linear& L, int p, float* y) {
+  const int o0 = p * kPanel, nr = std::min(kPanel, L.out - o0);
+  for (int t = t_lo; t < t_hi; ++t)
+    for (int r = 0; r < nr; ++r) {
+      float v = f[t - t_lo][r] * L.scales[o0 + r];
+      if (L.b) v += L.b[o0 + r];
+      y[static_cast<size_t>(t) * L.out + o0 + r] = v;
+    }
+}
 
 // y (rows [t_lo, t_hi), out) = scale * (x W^T) + b for panel p of an int8 layer, block by block,
 // so a block of the panel (16 x 256 bytes) and of the rows stays in L1 while tiles of kPanelTile
@@ -861,13 +892,7 @@ static void panel_rows(const typename Block<1>::Rows& xr, int t_lo, int t_hi, co
       }
     }
   }
-  const int o0 = p * kPanel, nr = std::min(kPanel, L.out - o0);
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < nr; ++r) {
-      float v = f[t][r] * L.scales[o0 + r];
-      if (L.b) v += L.b[o0 + r];
-      y[static_cast<size_t>(t_lo + t) * L.out + o0 + r] = v;
-    }
+  store_panel(f, t_lo, t_hi, L, p, y);
 }
 
 #if defined(__AVX2__) && defined(__FMA__) && !defined(DECODELAB_VNNI512)
@@ -888,7 +913,6 @@ static void panels_row(const typename Block<1>::Rows& xr, const Linear& L, int p
   for (int k = 0; k < kRowPanels; ++k) panel[k] = L.w_i8 + static_cast<size_t>(p0 + k) * kPanel * steps * G;
   alignas(32) float f[kRowPanels][kPanel] = {};
   const auto* x = xr.q.data();
-  const __m256i ones = _mm256_set1_epi16(1);
   for (int b = 0; b < xr.blocks; ++b) {
     const int s0 = b * kBlockSteps, s1 = std::min(steps, s0 + kBlockSteps);
     __m256i a0[kRowPanels], a1[kRowPanels];
@@ -907,29 +931,13 @@ static void panels_row(const typename Block<1>::Rows& xr, const Linear& L, int p
       const __m256i xb = _mm256_set1_epi32(unit);
       for (int k = 0; k < kRowPanels; ++k) {
         const int8_t* ws = panel[k] + kPanel * G * static_cast<size_t>(s);
-        if constexpr (G == 2) {
-          const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ws)));
-          const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ws + 16)));
-          a0[k] = _mm256_add_epi32(a0[k], _mm256_madd_epi16(xb, w0));
-          a1[k] = _mm256_add_epi32(a1[k], _mm256_madd_epi16(xb, w1));
-        } else {
-          const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws));
-          const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws + 32));
-          a0[k] = _mm256_add_epi32(a0[k], _mm256_madd_epi16(_mm256_maddubs_epi16(xb, w0), ones));
-          a1[k] = _mm256_add_epi32(a1[k], _mm256_madd_epi16(_mm256_maddubs_epi16(xb, w1), ones));
-        }
+        if constexpr (G == 2) I8Weights(ws).add(xb, a0[k], a1[k]);
+        else A8Weights(ws).add(xb, a0[k], a1[k]);
       }
     }
     for (int k = 0; k < kRowPanels; ++k) add_block<1>(&a0[k], &a1[k], xr, 0, b, &f[k]);
   }
-  for (int k = 0; k < kRowPanels; ++k) {
-    const int o0 = (p0 + k) * kPanel, nr = std::min(kPanel, L.out - o0);
-    for (int r = 0; r < nr; ++r) {
-      float v = f[k][r] * L.scales[o0 + r];
-      if (L.b) v += L.b[o0 + r];
-      y[o0 + r] = v;
-    }
-  }
+  for (int k = 0; k < kRowPanels; ++k) store_panel(&f[k], 0, 1, L, p0 + k, y);
 }
 #endif
 
