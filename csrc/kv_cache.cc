@@ -20,6 +20,7 @@ BlockPool::BlockPool(const ModelConfig& cfg, const void* owner, KVDType dtype, i
 
 BlockPool::~BlockPool() {
   for (const Chunk& c : chunks_) huge_free(c.p, c.blocks * stride());
+  for (auto& seg : segs_) delete[] seg.load();
 }
 
 namespace {
@@ -44,8 +45,14 @@ int BlockPool::alloc() {
     Chunk& c = chunks_.back();
     uint8_t* p = c.p + static_cast<size_t>(c.used++) * stride;
     std::memset(p, 0, block_bytes());
-    id = static_cast<int>(blocks_.size());
-    blocks_.push_back(p);
+    if (n_blocks_ == INT32_MAX) throw std::length_error("the KV block pool holds 2^31 - 1 blocks already");
+    id = n_blocks_;
+    const uint64_t i = static_cast<uint64_t>(id) / kSeg0 + 1;
+    const int s = 63 - __builtin_clzll(i);
+    if (!segs_[s].load(std::memory_order_relaxed))
+      segs_[s].store(new uint8_t*[static_cast<size_t>(kSeg0) << s](), std::memory_order_release);
+    slot(id) = p;
+    ++n_blocks_;
     refs_.push_back(0);
   }
   refs_[id] = 1;
@@ -69,7 +76,7 @@ int BlockPool::refcount(int id) const {
 
 BlockPool::Stats BlockPool::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  Stats s{static_cast<int64_t>(blocks_.size()), 0, 0, 0};
+  Stats s{static_cast<int64_t>(n_blocks_), 0, 0, 0};
   for (int r : refs_) {
     s.blocks_in_use += r > 0;
     s.blocks_shared += r > 1;
@@ -97,6 +104,13 @@ void Workspace::reserve(const ModelConfig& cfg, int T, int n_ctx, int n_threads)
   ff_a.resize(static_cast<size_t>(T) * cfg.hidden_dim);
   ff_b.resize(static_cast<size_t>(T) * cfg.hidden_dim);
   rows = T;
+}
+
+KVCache::Use::Use(const KVCache& c) : c_(c) {
+  if (c.busy_.exchange(true, std::memory_order_acquire))
+    throw std::invalid_argument(
+        "this KV cache is in use by another call (another thread is running it): a cache holds one sequence and "
+        "serves one call at a time; give each thread its own cache (Model.new_cache() or cache.fork())");
 }
 
 KVCache::KVCache(std::shared_ptr<BlockPool> pool, int capacity, int max_capacity, bool grow)

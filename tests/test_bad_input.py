@@ -217,9 +217,9 @@ def test_bad_generate_arguments(checkpoint):
         m.generate([1, 512])
     with pytest.raises(ValueError, match="token id -1"):
         m.forward([-1])
-    with pytest.raises(ValueError, match="max_new_tokens must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 0, got -1"):
         m.generate([1], max_new_tokens=-1)
-    with pytest.raises(ValueError, match="temperature must be a finite number >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"temperature must be 0 \(greedy\) or a finite number >= 1e-06 .*, got -1"):
         m.generate([1], temperature=-1)
     with pytest.raises(ValueError, match="prompt is empty"):
         m.generate([])

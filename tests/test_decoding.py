@@ -271,7 +271,7 @@ def test_timings(stories):
 
 
 def test_bad_decoding_arguments(stories):
-    with pytest.raises(ValueError, match=r"num_return_sequences must be in \[1, num_beams = 2\], got 3"):
+    with pytest.raises(ValueError, match=r"num_return_sequences must be in \[1, 2\], got 3"):
         stories.generate("Hi", num_beams=2, num_return_sequences=3)
     with pytest.raises(ValueError, match="early_stopping must be True, False or 'never', got 'sometimes'"):
         stories.generate("Hi", num_beams=2, early_stopping="sometimes")

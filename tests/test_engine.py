@@ -41,8 +41,10 @@ def test_eos_stops_and_can_be_disabled(stories):
     first = stories.generate("Once upon a time", max_new_tokens=5, eos_token_id=[]).token_ids
     g = stories.generate("Once upon a time", max_new_tokens=5, eos_token_id=first[2])
     assert g.token_ids == first[:3] and g.finish_reason == "stop"
-    g = stories.generate("Once upon a time", max_new_tokens=5, eos_token_id=[999999, first[1]])
+    g = stories.generate("Once upon a time", max_new_tokens=5, eos_token_id=[first[4], first[1]])
     assert g.token_ids == first[:2] and g.finish_reason == "stop"
+    with pytest.raises(ValueError, match=r"token id 999999 at index 0 is outside the vocabulary \[0, 512\)"):
+        stories.generate("Once upon a time", max_new_tokens=5, eos_token_id=[999999, first[1]])
     g = stories.generate("Once upon a time", max_new_tokens=0)
     assert g.token_ids == [] and g.text == "" and g.finish_reason == "length"
 

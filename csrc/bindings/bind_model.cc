@@ -18,6 +18,7 @@
 #include "decodelab/kv_cache.h"
 #include "decodelab/transformer.h"
 #include "decodelab/weights.h"
+#include "without_gil.h"
 
 namespace py = pybind11;
 
@@ -41,19 +42,6 @@ std::vector<int32_t> to_ids(const py::array_t<int64_t, py::array::c_style | py::
     ids[i] = static_cast<int32_t>(r(i));
   }
   return ids;
-}
-
-// Ctrl-C in a notebook: check for a pending signal between decode steps, at most every 20 ms
-// (taking the GIL every step cost small models a futex call per token); the KeyboardInterrupt
-// propagates as a Python exception and the model stays usable.
-void poll_signals() {
-  using clock = std::chrono::steady_clock;
-  thread_local clock::time_point last{};
-  const auto now = clock::now();
-  if (now - last < std::chrono::milliseconds(20)) return;
-  last = now;
-  py::gil_scoped_acquire gil;
-  if (PyErr_CheckSignals() != 0) throw py::error_already_set();
 }
 
 void set_read_only(py::array& a) {
@@ -402,24 +390,34 @@ the first write into a shared block copies that block (copy-on-write).
       .def_property_readonly("n_kv_heads", [](const KVCache& c) { return c.pool().n_kv_heads(); })
       .def_property_readonly("head_dim", [](const KVCache& c) { return c.pool().head_dim(); })
       .def_property_readonly("block_size", [](const KVCache& c) { return c.pool().block_size(); })
-      .def_property_readonly("block_table", [](const KVCache& c) { return c.block_table(); },
+      .def_property_readonly("block_table", [](const KVCache& c) { KVCache::Use u(c); return c.block_table(); },
                              "Pool block ids; position p lives in block_table[p // block_size].")
-      .def_property_readonly("shared_blocks", &KVCache::shared_blocks, "Blocks also referenced by another sequence.")
-      .def_property_readonly("token_ids", [](const KVCache& c) { return c.token_ids(); })
-      .def("fork", &KVCache::fork, "A new cache sharing these tokens copy-on-write; copies no token.")
-      .def("truncate", &KVCache::truncate, py::arg("n"), "Keep the first n tokens.")
-      .def("clear", &KVCache::clear)
+      .def_property_readonly("shared_blocks", [](const KVCache& c) { KVCache::Use u(c); return c.shared_blocks(); },
+                             "Blocks also referenced by another sequence.")
+      .def_property_readonly("token_ids", [](const KVCache& c) { KVCache::Use u(c); return c.token_ids(); })
+      .def("fork", [](const KVCache& c) { KVCache::Use u(c); return c.fork(); },
+           "A new cache sharing these tokens copy-on-write; copies no token.")
+      .def("truncate", [](KVCache& c, int n) { KVCache::Use u(c); c.truncate(n); }, py::arg("n"),
+           "Keep the first n tokens.")
+      .def("clear", [](KVCache& c) { KVCache::Use u(c); c.clear(); })
       .def(
-          "keys", [](py::object self, int layer) { return layer_kv(self, layer, 0); }, py::arg("layer"),
+          "keys", [](py::object self, int layer) {
+            KVCache::Use u(self.cast<const KVCache&>());
+            return layer_kv(self, layer, 0);
+          }, py::arg("layer"),
           "(n_kv_heads, len, head_dim) float32: a read-only view when the tokens sit in one fp32 block, "
           "otherwise a gathered copy (bfloat16 widened; int8 times each row's scale).")
       .def(
-          "values", [](py::object self, int layer) { return layer_kv(self, layer, 1); }, py::arg("layer"),
+          "values", [](py::object self, int layer) {
+            KVCache::Use u(self.cast<const KVCache&>());
+            return layer_kv(self, layer, 1);
+          }, py::arg("layer"),
           "Like keys(), for values.")
       .def(
           "block",
           [](py::object self, int i) {
             const KVCache& c = self.cast<const KVCache&>();
+            KVCache::Use u(c);
             const BlockPool& p = c.pool();
             const uint8_t* blk = block_data(c, i);
             const py::ssize_t e = static_cast<py::ssize_t>(p.elem_bytes());
@@ -440,6 +438,7 @@ the first write into a shared block copies that block (copy-on-write).
           "block_scales",
           [](py::object self, int i) {
             const KVCache& c = self.cast<const KVCache&>();
+            KVCache::Use u(c);
             const BlockPool& p = c.pool();
             if (p.dtype() != KVDType::I8)
               throw std::invalid_argument(std::string("block_scales() is for int8 caches; this one is ") +
@@ -456,6 +455,12 @@ the first write into a shared block copies that block (copy-on-write).
           "Zero-copy read-only view of the row scales of an int8 cache's i-th block, (n_layers, 2 [K, V], "
           "n_kv_heads, block_size) float32: row r of block(i) holds values / scale, rounded.")
       .def("__repr__", [](const KVCache& c) {
+        std::unique_ptr<KVCache::Use> u;
+        try {
+          u = std::make_unique<KVCache::Use>(c);
+        } catch (const std::invalid_argument&) {
+          return std::string("KVCache(in use by a call on another thread)");
+        }
         const BlockPool& p = c.pool();
         return "KVCache(" + std::to_string(c.length()) + "/" + std::to_string(c.capacity()) + " tokens, " +
                std::to_string(p.n_layers()) + " layers x " + std::to_string(p.n_kv_heads()) + " kv heads x head_dim " +
@@ -477,8 +482,14 @@ the first write into a shared block copies that block (copy-on-write).
            py::arg("trace") = 0, py::arg("trace_top") = 20,
            // The decoder refers to the engine, chain and cache: keep them alive as long as it lives.
            py::keep_alive<1, 2>(), py::keep_alive<1, 4>(), py::keep_alive<1, 5>())
-      .def("step", &Decoder::step, py::call_guard<py::gil_scoped_release>(),
-           "Run the model and choose the next token; -1 once finished.")
+      .def(
+          "step",
+          [](Decoder& d) {
+            KVCache::Use use(d.cache());
+            Transformer::Activity busy(d.model());
+            return without_gil([&] { return d.step(); });
+          },
+          "Run the model and choose the next token; -1 once finished.")
       .def_property_readonly("finished", &Decoder::finished)
       .def("result", [](const Decoder& d) { return generate_result_dict(d.result()); });
 
@@ -495,8 +506,9 @@ the first write into a shared block copies that block (copy-on-write).
              }
              const WeightType wt = parse_weight_dtype(weight_dtype);
              auto store = std::make_shared<WeightStore>(files, infos);
-             py::gil_scoped_release nogil;
-             return std::make_shared<Transformer>(cfg, store, n_threads, wt, zero_copy, kv_block_size, bf16_matmul);
+             return without_gil([&] {
+               return std::make_shared<Transformer>(cfg, store, n_threads, wt, zero_copy, kv_block_size, bf16_matmul);
+             });
            }),
            py::arg("config"), py::arg("files"), py::arg("tensors"), py::arg("n_threads"),
            py::arg("weight_dtype") = "float32", py::arg("zero_copy") = false,
@@ -543,14 +555,16 @@ the first write into a shared block copies that block (copy-on-write).
           [](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& tokens,
              KVCache& cache, bool all_logits) {
             std::vector<int32_t> ids = to_ids(tokens);
+            KVCache::Use use(cache);
+            Transformer::Activity busy(e);
             e.check_tokens(ids.data(), static_cast<int>(ids.size()), cache);
             const py::ssize_t rows = all_logits ? static_cast<py::ssize_t>(ids.size()) : 1;
             py::array_t<float> out({rows, static_cast<py::ssize_t>(e.config().vocab_size)});
             float* dst = out.mutable_data();
-            {
-              py::gil_scoped_release nogil;
+            without_gil([&] {
               e.forward(ids.data(), static_cast<int>(ids.size()), cache, dst, all_logits);
-            }
+              return 0;
+            });
             return out;
           },
           py::arg("tokens"), py::arg("cache"), py::arg("all_logits"),
@@ -561,13 +575,20 @@ the first write into a shared block copies that block (copy-on-write).
             if (tokens.size() != caches.size())
               throw std::invalid_argument("decode_batch: " + std::to_string(tokens.size()) + " tokens for " +
                                           std::to_string(caches.size()) + " caches");
+            std::vector<std::unique_ptr<KVCache::Use>> uses;
+            for (size_t i = 0; i < caches.size(); ++i) {
+              for (size_t j = 0; j < i; ++j)
+                if (caches[j] == caches[i]) throw std::invalid_argument("decode_batch: a cache appears twice");
+              uses.push_back(std::make_unique<KVCache::Use>(*caches[i]));
+            }
+            Transformer::Activity busy(e);
             py::array_t<float> out({static_cast<py::ssize_t>(tokens.size()),
                                     static_cast<py::ssize_t>(e.config().vocab_size)});
             float* dst = out.mutable_data();
-            {
-              py::gil_scoped_release nogil;
+            without_gil([&] {
               e.decode_batch(tokens.data(), static_cast<int>(tokens.size()), caches.data(), dst);
-            }
+              return 0;
+            });
             return out;
           },
           py::arg("tokens"), py::arg("caches"))
@@ -578,6 +599,8 @@ the first write into a shared block copies that block (copy-on-write).
              int early_stopping, int num_return_sequences, const std::vector<int32_t>& eos_ids, bool do_sample,
              uint64_t seed, bool trace) {
             std::vector<int32_t> ids = to_ids(prompt);
+            KVCache::Use use(cache);
+            Transformer::Activity busy(e);
             e.check_tokens(ids.data(), static_cast<int>(ids.size()), cache);
             BeamOptions o;
             o.num_beams = num_beams;
@@ -589,12 +612,8 @@ the first write into a shared block copies that block (copy-on-write).
             o.do_sample = do_sample;
             o.seed = seed;
             o.trace = trace;
-            BeamResult r;
-            {
-              py::gil_scoped_release nogil;
-              r = beam_search(e, cache, ids, processors, o, poll_signals);
-            }
-            return beam_result_dict(r);
+            const auto poll = signal_poll();
+            return beam_result_dict(without_gil([&] { return beam_search(e, cache, ids, processors, o, poll); }));
           },
           py::arg("prompt"), py::arg("processors"), py::arg("cache"), py::arg("num_beams"), py::arg("max_new_tokens"),
           py::arg("length_penalty"), py::arg("early_stopping"), py::arg("num_return_sequences"), py::arg("eos_ids"),
@@ -605,15 +624,13 @@ the first write into a shared block copies that block (copy-on-write).
              Chain& chain, int max_new_tokens, const std::vector<int32_t>& eos_ids, KVCache& cache, uint64_t sequence,
              int logprobs, bool logprobs_processed, int trace, int trace_top) {
             std::vector<int32_t> ids = to_ids(prompt);
+            KVCache::Use use(cache);
+            Transformer::Activity busy(e);
             e.check_tokens(ids.data(), static_cast<int>(ids.size()), cache);
             const DecodeOptions o =
                 decode_options(max_new_tokens, eos_ids, sequence, logprobs, logprobs_processed, trace, trace_top);
-            GenerateResult r;
-            {
-              py::gil_scoped_release nogil;
-              r = generate(e, cache, ids, chain, o, poll_signals);
-            }
-            return generate_result_dict(r);
+            const auto poll = signal_poll();
+            return generate_result_dict(without_gil([&] { return generate(e, cache, ids, chain, o, poll); }));
           },
           py::arg("prompt"), py::arg("chain"), py::arg("max_new_tokens"), py::arg("eos_ids"), py::arg("cache"),
           py::arg("sequence") = 0, py::arg("logprobs") = -1, py::arg("logprobs_processed") = false,

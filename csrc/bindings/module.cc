@@ -1,6 +1,8 @@
 // The decodelab._core extension module: one register_<concept> per file.
 #include <pybind11/pybind11.h>
 
+#include "without_gil.h"
+
 namespace py = pybind11;
 
 namespace decodelab {
@@ -11,6 +13,8 @@ void register_sampling(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "decodelab C++ core: weights, kernels, KV cache and decode loops";
+  decodelab::main_thread_ident() =
+      py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
   decodelab::register_device(m);
   decodelab::register_sampling(m);
   decodelab::register_model(m);

@@ -32,6 +32,7 @@ float log_of(float p) { return p > 0.0f ? std::log(p) : -std::numeric_limits<flo
 
 void stage_stats(const float* before, const float* after, int n, int top, StageStats& out,
                  std::vector<float>& pb, std::vector<float>& pa) {
+  if (top < 0) throw std::invalid_argument("top must be >= 0, got " + std::to_string(top));
   pb.resize(n);
   pa.resize(n);
   softmax(before, n, pb.data());
@@ -208,8 +209,10 @@ BeamResult beam_search(const Transformer& model, KVCache& prompt_cache, const st
                                 " prompt tokens + max_new_tokens " + std::to_string(o.max_new_tokens) +
                                 " exceed the context window of " + std::to_string(model.config().max_position) +
                                 " positions");
-  const int n_eos = static_cast<int>(o.eos_ids.size());
-  const int K = std::max(2, 1 + n_eos) * B;
+  // Candidates kept per step: (1 + EOS ids, at least 2) x beams, in 64 bits (many EOS ids times
+  // many beams overflows an int), and never more than there are (beam, token) pairs.
+  const int64_t n_eos = static_cast<int64_t>(o.eos_ids.size());
+  const int64_t K = std::min<int64_t>(std::max<int64_t>(2, 1 + n_eos) * B, static_cast<int64_t>(B) * V);
   auto is_eos = [&](int32_t t) { return std::find(o.eos_ids.begin(), o.eos_ids.end(), t) != o.eos_ids.end(); };
   auto pool = prompt_cache.pool_ptr();
   auto in_use = [&] { return static_cast<uint64_t>(pool->stats().blocks_in_use) * pool->block_bytes(); };
@@ -260,7 +263,7 @@ BeamResult beam_search(const Transformer& model, KVCache& prompt_cache, const st
       for (int i = 0; i < V; ++i)
         if (!is_removed(lp[i])) cands.push_back({beam.score + lp[i], b, i});
     }
-    const int k = std::min<int>(K, static_cast<int>(cands.size()));
+    const int k = static_cast<int>(std::min<int64_t>(K, static_cast<int64_t>(cands.size())));
     if (k == 0) break;
     if (o.do_sample) {
       // Sampling K continuations without replacement from softmax(scores): Gumbel top-k, with
@@ -369,6 +372,10 @@ BeamResult beam_search(const Transformer& model, KVCache& prompt_cache, const st
     res.peak_cache_bytes = std::max(res.peak_cache_bytes, in_use());
   }
   res.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+  if (finished.empty())
+    throw std::invalid_argument(
+        "beam search ended with no finished hypothesis: every continuation was removed (the processors left no "
+        "token, or the model's logits are not finite)");
   const int n = std::min<int>(o.num_return_sequences, static_cast<int>(finished.size()));
   res.hypotheses.assign(finished.begin(), finished.begin() + n);
   return res;

@@ -123,18 +123,13 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     }
     final_w_ = W.f32("model.norm.weight", {D});
     lm_head_.w = cfg_.tie_word_embeddings ? tok_embed_ : W.f32("lm_head.weight", {V, D});
-    // RoPE tables computed as Hugging Face does: inv_freq and angles in fp32.
-    const int half = cfg_.head_dim / 2;
-    rope_cos_.resize(static_cast<size_t>(cfg_.max_position) * half);
+    // The first positions' RoPE rows are computed once; rows past them are computed per call, so
+    // a config's context length alone costs no memory at load.
+    rope_positions_ = std::min(cfg_.max_position, kRopeTablePositions);
+    const size_t half = cfg_.head_dim / 2;
+    rope_cos_.resize(rope_positions_ * half);
     rope_sin_.resize(rope_cos_.size());
-    for (int i = 0; i < half; ++i) {
-      const float inv_freq = static_cast<float>(1.0 / std::pow(cfg_.rope_theta, (2.0 * i) / cfg_.head_dim));
-      for (int pos = 0; pos < cfg_.max_position; ++pos) {
-        const float angle = static_cast<float>(pos) * inv_freq;
-        rope_cos_[static_cast<size_t>(pos) * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-        rope_sin_[static_cast<size_t>(pos) * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
-      }
-    }
+    rope_rows(0, rope_positions_, rope_cos_.data(), rope_sin_.data());
   } else {
     tok_embed_ = W.f32("transformer.wte.weight", {V, D});
     pos_embed_ = W.f32("transformer.wpe.weight", {cfg_.max_position, D});
@@ -244,6 +239,20 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
   spare_ws_.push_back(std::move(ws));
 }
 
+// RoPE rows for positions p0 .. p0+T-1, (T, head_dim/2), as Hugging Face computes them: inv_freq
+// and the angles in fp32, cos and sin in double.
+void Transformer::rope_rows(int p0, int T, float* cos_out, float* sin_out) const {
+  const int half = cfg_.head_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    const float inv_freq = static_cast<float>(1.0 / std::pow(cfg_.rope_theta, (2.0 * i) / cfg_.head_dim));
+    for (int t = 0; t < T; ++t) {
+      const float angle = static_cast<float>(p0 + t) * inv_freq;
+      cos_out[static_cast<size_t>(t) * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      sin_out[static_cast<size_t>(t) * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+  }
+}
+
 uint64_t Transformer::owned_bytes() const { return weights_->owned_bytes() + f32_arena_.size(); }
 
 uint64_t Transformer::quantized_bytes() const {
@@ -254,8 +263,14 @@ uint64_t Transformer::quantized_bytes() const {
 
 void Transformer::set_n_threads(int n) {
   if (n < 1 || n > 1024) throw std::invalid_argument("threads must be in [1, 1024], got " + std::to_string(n));
-  n_threads_ = n;
+  if (active_.load() > 0)
+    throw std::invalid_argument("threads cannot change while this model is running a call on another thread; "
+                                "set it between calls");
+  n_threads_.store(n);
 }
+
+Transformer::Activity::Activity(const Transformer& m) : m_(m) { m_.active_.fetch_add(1); }
+Transformer::Activity::~Activity() { m_.active_.fetch_sub(1); }
 
 void Transformer::norm(const float* x, const float* w, const float* b, int T, float* y) const {
   if (cfg_.is_llama())
@@ -340,7 +355,9 @@ void Transformer::decode_batch(const int32_t* tokens, int B, KVCache* const* cac
 // batch); RoPE, the cache writes and attention run per segment at its own positions.
 void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, const int* rows, int n_seg,
                       float* logits, bool all_logits, Workspace& ws) const {
-  omp_set_num_threads(n_threads_);
+  // One thread count for the whole pass: the scratch below is sized for it.
+  const int n_threads = n_threads_.load();
+  omp_set_num_threads(n_threads);
   const int D = cfg_.dim, NH = cfg_.n_heads, KVH = cfg_.n_kv_heads, HD = cfg_.head_dim;
   const int QD = NH * HD, KVD = KVH * HD;
   std::vector<int> first(n_seg), p0(n_seg);
@@ -352,7 +369,7 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
   }
   // Each thread's attention scores start on a 64-byte line (see aligned.h).
   const int score_stride = aligned_stride(max_ctx);
-  ws.reserve(cfg_, R, score_stride, n_threads_);
+  ws.reserve(cfg_, R, score_stride, n_threads);
   float* x = ws.x.data();
   float* h = ws.h.data();
 
@@ -393,8 +410,18 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
       float* ks = k + static_cast<size_t>(first[s]) * KVD;
       float* vs = v + static_cast<size_t>(first[s]) * KVD;
       if (cfg_.is_llama()) {
-        rope(qs, rows[s], NH, HD, p0[s], rope_cos_.data(), rope_sin_.data(), cfg_.rope_interleaved);
-        rope(ks, rows[s], KVH, HD, p0[s], rope_cos_.data(), rope_sin_.data(), cfg_.rope_interleaved);
+        const float* cos_t = rope_cos_.data();
+        const float* sin_t = rope_sin_.data();
+        int p = p0[s];
+        std::vector<float> cos_rows, sin_rows;  // positions past the table
+        if (p + rows[s] > rope_positions_) {
+          cos_rows.resize(static_cast<size_t>(rows[s]) * (HD / 2));
+          sin_rows.resize(cos_rows.size());
+          rope_rows(p, rows[s], cos_rows.data(), sin_rows.data());
+          cos_t = cos_rows.data(), sin_t = sin_rows.data(), p = 0;
+        }
+        rope(qs, rows[s], NH, HD, p, cos_t, sin_t, cfg_.rope_interleaved);
+        rope(ks, rows[s], KVH, HD, p, cos_t, sin_t, cfg_.rope_interleaved);
       }
       BlockPool& pool = caches[s]->pool();
       const int* table = caches[s]->block_table().data();
@@ -403,11 +430,11 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
                       scratch, score_stride, ws.gather.data(), threads);
     };
     if (per_seq) {
-#pragma omp parallel for schedule(dynamic) num_threads(n_threads_)
+#pragma omp parallel for schedule(dynamic) num_threads(n_threads)
       for (int s = 0; s < n_seg; ++s)
         attend(s, ws.scores.data() + static_cast<size_t>(omp_get_thread_num()) * NH * score_stride, 1);
     } else {
-      for (int s = 0; s < n_seg; ++s) attend(s, ws.scores.data(), n_threads_);
+      for (int s = 0; s < n_seg; ++s) attend(s, ws.scores.data(), n_threads);
     }
     linear(ws.att.data(), R, l.o, h);
     add_inplace(x, h, static_cast<size_t>(R) * D);

@@ -833,7 +833,12 @@ class Mirostat : public Base<Mirostat> {
 void require(bool ok, const std::string& msg) {
   if (!ok) throw std::invalid_argument(msg);
 }
-bool finite(double v) { return std::isfinite(v); }
+// Finite once rounded to float32, the precision every sampler computes in: 1e300 passes a double
+// check and becomes +inf in the logits.
+bool finite(double v) { return std::isfinite(v) && std::isfinite(static_cast<float>(v)); }
+// The smallest temperature and the range of repetition penalties whose scaling keeps logits of
+// real models (magnitudes up to about 1e4) finite in float32.
+constexpr double kMinTemperature = 1e-6, kMinRepetition = 1e-3, kMaxRepetition = 1e3;
 }  // namespace
 
 int first_kept(const float* logits, int n) {
@@ -906,7 +911,9 @@ SamplerPtr Chain::clone() const {
 }
 
 SamplerPtr make_temperature(double t) {
-  require(finite(t) && t >= 0.0, "temperature must be a finite number >= 0, got " + num(t));
+  require(finite(t) && (t == 0.0 || t >= kMinTemperature),
+          "temperature must be 0 (greedy) or a finite number >= 1e-06 (smaller ones overflow float32 logits), got " +
+              num(t));
   return std::make_shared<Temperature>(t);
 }
 SamplerPtr make_top_k(int64_t k) {
@@ -945,7 +952,8 @@ SamplerPtr make_xtc(double probability, double threshold, uint64_t seed) {
   return std::make_shared<XTC>(probability, threshold, seed);
 }
 SamplerPtr make_repetition_penalty(double r, int64_t last_n) {
-  require(finite(r) && r > 0.0, "repetition_penalty must be a finite number > 0, got " + num(r));
+  require(finite(r) && r >= kMinRepetition && r <= kMaxRepetition,
+          "repetition_penalty must be in [0.001, 1000] (further from 1 it overflows float32 logits), got " + num(r));
   require(last_n >= 0, "repetition_penalty last_n must be >= 0 (0: the whole context), got " + std::to_string(last_n));
   return std::make_shared<RepetitionPenalty>(r, last_n);
 }
@@ -965,7 +973,7 @@ SamplerPtr make_logit_bias(const std::unordered_map<int64_t, double>& bias) {
   for (const auto& kv : bias) {
     require(kv.first >= 0, "logit_bias token id must be >= 0, got " + std::to_string(kv.first));
     require(finite(kv.second) || kv.second == -std::numeric_limits<double>::infinity(),
-            "logit_bias for token " + std::to_string(kv.first) + " must be finite or -inf, got " + num(kv.second));
+            "logit_bias for token " + std::to_string(kv.first) + " must be finite in float32 or -inf, got " + num(kv.second));
   }
   return std::make_shared<LogitBias>(bias);
 }

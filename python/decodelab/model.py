@@ -9,7 +9,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import formats, samplers
+from . import formats, options, samplers
 from ._native import _core
 from .config import ModelConfig, from_hf_dict
 from .tokenizer import Tokenizer, find_tokenizer, load_tokenizer
@@ -127,7 +127,7 @@ class Model:
 
     @threads.setter
     def threads(self, n: int) -> None:
-        self._engine.n_threads = int(n)
+        self._engine.n_threads = options.integer("threads", n, 1, 1024)
 
     @property
     def weight_bytes(self) -> dict:
@@ -158,29 +158,34 @@ class Model:
             if self.tokenizer is None:
                 raise ValueError("this model has no tokenizer; pass token ids or load(..., tokenizer=PATH)")
             ids = self.tokenizer.encode(prompt)
+        elif prompt is None or isinstance(prompt, (bytes, bytearray, memoryview)):
+            raise ValueError(f"the prompt must be text (str) or a list of token ids, got {type(prompt).__name__}"
+                             + (" (decode bytes to str first)" if prompt is not None else ""))
         else:
-            ids = [int(t) for t in prompt]
+            ids = options.token_ids("prompt", prompt, self.config.vocab_size)
         if not ids:
             raise ValueError("the prompt is empty: at least one token is needed")
-        V = self.config.vocab_size
-        for i, t in enumerate(ids):
-            if not 0 <= t < V:
-                raise ValueError(f"token id {t} at index {i} is outside the vocabulary [0, {V})")
         ctx = self.config.max_position_embeddings
         if len(ids) > ctx:
             raise ValueError(f"the prompt has {len(ids)} tokens, more than the context window of {ctx}")
         return ids
 
-    def _eos_ids(self, eos_token_id) -> List[int]:
-        if eos_token_id is None:
-            if self.config.eos_token_id:
-                return list(self.config.eos_token_id)
-            if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
-                return [self.tokenizer.eos_token_id]
-            return []
-        if isinstance(eos_token_id, (int, np.integer)):
-            return [int(eos_token_id)]
-        return [int(t) for t in eos_token_id]
+    def _default_eos(self) -> List[int]:
+        if self.config.eos_token_id:
+            return list(self.config.eos_token_id)
+        if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
+            return [self.tokenizer.eos_token_id]
+        return []
+
+    def _cache_arg(self, cache):
+        if cache is None:
+            raise ValueError("a KV cache from Model.new_cache() is needed, got None")
+        return self._cache(cache)
+
+    def _cache(self, cache):
+        if cache is not None and not isinstance(cache, _core.KVCache):
+            raise ValueError(f"cache must be a KV cache from Model.new_cache(), got {type(cache).__name__} {cache!r:.60}")
+        return cache
 
     # -- engine calls -----------------------------------------------------------------------
     def new_cache(self, capacity: Optional[int] = None, dtype: Optional[str] = None, grow: bool = False):
@@ -194,8 +199,13 @@ class Model:
         of its largest magnitude). Both move the logits slightly; ``benchmarks/bench_accuracy.py``
         measures by how much.
         """
-        cap = self.config.max_position_embeddings if capacity is None else int(capacity)
-        return self._engine.new_cache(cap, dtype or "float32", bool(grow))
+        ctx = self.config.max_position_embeddings
+        cap = ctx if capacity is None else options.integer("capacity", capacity, 1, ctx)
+        if dtype is not None and dtype not in ("float32", "bfloat16", "int8"):
+            raise ValueError(f"cache dtype must be 'float32', 'bfloat16' or 'int8', got {dtype!r}")
+        if not isinstance(grow, bool):
+            raise ValueError(f"grow must be True or False, got {grow!r}")
+        return self._engine.new_cache(cap, dtype or "float32", grow)
 
     def memory_report(self) -> dict:
         """KV-cache memory of every live cache of this model, per cache dtype. Blocks shared by
@@ -214,22 +224,22 @@ class Model:
     def prefill(self, token_ids: Sequence[int], cache) -> np.ndarray:
         """Run tokens into ``cache``; returns the logits of the last position, shape (vocab,)."""
         ids = self._ids(token_ids)
-        return self._engine.forward(np.asarray(ids, dtype=np.int64), cache, False)[0]
+        return self._engine.forward(np.asarray(ids, dtype=np.int64), self._cache_arg(cache), False)[0]
 
     def decode(self, token_id: int, cache) -> np.ndarray:
         """Run one token into ``cache``; returns its logits, shape (vocab,)."""
         if isinstance(token_id, bool) or not isinstance(token_id, (int, np.integer)):
             raise ValueError(f"decode takes one token id (int), got {token_id!r}")
-        return self._engine.forward(np.asarray([int(token_id)], dtype=np.int64), cache, False)[0]
+        t = options.token_ids("token_id", [token_id], self.config.vocab_size)
+        return self._engine.forward(np.asarray(t, dtype=np.int64), self._cache_arg(cache), False)[0]
 
     def decode_batch(self, token_ids: Sequence[int], caches: Sequence) -> np.ndarray:
         """One decode step for several sequences at once: token i continues caches[i] (distinct
         caches of this model, any lengths). Returns logits (len, vocab); the weights are read once
         for the whole batch, which is how beam search advances its beams."""
-        for t in token_ids:
-            if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
-                raise ValueError(f"decode_batch takes token ids (int), got {t!r}")
-        return self._engine.decode_batch([int(t) for t in token_ids], list(caches))
+        ids = options.token_ids("token_ids", token_ids, self.config.vocab_size)
+        caches = [self._cache_arg(c) for c in caches]
+        return self._engine.decode_batch(ids, caches)
 
     def generate(self, prompt: Union[Prompt, List[Prompt]], *, max_new_tokens: int = 128,
                  temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
@@ -286,7 +296,8 @@ class Model:
                  repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                  frequency_penalty=frequency_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
                  logit_bias=logit_bias, min_new_tokens=min_new_tokens))
-        if isinstance(prompt, list) and prompt and not isinstance(prompt[0], (int, np.integer)):
+        cache = self._cache(cache)
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list, tuple, np.ndarray)):
             if cache is not None:
                 raise ValueError("cache= takes a single prompt, not a list")
             chains = opts.pop("chains")
@@ -300,15 +311,15 @@ class Model:
             raise ValueError("a list of samplers needs a list of prompts")
         return self._generate_one(prompt, cache, chain=chains[0], **opts)
 
-    def stream(self, prompt: Prompt, **options) -> Iterator[str]:
+    def stream(self, prompt: Prompt, **kwargs) -> Iterator[str]:
         """Yield the generated text in pieces as it is decoded; takes generate()'s options
         (not beams or n). Each piece is valid UTF-8 text: bytes of a character split across tokens
         are held back until it is complete, and so is any text that could be the start of a stop
-        string. The pieces join to exactly ``generate(prompt, **options).text``. Stopping the
+        string. The pieces join to exactly ``generate(prompt, **kwargs).text``. Stopping the
         iteration (or Ctrl-C) ends the generation cleanly; the model stays usable."""
-        cache = options.pop("cache", None)
-        opts = self._options({k: v for k, v in options.items() if k in _RUN_KEYS},
-                             {k: v for k, v in options.items() if k not in _RUN_KEYS})
+        cache = self._cache(kwargs.pop("cache", None))
+        opts = self._options({k: v for k, v in kwargs.items() if k in _RUN_KEYS},
+                             {k: v for k, v in kwargs.items() if k not in _RUN_KEYS})
         if opts["num_beams"] > 1 or opts["n"] > 1:
             raise ValueError("stream() produces one sequence: num_beams and n must be 1")
         chains = opts.pop("chains")
@@ -319,61 +330,17 @@ class Model:
         return self._stream(ids, cache, reused, chain=chains[0], **opts)
 
     # -- option handling ------------------------------------------------------------------
+    def _fp32_block_bytes(self) -> int:
+        c = self.config
+        return 2 * c.n_layers * c.n_kv_heads * c.head_dim * self.kv_block_size * 4
+
     def _options(self, run: dict, sampling: dict) -> dict:
-        max_new_tokens = run.get("max_new_tokens", 128)
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
-            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        logprobs, mode, trace = run.get("logprobs"), run.get("logprobs_mode", "raw"), run.get("trace", False)
-        if mode not in ("raw", "processed"):
-            raise ValueError(f"logprobs_mode must be 'raw' or 'processed', got {mode!r}")
-        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, (int, np.integer))
-                                     or not 0 <= logprobs <= self.config.vocab_size):
-            raise ValueError(f"logprobs must be an integer in [0, {self.config.vocab_size}], got {logprobs!r}")
-        if trace not in (False, True, "full"):
-            raise ValueError(f"trace must be False, True or 'full', got {trace!r}")
-        n = run.get("n", 1)
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"n must be an integer >= 1, got {n!r}")
-        num_beams = run.get("num_beams", 1)
-        if isinstance(num_beams, bool) or not isinstance(num_beams, (int, np.integer)) or num_beams < 1:
-            raise ValueError(f"num_beams must be an integer >= 1, got {num_beams!r}")
-        nrs = run.get("num_return_sequences")
-        if nrs is not None and (isinstance(nrs, bool) or not isinstance(nrs, (int, np.integer))
-                                or not 1 <= nrs <= num_beams):
-            raise ValueError(f"num_return_sequences must be in [1, num_beams = {num_beams}], got {nrs!r}")
-        if num_beams > 1 and n > 1:
-            raise ValueError("use num_beams or n, not both")
-        if num_beams > 1 and logprobs is not None:
-            raise ValueError("logprobs are not recorded in beam search; scores are in Generation.sequences")
-        es = run.get("early_stopping", False)
-        if es not in (True, False, "never"):
-            raise ValueError(f"early_stopping must be True, False or 'never', got {es!r}")
-        lp = run.get("length_penalty", 1.0)
-        if isinstance(lp, bool) or not isinstance(lp, (int, float)) or not math.isfinite(lp):
-            raise ValueError(f"length_penalty must be a finite number, got {lp!r}")
-        stop = run.get("stop")
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        for st in stops:
-            if not isinstance(st, str) or not st:
-                raise ValueError(f"stop strings must be non-empty str, got {st!r}")
-        if stops and self.tokenizer is None:
+        opts = options.resolve(run, sampling, vocab_size=self.config.vocab_size,
+                               block_bytes=self._fp32_block_bytes(), default_eos=self._default_eos(),
+                               make_chain=self._sampler_chain)
+        if opts["stops"] and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer")
-        seed = run.get("seed")
-        if seed is None:
-            seed = int.from_bytes(os.urandom(8), "little") >> 1
-        eos = self._eos_ids(run.get("eos_token_id"))
-        sampler = run.get("sampler")
-        samplers_in = sampler if isinstance(sampler, (list, tuple)) else [sampler]
-        chains = [self._sampler_chain(sm, run.get("order"), run.get("preset"), seed, eos, sampling)
-                  for sm in samplers_in]
-        return dict(max_new_tokens=int(max_new_tokens), eos=eos, chains=chains, seed=seed,
-                    logprobs=-1 if logprobs is None else int(logprobs), processed=mode == "processed",
-                    trace={False: 0, True: 1, "full": 2}[trace], stops=stops,
-                    include_stop=bool(run.get("include_stop_str_in_output", False)), n=int(n),
-                    num_beams=int(num_beams), length_penalty=float(lp),
-                    early_stopping={True: 1, False: 0, "never": -1}[es], num_return_sequences=int(nrs or 1))
+        return opts
 
     def _sampler_chain(self, sampler, order, preset, seed, eos, options) -> samplers.Chain:
         given = {k: v for k, v in options.items() if v is not None}

@@ -21,6 +21,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from . import options
 from ._native import _core
 
 __all__ = [
@@ -43,24 +44,15 @@ def probs(logits, digits: int = 3) -> List[float]:
 
 
 def _int(name: str, v, lo: Optional[int] = None) -> int:
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        raise ValueError(f"{name} must be an integer, got {v!r}")
-    if lo is not None and v < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {v}")
-    return int(v)
+    return options.integer(name, v, lo, 2**63 - 1)
 
 
 def _float(name: str, v) -> float:
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise ValueError(f"{name} must be a number, got {v!r}")
-    return float(v)
+    return options.real(name, v)
 
 
 def _seed(v) -> int:
-    v = _int("seed", v, 0)
-    if v >= 2**64:
-        raise ValueError(f"seed must be < 2**64, got {v}")
-    return v
+    return options.integer("seed", v, 0, 2**64 - 1)
 
 
 class Sampler:
@@ -145,6 +137,7 @@ class Chain(Sampler):
     def trace(self, logits, context: Sequence[int] = (), *, n_prompt: int = 0, step: int = 0,
               sequence: int = 0, top: int = 10) -> List[StageRecord]:
         """One record per stage, the input first."""
+        top = options.integer("top", top, 0)
         pairs = self._core.trace(np.asarray(logits, dtype=np.float32), [int(t) for t in context], n_prompt, step,
                                  sequence)
         out = []
@@ -384,6 +377,12 @@ class NoRepeatNGram(Sampler):
         self._core = _core.sampler_no_repeat_ngram(self.n)
 
 
+def _bias(v) -> float:
+    if isinstance(v, numbers.Real) and not isinstance(v, bool) and float(v) == -math.inf:
+        return -math.inf  # bans the token
+    return _float("logit_bias value", v)
+
+
 class LogitBias(Sampler):
     """Add a bias to chosen tokens' logits (-inf bans a token).
 
@@ -395,8 +394,9 @@ class LogitBias(Sampler):
     """
 
     def __init__(self, bias: Mapping[int, float]):
-        self.bias: Dict[int, float] = {_int("logit_bias token id", k): _float("logit_bias value", v)
-                                       for k, v in dict(bias).items()}
+        if not isinstance(bias, Mapping):
+            raise ValueError(f"logit_bias must be a dict of token id -> bias, got {type(bias).__name__} {bias!r:.60}")
+        self.bias: Dict[int, float] = {_int("logit_bias token id", k): _bias(v) for k, v in bias.items()}
         self._core = _core.sampler_logit_bias(self.bias)
 
 

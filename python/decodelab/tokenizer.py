@@ -2,10 +2,17 @@
 `tokenizers` library, and the llama2.c tokenizer.bin format (score-ordered BPE)."""
 from __future__ import annotations
 
+import heapq
 import os
 import re
 import struct
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
+
+
+def _text(text) -> str:
+    if not isinstance(text, str):
+        raise ValueError(f"encode takes text (str), got {type(text).__name__} {text!r:.60}")
+    return text
 
 
 class Tokenizer:
@@ -71,7 +78,7 @@ class HFTokenizer(Tokenizer):
         return cls(tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
 
     def encode(self, text: str, add_special_tokens: bool = True) -> List[int]:
-        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        return self._tok.encode(_text(text), add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=True)
@@ -123,6 +130,7 @@ class Llama2cTokenizer(Tokenizer):
                 self._byte_token[int(m.group(1), 16)] = i
 
     def encode(self, text: str, add_special_tokens: bool = True) -> List[int]:
+        _text(text)
         ids: List[int] = []
         if add_special_tokens and self.bos_token_id is not None:
             ids.append(self.bos_token_id)
@@ -142,16 +150,48 @@ class Llama2cTokenizer(Tokenizer):
                     if byte not in self._byte_token:
                         raise ValueError(f"{self.path}: no byte-fallback token for byte 0x{byte:02X}")
                     toks.append(self._byte_token[byte])
-        while True:
-            best, best_i, best_id = None, -1, -1
-            for i in range(len(toks) - 1):
-                merged = self._lookup.get(self.pieces[toks[i]] + self.pieces[toks[i + 1]])
-                if merged is not None and (best is None or self.scores[merged] > best):
-                    best, best_i, best_id = self.scores[merged], i, merged
-            if best_i < 0:
-                break
-            toks[best_i:best_i + 2] = [best_id]
-        return ids + toks
+        return ids + self._merge(toks)
+
+    def _merge(self, toks: List[int]) -> List[int]:
+        """run.c's loop (merge the adjacent pair whose merge scores highest, the leftmost among
+        equals, until no pair merges) in O(n log n): the symbols form a linked list and the
+        candidate pairs a heap keyed by (-score, left position); a popped pair whose symbols have
+        changed since it was pushed is skipped. Positions keep their order as symbols merge, so
+        the leftmost rule is the same as run.c's left-to-right scan."""
+        n = len(toks)
+        if n < 2:
+            return toks
+        pieces, scores, lookup = self.pieces, self.scores, self._lookup
+        sym = list(toks)
+        nxt = list(range(1, n)) + [-1]
+        prv = list(range(-1, n - 1))
+        alive = [True] * n
+        heap: List[Tuple[float, int, int, int, int]] = []
+
+        def push(i: int) -> None:
+            j = nxt[i]
+            if j < 0:
+                return
+            merged = lookup.get(pieces[sym[i]] + pieces[sym[j]])
+            if merged is not None:
+                heapq.heappush(heap, (-scores[merged], i, merged, sym[i], sym[j]))
+
+        for i in range(n - 1):
+            push(i)
+        while heap:
+            _, i, merged, a, b = heapq.heappop(heap)
+            j = nxt[i]
+            if not alive[i] or j < 0 or sym[i] != a or sym[j] != b:
+                continue  # stale: one of the two symbols has merged since
+            sym[i] = merged
+            alive[j] = False
+            nxt[i] = nxt[j]
+            if nxt[j] >= 0:
+                prv[nxt[j]] = i
+            if prv[i] >= 0:
+                push(prv[i])
+            push(i)
+        return [sym[i] for i in range(n) if alive[i]]
 
     def _piece_bytes(self, token_id: int) -> bytes:
         p = self.pieces[token_id]

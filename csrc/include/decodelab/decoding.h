@@ -69,6 +69,8 @@ class Decoder {
   int32_t step();
   bool finished() const { return finished_; }
   const GenerateResult& result() const { return r_; }
+  const Transformer& model() const { return model_; }
+  KVCache& cache() const { return cache_; }
 
  private:
   const Transformer& model_;

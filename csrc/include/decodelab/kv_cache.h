@@ -16,6 +16,7 @@
 
 #include "decodelab/aligned.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -40,8 +41,9 @@ class BlockPool {
   void release(int id);
   int refcount(int id) const;
 
-  uint8_t* data(int id) { return blocks_[id]; }
-  const uint8_t* data(int id) const { return blocks_[id]; }
+  // Safe beside alloc() on other threads: a block's address never moves once published.
+  uint8_t* data(int id) { return slot(id); }
+  const uint8_t* data(int id) const { return slot(id); }
   // Element offset of the (block_size, head_dim) slab of one layer, K (kind 0) or V (kind 1), head.
   size_t slab(int layer, int kind, int kv_head) const {
     return ((static_cast<size_t>(layer) * 2 + kind) * n_kv_heads_ + kv_head) * block_size_ * head_dim_;
@@ -99,7 +101,17 @@ class BlockPool {
   // Bytes from one block of a chunk to the next (each block on a 64-byte boundary).
   size_t stride() const { return (block_bytes() + kAlign - 1) / kAlign * kAlign; }
   std::vector<Chunk> chunks_;
-  std::vector<uint8_t*> blocks_;
+  // Block addresses by id, in segments that never move: segment s holds ids
+  // [kSeg0 (2^s - 1), kSeg0 (2^(s+1) - 1)). Threads decoding other caches of the model read their
+  // blocks' addresses without the lock while alloc() appends, which a growing vector would move.
+  static constexpr int kSeg0 = 1024, kSegments = 40;
+  std::atomic<uint8_t**> segs_[kSegments] = {};
+  int n_blocks_ = 0;  // ids handed out so far (under mu_)
+  uint8_t*& slot(int id) const {
+    const uint64_t i = static_cast<uint64_t>(id) / kSeg0 + 1;
+    const int s = 63 - __builtin_clzll(i);
+    return segs_[s].load(std::memory_order_acquire)[id - static_cast<int64_t>(kSeg0) * ((int64_t(1) << s) - 1)];
+  }
   std::vector<int> refs_;
   std::vector<int> free_;
 };
@@ -114,6 +126,19 @@ struct Workspace {
 
 class KVCache {
  public:
+  // Exclusive use of a cache by one call at a time: a second thread that reaches for a cache
+  // another call is writing gets std::invalid_argument instead of corrupting its block table.
+  class Use {
+   public:
+    explicit Use(const KVCache& c);
+    ~Use() { c_.busy_.store(false, std::memory_order_release); }
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+
+   private:
+    const KVCache& c_;
+  };
+
   KVCache(std::shared_ptr<BlockPool> pool, int capacity, int max_capacity, bool grow);
   ~KVCache();
   KVCache(const KVCache&) = delete;
@@ -148,6 +173,7 @@ class KVCache {
   int max_capacity_;  // the model's context window
   bool grow_;
   std::vector<int32_t> token_ids_;
+  mutable std::atomic<bool> busy_{false};
 };
 
 }  // namespace decodelab

@@ -2,6 +2,7 @@
 // GPT-2 (learned positions, LayerNorm, gelu_new, Conv1D layout, tied head).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -36,8 +37,21 @@ class Transformer {
 
   const ModelConfig& config() const { return cfg_; }
   const WeightStore& weights() const { return *weights_; }
-  int n_threads() const { return n_threads_; }
+  int n_threads() const { return n_threads_.load(); }
+  // Throws while an Activity is alive (a call running on another thread).
   void set_n_threads(int n);
+  // Marks a call in progress for as long as it lives (the bindings hold one per call), so that
+  // set_n_threads refuses to change the thread count under it.
+  class Activity {
+   public:
+    explicit Activity(const Transformer& m);
+    ~Activity();
+    Activity(const Activity&) = delete;
+    Activity& operator=(const Activity&) = delete;
+
+   private:
+    const Transformer& m_;
+  };
 
   // Runs T tokens at positions cache.length() .. cache.length()+T-1 and appends them to the
   // cache. Writes logits (T, vocab) when all_logits, else (1, vocab) for the last token.
@@ -69,6 +83,8 @@ class Transformer {
   // to this long runs on memory that is already mapped, so the first request pays no page faults
   // for it (tens of milliseconds for a 100M-parameter model here).
   static constexpr int kReservedRows = 512;
+  // Positions whose RoPE rows are kept in a table; later ones are computed per call.
+  static constexpr int kRopeTablePositions = 8192;
 
  private:
   struct Layer {
@@ -86,20 +102,23 @@ class Transformer {
     Linear down;
   };
   void norm(const float* x, const float* w, const float* b, int T, float* y) const;
+  void rope_rows(int p0, int T, float* cos_out, float* sin_out) const;
   std::vector<Linear*> layer_linears();  // every layer's linear layers present in this architecture
   void run(const int32_t* tokens, int R, KVCache* const* caches, const int* rows, int n_seg, float* logits,
            bool all_logits, Workspace& ws) const;
 
   ModelConfig cfg_;
   std::shared_ptr<WeightStore> weights_;
-  int n_threads_;
+  std::atomic<int> n_threads_;
+  mutable std::atomic<int> active_{0};
   const float* tok_embed_ = nullptr;   // (vocab, dim)
   const float* pos_embed_ = nullptr;   // GPT-2: (max_position, dim)
   const float* final_w_ = nullptr;
   const float* final_b_ = nullptr;
   Linear lm_head_;                     // (vocab, dim)
   std::vector<Layer> layers_;
-  std::vector<float> rope_cos_, rope_sin_;  // (max_position, head_dim/2)
+  int rope_positions_ = 0;
+  std::vector<float> rope_cos_, rope_sin_;  // (rope_positions_, head_dim/2)
   WeightType weight_type_ = WeightType::F32;
   int block_size_ = kDefaultBlockSize;
   bool bf16_matmul_ = true;

@@ -1,0 +1,166 @@
+"""Generation options: every keyword of generate() and stream() checked in one place, before any
+C++ runs, with errors that name the parameter, the value and the limit."""
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+INT32_MAX = 2**31 - 1
+
+
+def memory_budget() -> int:
+    """Bytes a single call may plan to allocate: ``DECODELAB_MEMORY_BUDGET`` if set, else half of
+    the machine's physical memory."""
+    env = os.environ.get("DECODELAB_MEMORY_BUDGET")
+    if env is not None:
+        try:
+            v = int(env)
+        except ValueError:
+            raise ValueError(f"DECODELAB_MEMORY_BUDGET must be a number of bytes, got {env!r}") from None
+        if v < 1:
+            raise ValueError(f"DECODELAB_MEMORY_BUDGET must be >= 1, got {v}")
+        return v
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.3g} GiB"
+
+
+def check_budget(what: str, nbytes: float) -> None:
+    budget = memory_budget()
+    if nbytes > budget:
+        raise ValueError(f"{what} would need about {_gib(nbytes)}, more than the memory budget of {_gib(budget)} "
+                         "(half the machine's memory; set DECODELAB_MEMORY_BUDGET in bytes to change it)")
+
+
+def integer(name: str, v, lo: Optional[int] = None, hi: Optional[int] = INT32_MAX) -> int:
+    """An int (or numpy integer, not bool) in [lo, hi]."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {v!r}")
+    v = int(v)
+    if lo is not None and hi is not None and hi < INT32_MAX and not lo <= v <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {v}")
+    if lo is not None and v < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {v}")
+    if hi is not None and v > hi:
+        raise ValueError(f"{name} must be an integer <= {hi}, got {v}")
+    return v
+
+
+def real(name: str, v, lo: Optional[float] = None, hi: Optional[float] = None) -> float:
+    """A real number (not bool) that stays finite as float32, in [lo, hi]."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise ValueError(f"{name} must be a number, got {v!r}")
+    v = float(v)
+    if not math.isfinite(v) or not math.isfinite(float(np.float32(v))):
+        raise ValueError(f"{name} must be finite in float32 (|x| < 3.4e38), got {v!r}")
+    if lo is not None and v < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {v!r}")
+    if hi is not None and v > hi:
+        raise ValueError(f"{name} must be <= {hi}, got {v!r}")
+    return v
+
+
+def token_ids(name: str, ids, vocab_size: int) -> List[int]:
+    """A sequence of token ids in [0, vocab_size): ints only, never text, bytes or floats."""
+    if isinstance(ids, (str, bytes, bytearray, memoryview)) or ids is None:
+        raise ValueError(f"{name} must be a list of token ids (int), got {type(ids).__name__} {ids!r:.80}")
+    if isinstance(ids, np.ndarray):
+        if ids.ndim != 1 or not (np.issubdtype(ids.dtype, np.integer)):
+            raise ValueError(f"{name} must be a 1-D array of integers, got {ids.ndim}-D {ids.dtype}")
+        ids = ids.tolist()
+    try:
+        seq = list(ids)
+    except TypeError:
+        raise ValueError(f"{name} must be a list of token ids (int), got {type(ids).__name__} {ids!r:.80}") from None
+    out = []
+    for i, t in enumerate(seq):
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+            raise ValueError(f"{name}[{i}] must be a token id (int), got {t!r}")
+        t = int(t)
+        if not 0 <= t < vocab_size:
+            raise ValueError(f"token id {t} at index {i} is outside the vocabulary [0, {vocab_size}) ({name})")
+        out.append(t)
+    return out
+
+
+def eos_ids(v, vocab_size: int) -> List[int]:
+    """eos_token_id: one id or a list of ids, each in the vocabulary."""
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        return token_ids("eos_token_id", [v], vocab_size)
+    return token_ids("eos_token_id", v, vocab_size)
+
+
+# Bytes beam search holds per beam and vocabulary entry: a candidate (16 bytes) and two rows of
+# logits (8 bytes).
+_BEAM_BYTES_PER_TOKEN = 24
+# Bytes one of n samples keeps per generated token (ids, text, logprobs) and per sample.
+_SAMPLE_BYTES_PER_TOKEN, _SAMPLE_BYTES = 256, 4096
+
+
+def resolve(run: dict, sampling: dict, *, vocab_size: int, block_bytes: int, default_eos, make_chain) -> dict:
+    """Checks generate()'s run options and returns them in the engine's terms; ``make_chain(sampler,
+    order, preset, seed, eos, sampling)`` builds the sampler chain from the sampling keywords."""
+    max_new_tokens = integer("max_new_tokens", run.get("max_new_tokens", 128), 0)
+    logprobs, mode, trace = run.get("logprobs"), run.get("logprobs_mode", "raw"), run.get("trace", False)
+    if mode not in ("raw", "processed"):
+        raise ValueError(f"logprobs_mode must be 'raw' or 'processed', got {mode!r}")
+    if logprobs is not None:
+        logprobs = integer("logprobs", logprobs, 0, vocab_size)
+    if not (trace is False or trace is True or trace == "full"):
+        raise ValueError(f"trace must be False, True or 'full', got {trace!r}")
+    n = integer("n", run.get("n", 1), 1)
+    num_beams = integer("num_beams", run.get("num_beams", 1), 1)
+    nrs = run.get("num_return_sequences")
+    if nrs is not None:
+        nrs = integer("num_return_sequences", nrs, 1, num_beams)
+    if num_beams > 1 and n > 1:
+        raise ValueError("use num_beams or n, not both")
+    if num_beams > 1 and logprobs is not None:
+        raise ValueError("logprobs are not recorded in beam search; scores are in Generation.sequences")
+    if num_beams > 1:
+        check_budget(f"num_beams={num_beams} over a vocabulary of {vocab_size}",
+                     num_beams * (vocab_size * _BEAM_BYTES_PER_TOKEN + block_bytes))
+    if n > 1:
+        check_budget(f"n={n} samples of up to {max_new_tokens} tokens",
+                     n * (_SAMPLE_BYTES + max_new_tokens * _SAMPLE_BYTES_PER_TOKEN + block_bytes))
+    es = run.get("early_stopping", False)
+    if not (es is True or es is False or es == "never"):
+        raise ValueError(f"early_stopping must be True, False or 'never', got {es!r}")
+    # Beyond +-100 the length normalisation len ** penalty overflows for any context length.
+    lp = real("length_penalty", run.get("length_penalty", 1.0), -100.0, 100.0)
+    stop = run.get("stop")
+    stops = [stop] if isinstance(stop, str) else stop
+    if stops is None:
+        stops = []
+    elif isinstance(stops, (bytes, bytearray)) or not isinstance(stops, Sequence):
+        raise ValueError(f"stop must be a str or a list of str, got {stop!r}")
+    for st in stops:
+        if not isinstance(st, str) or not st:
+            raise ValueError(f"stop strings must be non-empty str, got {st!r}")
+    seed = run.get("seed")
+    if seed is None:
+        seed = int.from_bytes(os.urandom(8), "little") >> 1
+    else:
+        seed = integer("seed", seed, 0, 2**64 - 1)
+    eos_in = run.get("eos_token_id")
+    eos = list(default_eos) if eos_in is None else eos_ids(eos_in, vocab_size)
+    include_stop = run.get("include_stop_str_in_output", False)
+    if not isinstance(include_stop, bool):
+        raise ValueError(f"include_stop_str_in_output must be True or False, got {include_stop!r}")
+    sampler = run.get("sampler")
+    samplers_in = sampler if isinstance(sampler, (list, tuple)) else [sampler]
+    chains = [make_chain(sm, run.get("order"), run.get("preset"), seed, eos, sampling) for sm in samplers_in]
+    return dict(max_new_tokens=max_new_tokens, eos=eos, chains=chains, seed=seed,
+                logprobs=-1 if logprobs is None else logprobs, processed=mode == "processed",
+                trace={False: 0, True: 1, "full": 2}[trace], stops=list(stops), include_stop=include_stop, n=n,
+                num_beams=num_beams, length_penalty=lp, early_stopping={True: 1, False: 0, "never": -1}[es],
+                num_return_sequences=nrs or 1)
