@@ -67,9 +67,11 @@ def test_shard_name_outside_folder(checkpoint, tmp_path):
 
 def test_missing_tensor(checkpoint, tmp_path):
     d = _copy(checkpoint("llama-tiny"), tmp_path)
-    n, header, data = _header(d / "model.safetensors")
-    del header["model.layers.1.mlp.up_proj.weight"]
-    _write(d / "model.safetensors", header, data)
+    from safetensors.numpy import load_file
+
+    tensors = load_file(d / "model.safetensors")
+    del tensors["model.layers.1.mlp.up_proj.weight"]
+    save_file(tensors, d / "model.safetensors")
     with pytest.raises(ValueError, match=r"'model.layers.1.mlp.up_proj.weight' is missing"):
         decodelab.load(d)
 
@@ -100,6 +102,34 @@ def test_header_offsets_past_end(checkpoint, tmp_path):
     e["data_offsets"] = [len(data) + 4096, len(data) + 4096 + 256]
     _write(d / "model.safetensors", header, data)
     with pytest.raises(ValueError, match=r"tensor 'model.norm.weight' data_offsets"):
+        decodelab.load(d)
+
+
+def _layout_case(d, how):
+    n, header, data = _header(d / "model.safetensors")
+    names = sorted((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"][0])
+    a, b = header[names[0]], header[names[1]]
+    if how == "overlap":  # the second tensor starts inside the first
+        size = b["data_offsets"][1] - b["data_offsets"][0]
+        b["data_offsets"] = [a["data_offsets"][0], a["data_offsets"][0] + size]
+    elif how == "tail":  # bytes after the last tensor
+        data += b"\0" * 64
+    else:  # a gap: the first tensor's bytes belong to nobody
+        del header[names[0]]
+    _write(d / "model.safetensors", header, data)
+
+
+@pytest.mark.parametrize("how", ["overlap", "tail", "gap"])
+def test_safetensors_layout_rules(checkpoint, tmp_path, how):
+    # safetensors itself refuses tensors that overlap, leave gaps, or leave bytes at the end.
+    from safetensors import safe_open
+
+    d = _copy(checkpoint("llama-tiny"), tmp_path)
+    _layout_case(d, how)
+    with pytest.raises(Exception):
+        with safe_open(d / "model.safetensors", framework="numpy"):
+            pass
+    with pytest.raises(ValueError, match="safetensors requires"):
         decodelab.load(d)
 
 

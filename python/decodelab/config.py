@@ -55,6 +55,8 @@ def _int(cfg: dict, key: str, default: Any = None) -> int:
         raise ValueError(f"config.json lacks {key!r}")
     if isinstance(v, bool) or not isinstance(v, int):
         raise ValueError(f"config.json {key!r} must be an integer, got {v!r}")
+    if not -2**31 <= v < 2**31:
+        raise ValueError(f"config.json {key!r} = {v} is outside the 32-bit range the engine takes")
     return v
 
 

@@ -72,7 +72,31 @@ def read_safetensors_header(path: str, file_index: int) -> List[TensorEntry]:
             raise ValueError(f"{path}: tensor {name!r} with shape {shape} and dtype {dtype} needs "
                              f"{numel * SAFETENSORS_ITEMSIZE[dtype]} bytes, but data_offsets give {end - begin}")
         out.append((name, dtype, list(shape), file_index, data_start + begin, end - begin))
+    _check_layout(path, out, data_start, data_len)
     return out
+
+
+def _check_layout(path: str, entries: List[TensorEntry], data_start: int, data_len: int) -> None:
+    """safetensors' own rules: the tensors tile the data exactly, in offset order, with no gap,
+    overlap or tail; the library itself then reads the header as it would."""
+    at = 0
+    for name, _, _, _, offset, nbytes in sorted(entries, key=lambda e: (e[4], e[4] + e[5])):
+        begin = offset - data_start
+        if begin != at:
+            kind = "overlaps the tensor before it" if begin < at else f"leaves a gap of {begin - at} bytes before it"
+            raise ValueError(f"{path}: tensor {name!r} at data offset {begin} {kind} (safetensors requires the "
+                             "tensors to cover the data contiguously)")
+        at = begin + nbytes
+    if at != data_len:
+        raise ValueError(f"{path}: the tensors cover {at} of the {data_len} data bytes (safetensors requires "
+                         "them to cover the data exactly)")
+    from safetensors import safe_open
+
+    try:
+        with safe_open(path, framework="numpy"):
+            pass
+    except Exception as e:  # safetensors raises its own SafetensorError (and others) for a bad file
+        raise ValueError(f"{path}: the safetensors library rejects this file ({e})") from None
 
 
 def _gpt2_name(name: str) -> str:
@@ -181,8 +205,12 @@ def read_llama2c(path: str) -> Tuple[ModelConfig, List[TensorEntry]]:
 
 
 def load_json(path: str) -> Dict:
+    """A JSON object from a file, or ValueError (not UTF-8, not JSON, nested too deep, not an object)."""
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: invalid JSON ({e})") from None
+            value = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise ValueError(f"{path}: invalid JSON ({type(e).__name__}: {e})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: must hold a JSON object, got {type(value).__name__}")
+    return value

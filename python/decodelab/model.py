@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import struct
 import time
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -559,6 +560,30 @@ _RUN_KEYS = {"max_new_tokens", "seed", "sampler", "order", "preset", "eos_token_
              "num_return_sequences", "logprobs", "logprobs_mode", "trace"}
 
 
+# Exceptions a malformed file can raise inside the readers; load() reports them as ValueError.
+_MALFORMED = (TypeError, AttributeError, KeyError, IndexError, OverflowError, RecursionError, UnicodeError,
+              struct.error, MemoryError)
+
+
+def _read_model_files(path: str):
+    """(config, weight files, tensor table, folder to look for a tokenizer in) of a model path."""
+    if os.path.isdir(path):
+        cfg_path = os.path.join(path, "config.json")
+        if not os.path.exists(cfg_path):
+            raise FileNotFoundError(f"{path} has no config.json")
+        raw = formats.load_json(cfg_path)
+        gen_path = os.path.join(path, "generation_config.json")
+        if os.path.exists(gen_path):
+            gen = formats.load_json(gen_path)
+            if gen.get("eos_token_id") is not None:
+                raw = dict(raw, eos_token_id=gen["eos_token_id"])
+        config = from_hf_dict(raw)
+        files, tensors = formats.read_hf_weights(path, config)
+        return config, files, tensors, path
+    config, tensors = formats.read_llama2c(path)
+    return config, [path], tensors, os.path.dirname(os.path.abspath(path))
+
+
 def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Optional[int] = None,
          tokenizer: Union[None, str, os.PathLike, Tokenizer] = None, zero_copy: bool = False,
          kv_block_size: int = _core.default_kv_block_size, bf16_matmul: bool = True) -> Model:
@@ -606,42 +631,34 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
     dtype = {"fp32": "float32", "bf16": "bfloat16"}.get(dtype, dtype)
     if dtype not in ("float32", "bfloat16", "int8", "w8a8"):
         raise ValueError(f"dtype must be 'float32', 'bfloat16', 'int8' or 'w8a8', got {dtype!r}")
-    n_threads = _default_threads() if threads is None else int(threads)
-    if not 1 <= n_threads <= 1024:
-        raise ValueError(f"threads must be in [1, 1024], got {threads}")
+    n_threads = _default_threads() if threads is None else options.integer("threads", threads, 1, 1024)
     if isinstance(kv_block_size, bool) or not isinstance(kv_block_size, (int, np.integer)):
         raise TypeError(f"kv_block_size must be an int, got {kv_block_size!r}")
     if not 1 <= kv_block_size <= _core.max_kv_block_size:
         raise ValueError(f"kv_block_size must be in [1, {_core.max_kv_block_size}], got {kv_block_size}")
     if not os.path.exists(path):
         raise FileNotFoundError(f"model path {path} does not exist")
-    if os.path.isdir(path):
-        cfg_path = os.path.join(path, "config.json")
-        if not os.path.exists(cfg_path):
-            raise FileNotFoundError(f"{path} has no config.json")
-        raw = formats.load_json(cfg_path)
-        gen_path = os.path.join(path, "generation_config.json")
-        if os.path.exists(gen_path):
-            gen = formats.load_json(gen_path)
-            if gen.get("eos_token_id") is not None:
-                raw = dict(raw, eos_token_id=gen["eos_token_id"])
-        config = from_hf_dict(raw)
-        files, tensors = formats.read_hf_weights(path, config)
-        tok_dir = path
-    else:
-        config, tensors = formats.read_llama2c(path)
-        files = [path]
-        tok_dir = os.path.dirname(os.path.abspath(path))
     if not isinstance(zero_copy, bool):
         raise TypeError(f"zero_copy must be True or False, got {zero_copy!r}")
     if not isinstance(bf16_matmul, bool):
         raise TypeError(f"bf16_matmul must be True or False, got {bf16_matmul!r}")
-    engine = _core.Engine(config.to_core(), files, tensors, n_threads, dtype, zero_copy, int(kv_block_size),
+    try:
+        config, files, tensors, tok_dir = _read_model_files(path)
+        core_config = config.to_core()
+    except _MALFORMED as e:
+        # The readers check what they expect; anything else a mutated file can provoke (a JSON value
+        # of the wrong type, nesting past the recursion limit, bytes that are not UTF-8) is the
+        # file's fault too.
+        raise ValueError(f"{path}: malformed model files ({type(e).__name__}: {e})") from None
+    engine = _core.Engine(core_config, files, tensors, n_threads, dtype, zero_copy, int(kv_block_size),
                           bf16_matmul)
-    if tokenizer is None:
-        tok = find_tokenizer(tok_dir, config.vocab_size)
-    elif isinstance(tokenizer, Tokenizer):
-        tok = tokenizer
-    else:
-        tok = load_tokenizer(os.fspath(tokenizer), config.vocab_size)
+    try:
+        if tokenizer is None:
+            tok = find_tokenizer(tok_dir, config.vocab_size)
+        elif isinstance(tokenizer, Tokenizer):
+            tok = tokenizer
+        else:
+            tok = load_tokenizer(os.fspath(tokenizer), config.vocab_size)
+    except _MALFORMED as e:
+        raise ValueError(f"malformed tokenizer beside {path} ({type(e).__name__}: {e})") from None
     return Model(engine, config, tok, path)
