@@ -278,3 +278,64 @@ def test_cache_capacity_and_layers(checkpoint):
     other = decodelab.load(checkpoint("llama-tiny-tied"))
     with pytest.raises(ValueError, match="belongs to another model"):
         other.decode(1, cache)
+
+
+# Inputs that once passed silently and gave a wrong result; each is now refused by name.
+SILENT = [
+    (dict(temperature=1e-45), r"temperature must be 0 \(greedy\) or a finite number >= 1e-06"),
+    (dict(temperature=1.0, repetition_penalty=1e-300), r"repetition_penalty must be in \[0.001, 1000\]"),
+    (dict(logit_bias={5: 1e300}), r"logit_bias value must be finite in float32"),
+    (dict(eos_token_id="12"), r"eos_token_id must be a list of token ids \(int\), got str '12'"),
+    (dict(eos_token_id=[1.5]), r"eos_token_id\[0\] must be a token id \(int\), got 1.5"),
+    (dict(eos_token_id=[10**6]), r"token id 1000000 at index 0 is outside the vocabulary \[0, 512\) \(eos_token_id\)"),
+    (dict(max_new_tokens=2**40), r"max_new_tokens must be an integer <= 2147483647"),
+    (dict(num_beams=2, length_penalty=-1e300), r"length_penalty must be finite in float32"),
+    (dict(num_beams=2, length_penalty=1e3), r"length_penalty must be <= 100.0"),
+    (dict(logit_bias=[1, 2]), r"logit_bias must be a dict of token id -> bias, got list"),
+    (dict(cache="x"), r"cache must be a KV cache from Model.new_cache\(\), got str"),
+    (dict(temperature=1.0, top_k=1.5), r"top_k must be an integer, got 1.5"),
+    (dict(stop=b"x"), r"stop must be a str or a list of str"),
+    (dict(include_stop_str_in_output="yes"), r"include_stop_str_in_output must be True or False"),
+]
+
+
+@pytest.mark.parametrize("kw,message", SILENT, ids=[next(iter(k)) + "-" + str(i) for i, (k, _) in enumerate(SILENT)])
+def test_silently_wrong_options_are_refused(stories, kw, message):
+    with pytest.raises(ValueError, match=message):
+        stories.generate("Once upon a time", **kw)
+
+
+def test_prompt_and_id_types_are_checked(stories):
+    with pytest.raises(ValueError, match="the prompt must be text .* got bytes .decode bytes to str first"):
+        stories.generate(b"Once upon a time")
+    with pytest.raises(ValueError, match="the prompt must be text .* got NoneType"):
+        stories.generate(None)
+    with pytest.raises(ValueError, match=r"prompt\[0\] must be a token id \(int\), got 1.5"):
+        stories.forward([1.5, 2.7])
+    with pytest.raises(ValueError, match="encode takes text .str., got NoneType"):
+        stories.tokenizer.encode(None)
+    with pytest.raises(ValueError, match=r"capacity must be in \[1, 512\], got 1099511627776"):
+        stories.new_cache(capacity=2**40)
+    with pytest.raises(ValueError, match=r"threads must be in \[1, 1024\], got 1099511627776"):
+        stories.threads = 2**40
+    with pytest.raises(ValueError, match=r"token id 1099511627776 at index 0 is outside the vocabulary"):
+        stories.decode(2**40, stories.new_cache())
+
+
+@pytest.mark.parametrize("text", [b"\xff\xfe{}", b"[" * 100000 + b"]" * 100000, b"[1, 2]", b'{"architectures": 5}',
+                                  b'{"architectures": [["LlamaForCausalLM"]]}', b'{"model_type": {"a": 1}}'])
+def test_config_json_errors_are_value_errors(checkpoint, tmp_path, text):
+    d = _copy(checkpoint("llama-tiny"), tmp_path)
+    (d / "config.json").write_bytes(text)
+    with pytest.raises(ValueError):
+        decodelab.load(d)
+
+
+def test_config_values_of_the_wrong_type_are_value_errors(checkpoint, tmp_path):
+    d = _copy(checkpoint("llama-tiny"), tmp_path)
+    base = json.loads((d / "config.json").read_text())
+    for key, value in [("rms_norm_eps", "x"), ("rope_scaling", 5), ("hidden_size", 2**40), ("eos_token_id", 2**31),
+                       ("eos_token_id", "2"), ("rope_theta", [1]), ("num_attention_heads", 1.5)]:
+        (d / "config.json").write_text(json.dumps(dict(base, **{key: value})))
+        with pytest.raises(ValueError):
+            decodelab.load(d)

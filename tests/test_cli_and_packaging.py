@@ -92,3 +92,61 @@ def test_cuda_device_visible():
 def test_package_layout():
     pkg = os.path.dirname(decodelab.__file__)
     assert os.path.exists(os.path.join(pkg, "py.typed"))
+
+
+def _cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "decodelab", *args], capture_output=True, text=True, **kw)
+
+
+def test_cli_version_and_positional_model(stories_bin):
+    out = _cli("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"decodelab {decodelab.__version__}"
+    a = _cli("generate", stories_bin, "Once upon a time", "--max-new-tokens", "12")
+    b = _cli("generate", "--model", stories_bin, "Once upon a time", "--max-new-tokens", "12")
+    assert a.returncode == 0 and a.stdout == b.stdout
+    assert _cli("generate", stories_bin).stderr.startswith("decodelab: error: give a model and a prompt")
+
+
+def test_cli_prints_the_seed_of_an_unseeded_sample(stories_bin):
+    out = _cli("generate", stories_bin, "Once upon a time", "--temperature", "0.9", "--max-new-tokens", "30")
+    assert out.returncode == 0
+    seed = int(out.stderr.split("seed ")[1].split(";")[0])
+    again = _cli("generate", stories_bin, "Once upon a time", "--temperature", "0.9", "--max-new-tokens", "30",
+                 "--seed", str(seed))
+    assert again.stdout == out.stdout and f"seed {seed}" in again.stderr
+
+
+def test_cli_errors_name_the_cli_option(checkpoint, tmp_path):
+    out = _cli("generate", checkpoint("llama-tiny"), "hi")
+    assert out.returncode == 2 and "pass --tokenizer PATH" in out.stderr and "Traceback" not in out.stderr
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "x").write_text("keep me")
+    out = _cli("make-checkpoint", "llama-tiny", str(tmp_path / "taken"))
+    assert out.returncode == 2 and "--force" in out.stderr
+    assert (tmp_path / "taken" / "x").read_text() == "keep me"
+    out = _cli("make-checkpoint", "llama-tiny", str(tmp_path / "taken"), "--force")
+    assert out.returncode == 0 and "random weights" in out.stderr  # the progress bar
+    gen = _cli("generate", str(tmp_path / "taken"), "any text", "--max-new-tokens", "3")
+    assert gen.returncode == 0 and gen.stdout.startswith("any text")  # make-checkpoint wrote a tokenizer
+
+
+def test_cli_ctrl_c_keeps_the_text_and_exits_130(tmp_path):
+    # A model slow enough that the stream is still running when SIGINT arrives.
+    import signal
+    import time
+
+    from decodelab import testing
+
+    shape = dict(arch="llama", hidden_size=256, intermediate_size=768, num_hidden_layers=6, num_attention_heads=8,
+                 num_key_value_heads=4, vocab_size=512, max_position_embeddings=4096, tie_word_embeddings=False)
+    d = testing.write_checkpoint(str(tmp_path / "m"), shape, byte_tokenizer=True)
+    p = subprocess.Popen([sys.executable, "-m", "decodelab", "generate", d, "Hello", "--max-new-tokens", "4000",
+                          "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = p.stdout.read(5)  # the prompt arrives first, then the stream: generation is under way
+    assert first == b"Hello"
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    rest, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err.decode()
+    assert b"Traceback" not in err and b"stopped by Ctrl-C" in err
+    assert len(rest) > 10  # streamed pieces were printed before the interrupt

@@ -92,3 +92,56 @@ def test_llama2c_tokenizer_truncated(tmp_path, stories_bin):
     p.write_bytes(data[: len(data) // 2])
     with pytest.raises(ValueError, match="truncated"):
         Llama2cTokenizer(str(p), 512)
+
+
+def _run_c_merges(tok, symbols):
+    """run.c's loop, quadratic: scan every adjacent pair, merge the best (the leftmost of equals)."""
+    toks = list(symbols)
+    while True:
+        best, best_i, best_id = None, -1, -1
+        for i in range(len(toks) - 1):
+            merged = tok._lookup.get(tok.pieces[toks[i]] + tok.pieces[toks[i + 1]])
+            if merged is not None and (best is None or tok.scores[merged] > best):
+                best, best_i, best_id = tok.scores[merged], i, merged
+        if best_i < 0:
+            return toks
+        toks[best_i:best_i + 2] = [best_id]
+
+
+LLAMA2C_TEXTS = ["Once upon a time", "", " ", "  leading and trailing  ", "Lily's dog, Max, said: \"Hi!\"\n\nThe end.",
+                 "aaaaaaaaaaaaaaaaaaaaaaaa", "日本語 and émojis 🙂🙂", "\t\x00\x7f tabs", "the the the the the the"]
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=200) | st.sampled_from(LLAMA2C_TEXTS))
+@settings(max_examples=150, deadline=None)
+def test_llama2c_heap_merges_equal_run_c(tok512, text):
+    symbols = tok512.encode(text, add_special_tokens=False)
+    # Re-run the merges from single characters (or bytes) with run.c's own loop.
+    chars = []
+    if text:
+        chars.append(tok512._lookup[b" "])
+        for ch in text:
+            b = ch.encode("utf-8")
+            chars.extend([tok512._lookup[b]] if b in tok512._lookup else [tok512._byte_token[x] for x in b])
+    assert symbols == _run_c_merges(tok512, chars)
+
+
+def test_llama2c_encode_grows_about_linearly(tok512):
+    # run.c's loop took 16 s for 16,000 characters; the heap is O(n log n). Four times the text
+    # may take at most about six times as long (best of five, against timer noise).
+    import time
+
+    words = "Once upon a time there was a little girl named Lily who loved her red ball .".split()
+    text = " ".join(words[i % len(words)] for i in range(5000))[:25000]
+
+    def best(t):
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            tok512.encode(t)
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    small, large = best(text), best(text * 4)
+    assert large < 6 * small, (small, large)
+    assert large < 10.0

@@ -1,48 +1,97 @@
-"""Command line: ``decodelab generate --model PATH "prompt"`` and checkpoint tools."""
+"""Command line: ``decodelab generate MODEL "prompt"`` (streamed) and checkpoint tools."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import List, Optional
+
+
+class CliError(Exception):
+    """An error the CLI reports in one line, as ``decodelab: error: ...`` with exit status 2."""
 
 
 def _generate(args) -> int:
     from .model import load
 
-    model = load(args.model, threads=args.threads, tokenizer=args.tokenizer, dtype=args.dtype)
+    model_path = args.model or args.model_pos
+    if model_path is None:
+        raise CliError("give a model and a prompt: decodelab generate MODEL \"prompt\" (or --model MODEL)")
+    model = load(model_path, threads=args.threads, tokenizer=args.tokenizer, dtype=args.dtype)
+    if model.tokenizer is None:
+        raise CliError(f"no tokenizer found beside {model_path}; pass --tokenizer PATH (a tokenizer.json, a folder "
+                       "with tokenizer files, or a llama2.c tokenizer .bin)")
     opts = {k: getattr(args, k) for k in ("top_k", "top_p", "min_p", "repetition_penalty") if getattr(args, k) is not None}
-    g = model.generate(args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
-                       order=args.order, cache=model.new_cache(dtype=args.cache_dtype), **opts)
-    print(args.prompt + g.text)
+    seed = args.seed
+    if seed is None and args.temperature > 0:
+        seed = int.from_bytes(os.urandom(4), "little")  # printed below, so the sample can be repeated
+    pieces = model.stream(args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=seed,
+                          order=args.order, cache=model.new_cache(dtype=args.cache_dtype), **opts)
+    out = sys.stdout
+    out.write(args.prompt)
+    out.flush()
+    n_pieces = 0
+    try:
+        while True:
+            try:
+                piece = next(pieces)
+            except StopIteration as done:
+                g = done.value
+                break
+            out.write(piece)
+            out.flush()
+            n_pieces += 1
+    except KeyboardInterrupt:
+        out.write("\n")
+        out.flush()
+        print("[stopped by Ctrl-C; the text above is what was generated]", file=sys.stderr)
+        return 130
+    out.write("\n")
+    sampling = f"seed {seed}" if args.temperature > 0 else "greedy"
     print(f"[{g.prompt_tokens} prompt tokens, {g.generated_tokens} generated, finish_reason={g.finish_reason}; "
-          f"weights {args.dtype}, cache {args.cache_dtype}; "
+          f"{sampling}; weights {args.dtype}, cache {args.cache_dtype}; "
           f"prefill {g.prefill_tokens_per_second:.1f} tok/s, decode {g.decode_tokens_per_second:.1f} tok/s]",
           file=sys.stderr)
     return 0
 
 
+def _fresh_folder(out: str, force: bool) -> None:
+    if os.path.isfile(out):
+        raise CliError(f"{out} is a file; give a folder to write into")
+    if os.path.isdir(out) and os.listdir(out) and not force:
+        raise CliError(f"{out} exists and is not empty; pass --force to write into it anyway")
+
+
 def _convert(args) -> int:
     from .testing import convert_llama2c
 
-    out = convert_llama2c(args.checkpoint, args.out, tokenizer=args.tokenizer)
-    print(out)
+    _fresh_folder(args.out, args.force)
+    print(convert_llama2c(args.checkpoint, args.out, tokenizer=args.tokenizer, progress=True))
     return 0
 
 
 def _make(args) -> int:
-    from .testing import write_checkpoint
+    from .testing import SHAPES, write_checkpoint
 
-    out = write_checkpoint(args.out, args.shape, seed=args.seed, dtype=args.dtype, shards=args.shards)
-    print(out)
+    if args.shape not in SHAPES:
+        raise CliError(f"unknown shape {args.shape!r}; known: {', '.join(SHAPES)}")
+    _fresh_folder(args.out, args.force)
+    print(write_checkpoint(args.out, args.shape, seed=args.seed, dtype=args.dtype, shards=args.shards,
+                           tokenizer_dir=args.tokenizer, byte_tokenizer=True, progress=True))
     return 0
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     p = argparse.ArgumentParser(prog="decodelab", description=__doc__)
+    p.add_argument("--version", action="version", version=f"decodelab {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    g = sub.add_parser("generate", help="generate a continuation of a prompt")
-    g.add_argument("--model", required=True, help="Hugging Face folder or llama2.c .bin")
+    g = sub.add_parser("generate", help="generate a continuation of a prompt, printed as it is decoded")
+    g.add_argument("model_pos", nargs="?", metavar="MODEL", help="Hugging Face folder or llama2.c .bin")
+    g.add_argument("prompt")
+    g.add_argument("--model", default=None, help="the model, instead of MODEL")
     g.add_argument("--tokenizer", default=None, help="tokenizer path (default: found beside the model)")
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -50,20 +99,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     g.add_argument("--top-p", dest="top_p", type=float, default=None)
     g.add_argument("--min-p", dest="min_p", type=float, default=None)
     g.add_argument("--repetition-penalty", dest="repetition_penalty", type=float, default=None)
-    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--seed", type=int, default=None, help="sampling seed (default: a fresh one, printed)")
     g.add_argument("--order", default=None, choices=["hf", "vllm", "llama.cpp"])
     g.add_argument("--threads", type=int, default=None)
     g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "int8", "w8a8"],
                    help="weights as load(dtype=...) keeps them (default float32)")
     g.add_argument("--cache-dtype", dest="cache_dtype", default="float32", choices=["float32", "bfloat16", "int8"],
                    help="KV cache, as new_cache(dtype=...) (default float32)")
-    g.add_argument("prompt")
     g.set_defaults(func=_generate)
 
     c = sub.add_parser("convert-llama2c", help="convert a llama2.c checkpoint to a Hugging Face folder")
     c.add_argument("checkpoint")
     c.add_argument("out")
     c.add_argument("--tokenizer", default=None, help="llama2.c tokenizer.bin to copy beside the weights")
+    c.add_argument("--force", action="store_true", help="write into OUT even if it is not empty")
     c.set_defaults(func=_convert)
 
     m = sub.add_parser("make-checkpoint", help="write a deterministic random-initialised checkpoint")
@@ -72,12 +121,24 @@ def main(argv: Optional[List[str]] = None) -> int:
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     m.add_argument("--shards", type=int, default=1)
+    m.add_argument("--tokenizer", default=None,
+                   help="folder whose tokenizer files to copy (default: a byte-level tokenizer.json)")
+    m.add_argument("--force", action="store_true", help="write into OUT even if it is not empty")
     m.set_defaults(func=_make)
+    return p
 
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = _parser()
     args = p.parse_args(argv)
+    if args.command == "generate" and args.model and args.model_pos:
+        p.error("give the model once: as MODEL or as --model")
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError, NotImplementedError) as e:
+    except KeyboardInterrupt:
+        print("\n[stopped by Ctrl-C]", file=sys.stderr)
+        return 130
+    except (CliError, ValueError, FileNotFoundError, NotImplementedError) as e:
         print(f"decodelab: error: {e}", file=sys.stderr)
         return 2
 

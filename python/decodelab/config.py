@@ -60,10 +60,19 @@ def _int(cfg: dict, key: str, default: Any = None) -> int:
     return v
 
 
-def _eos_list(v: Any) -> Optional[list]:
+def _special_ids(cfg: dict, key: str) -> Optional[list]:
+    """bos_token_id / eos_token_id: None, one id or a list of ids, each in the vocabulary."""
+    v = cfg.get(key)
     if v is None:
         return None
-    return [int(x) for x in (v if isinstance(v, (list, tuple)) else [v])]
+    ids = v if isinstance(v, list) else [v]
+    vocab = cfg.get("vocab_size")
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, int):
+            raise ValueError(f"config {key!r} must be a token id or a list of them, got {v!r}")
+        if isinstance(vocab, int) and not 0 <= t < vocab:
+            raise ValueError(f"config {key!r} {t} is outside the vocabulary [0, {vocab})")
+    return ids
 
 
 def from_hf_dict(cfg: dict) -> ModelConfig:
@@ -79,8 +88,9 @@ def from_hf_dict(cfg: dict) -> ModelConfig:
         got = archs[0] if archs else model_type
         raise ValueError(
             f"unknown architecture {got!r}; supported: {', '.join(sorted(SUPPORTED_ARCHITECTURES))}")
-    bos = cfg.get("bos_token_id")
-    eos = _eos_list(cfg.get("eos_token_id"))
+    bos_ids = _special_ids(cfg, "bos_token_id")
+    bos = bos_ids[0] if bos_ids else None
+    eos = _special_ids(cfg, "eos_token_id")
     if arch == "llama":
         act = cfg.get("hidden_act", "silu")
         if act != "silu":

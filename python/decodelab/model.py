@@ -172,11 +172,13 @@ class Model:
         return ids
 
     def _default_eos(self) -> List[int]:
+        """The model's EOS ids (config, else tokenizer), those inside the vocabulary."""
+        ids: List[int] = []
         if self.config.eos_token_id:
-            return list(self.config.eos_token_id)
-        if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
-            return [self.tokenizer.eos_token_id]
-        return []
+            ids = list(self.config.eos_token_id)
+        elif self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
+            ids = [self.tokenizer.eos_token_id]
+        return [t for t in ids if 0 <= t < self.config.vocab_size]
 
     def _cache_arg(self, cache):
         if cache is None:

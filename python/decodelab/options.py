@@ -10,6 +10,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 INT32_MAX = 2**31 - 1
+_FLOAT32_MAX = float(np.finfo(np.float32).max)  # larger magnitudes round to inf in float32
 
 
 def memory_budget() -> int:
@@ -60,7 +61,7 @@ def real(name: str, v, lo: Optional[float] = None, hi: Optional[float] = None) -
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise ValueError(f"{name} must be a number, got {v!r}")
     v = float(v)
-    if not math.isfinite(v) or not math.isfinite(float(np.float32(v))):
+    if not math.isfinite(v) or abs(v) > _FLOAT32_MAX:
         raise ValueError(f"{name} must be finite in float32 (|x| < 3.4e38), got {v!r}")
     if lo is not None and v < lo:
         raise ValueError(f"{name} must be >= {lo}, got {v!r}")

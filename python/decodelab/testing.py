@@ -13,6 +13,7 @@ import shutil
 from typing import Dict, Optional
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from . import formats
 
@@ -129,15 +130,16 @@ def write_hf_folder(out_dir: str, config: dict, tensors: Dict[str, np.ndarray], 
     return out_dir
 
 
-def random_weights(shape, seed: int = 0):
-    """(config dict, {name: fp32 array}) for a shape name or dict; deterministic in ``seed``."""
+def random_weights(shape, seed: int = 0, progress: bool = False):
+    """(config dict, {name: fp32 array}) for a shape name or dict; deterministic in ``seed``.
+    ``progress``: a tqdm bar over the tensors."""
     spec = SHAPES[shape] if isinstance(shape, str) else shape
     if isinstance(shape, str) and shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
     cfg, shapes = _config_and_shapes(spec)
     rng = np.random.default_rng(seed)
     tensors = {}
-    for name, shp in shapes.items():
+    for name, shp in tqdm(shapes.items(), desc="random weights", unit="tensor", disable=not progress):
         if name.endswith(("norm.weight", "ln_1.weight", "ln_2.weight", "ln_f.weight", "layernorm.weight")):
             t = 1.0 + 0.1 * rng.standard_normal(shp, dtype=np.float32)
         else:
@@ -147,19 +149,56 @@ def random_weights(shape, seed: int = 0):
 
 
 def write_checkpoint(out_dir: str, shape="llama-tiny", *, seed: int = 0, dtype: str = "float32", shards: int = 1,
-                     tokenizer_dir: Optional[str] = None) -> str:
+                     tokenizer_dir: Optional[str] = None, byte_tokenizer: bool = False,
+                     progress: bool = False) -> str:
     """Write a random-initialised Hugging Face checkpoint of ``shape`` (a name from SHAPES or a
-    dict in the same form). ``tokenizer_dir``: tokenizer files to copy beside the weights."""
+    dict in the same form). ``tokenizer_dir``: tokenizer files to copy beside the weights;
+    ``byte_tokenizer``: otherwise write byte_level_tokenizer(vocab_size) as tokenizer.json, so
+    that text prompts work (vocabularies of at least 257 tokens). ``progress``: tqdm bars."""
     if isinstance(shape, str) and shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
-    cfg, tensors = random_weights(shape, seed)
+    cfg, tensors = random_weights(shape, seed, progress=progress)
     write_hf_folder(out_dir, cfg, tensors, dtype=dtype, shards=shards)
     if tokenizer_dir:
         for name in ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.bin"):
             src = os.path.join(tokenizer_dir, name)
             if os.path.exists(src):
                 shutil.copy(src, os.path.join(out_dir, name))
+    elif byte_tokenizer and cfg["vocab_size"] >= 257:
+        byte_level_tokenizer(cfg["vocab_size"]).save(os.path.join(out_dir, "tokenizer.json"))
     return out_dir
+
+
+def byte_level_tokenizer(vocab_size: int):
+    """A `tokenizers.Tokenizer` for random checkpoints: one token per byte (GPT-2's byte-level
+    alphabet, ids 0-255), "<|endoftext|>" at 256, and unused "<|extra_N|>" tokens up to
+    vocab_size. Any text round-trips; the ids mean nothing to random weights."""
+    from tokenizers import Tokenizer as _T, decoders, models, pre_tokenizers
+
+    if vocab_size < 257:
+        raise ValueError(f"a byte-level tokenizer needs a vocabulary of at least 257 tokens, got {vocab_size}")
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet(), key=lambda ch: _BYTE_OF[ch])
+    tok = _T(models.BPE(vocab={ch: i for i, ch in enumerate(alphabet)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|endoftext|>"] + [f"<|extra_{i}|>" for i in range(vocab_size - 257)])
+    return tok
+
+
+def _bytes_to_unicode() -> Dict[str, int]:
+    """GPT-2's printable stand-in for each byte, as a map from the character to the byte."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+_BYTE_OF = _bytes_to_unicode()
 
 
 def meta_to_hf_rope_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
@@ -170,12 +209,14 @@ def meta_to_hf_rope_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
     return w.reshape(n_heads, hd // 2, 2, dim).transpose(0, 2, 1, 3).reshape(out, dim)
 
 
-def convert_llama2c(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None) -> str:
-    """Convert a llama2.c checkpoint into a Hugging Face LlamaForCausalLM folder."""
+def convert_llama2c(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, progress: bool = False) -> str:
+    """Convert a llama2.c checkpoint into a Hugging Face LlamaForCausalLM folder (``progress``: a
+    tqdm bar over the tensors)."""
     cfg, entries = formats.read_llama2c(checkpoint)
     data = np.memmap(checkpoint, dtype=np.uint8, mode="r")
     tensors = {}
-    for name, _dtype, shape, _file, offset, nbytes in entries:
+    for name, _dtype, shape, _file, offset, nbytes in tqdm(entries, desc="converting", unit="tensor",
+                                                           disable=not progress):
         if name.startswith("llama2c."):
             continue
         t = np.frombuffer(data, dtype=np.float32, count=nbytes // 4, offset=offset).reshape(shape)

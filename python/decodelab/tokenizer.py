@@ -123,6 +123,9 @@ class Llama2cTokenizer(Tokenizer):
         self._lookup: Dict[bytes, int] = {}
         for i, p in enumerate(pieces):
             self._lookup.setdefault(p, i)
+        # Each token's rank by score, highest first; equal scores share a rank.
+        order = {sc: r for r, sc in enumerate(sorted(set(scores), reverse=True))}
+        self._rank = [order[sc] for sc in scores]
         self._byte_token = {}
         for i, p in enumerate(pieces):
             m = _BYTE_PIECE.match(p)
@@ -155,42 +158,44 @@ class Llama2cTokenizer(Tokenizer):
     def _merge(self, toks: List[int]) -> List[int]:
         """run.c's loop (merge the adjacent pair whose merge scores highest, the leftmost among
         equals, until no pair merges) in O(n log n): the symbols form a linked list and the
-        candidate pairs a heap keyed by (-score, left position); a popped pair whose symbols have
-        changed since it was pushed is skipped. Positions keep their order as symbols merge, so
-        the leftmost rule is the same as run.c's left-to-right scan."""
+        candidate pairs a heap of ints, rank x n + left position (rank 0: the highest score; equal
+        scores share a rank), so ties pop leftmost first as run.c's scan finds them. A popped pair
+        whose symbols no longer merge at that rank is stale and skipped. Plain ints keep the heap
+        out of the garbage collector's way."""
         n = len(toks)
         if n < 2:
             return toks
-        pieces, scores, lookup = self.pieces, self.scores, self._lookup
+        pieces, lookup, rank = self.pieces, self._lookup, self._rank
         sym = list(toks)
         nxt = list(range(1, n)) + [-1]
         prv = list(range(-1, n - 1))
         alive = [True] * n
-        heap: List[Tuple[float, int, int, int, int]] = []
 
-        def push(i: int) -> None:
+        def pair_rank(i: int) -> int:
             j = nxt[i]
             if j < 0:
-                return
+                return -1
             merged = lookup.get(pieces[sym[i]] + pieces[sym[j]])
-            if merged is not None:
-                heapq.heappush(heap, (-scores[merged], i, merged, sym[i], sym[j]))
+            return -1 if merged is None else rank[merged]
 
-        for i in range(n - 1):
-            push(i)
+        heap = [r * n + i for i in range(n - 1) for r in (pair_rank(i),) if r >= 0]
+        heapq.heapify(heap)
         while heap:
-            _, i, merged, a, b = heapq.heappop(heap)
-            j = nxt[i]
-            if not alive[i] or j < 0 or sym[i] != a or sym[j] != b:
+            key = heapq.heappop(heap)
+            r, i = divmod(key, n)
+            if not alive[i] or pair_rank(i) != r:
                 continue  # stale: one of the two symbols has merged since
-            sym[i] = merged
+            j = nxt[i]
+            sym[i] = lookup[pieces[sym[i]] + pieces[sym[j]]]
             alive[j] = False
             nxt[i] = nxt[j]
             if nxt[j] >= 0:
                 prv[nxt[j]] = i
-            if prv[i] >= 0:
-                push(prv[i])
-            push(i)
+            for k in (prv[i], i):
+                if k >= 0:
+                    rk = pair_rank(k)
+                    if rk >= 0:
+                        heapq.heappush(heap, rk * n + k)
         return [sym[i] for i in range(n) if alive[i]]
 
     def _piece_bytes(self, token_id: int) -> bytes:
