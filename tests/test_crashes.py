@@ -156,7 +156,7 @@ def test_four_threads_on_one_model_match_sequential(slow_model):
         def worker(w):
             kept = []
             end = time.monotonic() + 3.0
-            while time.monotonic() < end:
+            while time.monotonic() < end or rounds[w] < 2:  # slow builds (sanitizers) still do two rounds
                 for j in range(w, len(jobs), 4):
                     p, n, s = jobs[j]
                     c = m.new_cache(capacity=64, grow=True)
@@ -173,7 +173,6 @@ def test_four_threads_on_one_model_match_sequential(slow_model):
         for t in threads:
             t.join()
         assert not errors, errors
-        assert min(rounds) >= 2, rounds
         assert m.memory_report()["float32"]["blocks_allocated"] > 100
     """)
 
@@ -227,3 +226,23 @@ def test_long_context_config_allocates_no_rope_table(checkpoint, tmp_path):
         grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
         assert grew < 200 * 1024, f"load and generate grew the peak by {{grew}} KiB"
     """)
+
+
+def test_fork_after_generating_does_not_hang(stories_bin):
+    # multiprocessing from a notebook forks a process whose OpenMP threads have already run.
+    run_child(f"""
+        import multiprocessing as mp
+        m = decodelab.load({stories_bin!r}, threads=2)
+        want = m.generate("Once upon a time", max_new_tokens=30).token_ids
+
+        def work(q):
+            q.put(m.generate("Once upon a time", max_new_tokens=30).token_ids)
+
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+        p = ctx.Process(target=work, args=(q,))
+        p.start()
+        got = q.get(timeout=30)
+        p.join(30)
+        assert p.exitcode == 0 and got == want, (p.exitcode, got, want)
+    """, timeout=90)

@@ -51,6 +51,22 @@ def _float(name: str, v) -> float:
     return options.real(name, v)
 
 
+def _logits(logits) -> np.ndarray:
+    a = np.asarray(logits)
+    if a.ndim != 1 or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+        raise ValueError(f"logits must be a 1-D array of numbers, got shape {a.shape} of {a.dtype}")
+    return a.astype(np.float32, copy=False)
+
+
+def _where(context, n_prompt, step, sequence):
+    """The checked (context ids, n_prompt, step, sequence) of an apply() or trace() call."""
+    if isinstance(context, (str, bytes)) or context is None:
+        raise ValueError(f"context must be a list of token ids, got {type(context).__name__}")
+    ids = [_int(f"context[{i}]", t, 0) for i, t in enumerate(context)]
+    return (ids, options.integer("n_prompt", n_prompt, 0, len(ids)), _int("step", step, 0),
+            _int("sequence", sequence, 0))
+
+
 def _seed(v) -> int:
     return options.integer("seed", v, 0, 2**64 - 1)
 
@@ -76,8 +92,7 @@ class Sampler:
         ``context``: the token ids so far; ``context[:n_prompt]`` is the prompt (presence and
         frequency penalties count only what follows it). ``step`` and ``sequence`` key the
         random stream of random samplers."""
-        return self._core.apply(np.asarray(logits, dtype=np.float32), [int(t) for t in context], n_prompt, step,
-                                sequence)
+        return self._core.apply(_logits(logits), *_where(context, n_prompt, step, sequence))
 
     def accept(self, token: int) -> None:
         """Tell a stateful sampler which token was chosen (Mirostat updates its target)."""
@@ -138,8 +153,7 @@ class Chain(Sampler):
               sequence: int = 0, top: int = 10) -> List[StageRecord]:
         """One record per stage, the input first."""
         top = options.integer("top", top, 0)
-        pairs = self._core.trace(np.asarray(logits, dtype=np.float32), [int(t) for t in context], n_prompt, step,
-                                 sequence)
+        pairs = self._core.trace(_logits(logits), *_where(context, n_prompt, step, sequence))
         out = []
         before = pairs[0][1]
         for name, lg in pairs:
