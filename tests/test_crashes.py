@@ -173,7 +173,7 @@ def test_four_threads_on_one_model_match_sequential(slow_model):
         for t in threads:
             t.join()
         assert not errors, errors
-        assert m.memory_report()["float32"]["blocks_allocated"] > 100
+        assert m.memory_report()["float32"]["blocks_allocated"] > 24  # several chunks: the pool grew
     """)
 
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include <cstdint>
 #include <cstring>
 
 #include "decodelab/aligned.h"
@@ -92,19 +93,21 @@ DecodeOptions decode_options(int max_new_tokens, const std::vector<int32_t>& eos
   return o;
 }
 
-int checked_layer(const KVCache& c, int layer) {
+// Indices arrive as int64 so that a Python int past int range is reported as out of range,
+// not as pybind11's "incompatible function arguments".
+int checked_layer(const KVCache& c, int64_t layer) {
   const int n = c.pool().n_layers();
   if (layer < 0 || layer >= n)
     throw py::index_error("layer " + std::to_string(layer) + " is out of range [0, " + std::to_string(n) + ")");
-  return layer;
+  return static_cast<int>(layer);
 }
 
 // Keys (kind 0) or values (kind 1) of one layer as (n_kv_heads, len, head_dim) float32: a
 // read-only view when the tokens sit in one fp32 block, otherwise a gathered copy.
-py::array layer_kv(py::object self, int layer, int kind) {
+py::array layer_kv(py::object self, int64_t layer_index, int kind) {
   const KVCache& c = self.cast<const KVCache&>();
   const BlockPool& p = c.pool();
-  checked_layer(c, layer);
+  const int layer = checked_layer(c, layer_index);
   const int nkv = p.n_kv_heads(), hd = p.head_dim(), bs = p.block_size(), len = c.length();
   const auto& table = c.block_table();
   const py::ssize_t f = sizeof(float);
@@ -138,7 +141,7 @@ py::array layer_kv(py::object self, int layer, int kind) {
 }
 
 // The storage of a sequence's i-th block, or IndexError.
-const uint8_t* block_data(const KVCache& c, int i) {
+const uint8_t* block_data(const KVCache& c, int64_t i) {
   const int n = static_cast<int>(c.block_table().size());
   if (i < 0 || i >= n)
     throw py::index_error("block " + std::to_string(i) + " is out of range [0, " + std::to_string(n) + ")");
@@ -397,25 +400,34 @@ the first write into a shared block copies that block (copy-on-write).
       .def_property_readonly("token_ids", [](const KVCache& c) { KVCache::Use u(c); return c.token_ids(); })
       .def("fork", [](const KVCache& c) { KVCache::Use u(c); return c.fork(); },
            "A new cache sharing these tokens copy-on-write; copies no token.")
-      .def("truncate", [](KVCache& c, int n) { KVCache::Use u(c); c.truncate(n); }, py::arg("n"),
+      .def(
+          "truncate",
+          [](KVCache& c, int64_t n) {
+            KVCache::Use u(c);
+            if (n < 0 || n > c.length())
+              throw std::invalid_argument("truncate(" + std::to_string(n) + ") is outside [0, " +
+                                          std::to_string(c.length()) + "], the tokens this cache holds");
+            c.truncate(static_cast<int>(n));
+          },
+          py::arg("n"),
            "Keep the first n tokens.")
       .def("clear", [](KVCache& c) { KVCache::Use u(c); c.clear(); })
       .def(
-          "keys", [](py::object self, int layer) {
+          "keys", [](py::object self, int64_t layer) {
             KVCache::Use u(self.cast<const KVCache&>());
             return layer_kv(self, layer, 0);
           }, py::arg("layer"),
           "(n_kv_heads, len, head_dim) float32: a read-only view when the tokens sit in one fp32 block, "
           "otherwise a gathered copy (bfloat16 widened; int8 times each row's scale).")
       .def(
-          "values", [](py::object self, int layer) {
+          "values", [](py::object self, int64_t layer) {
             KVCache::Use u(self.cast<const KVCache&>());
             return layer_kv(self, layer, 1);
           }, py::arg("layer"),
           "Like keys(), for values.")
       .def(
           "block",
-          [](py::object self, int i) {
+          [](py::object self, int64_t i) {
             const KVCache& c = self.cast<const KVCache&>();
             KVCache::Use u(c);
             const BlockPool& p = c.pool();
@@ -436,7 +448,7 @@ the first write into a shared block copies that block (copy-on-write).
           "past len(cache) are unused.")
       .def(
           "block_scales",
-          [](py::object self, int i) {
+          [](py::object self, int64_t i) {
             const KVCache& c = self.cast<const KVCache&>();
             KVCache::Use u(c);
             const BlockPool& p = c.pool();
