@@ -64,8 +64,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--models", nargs="+", default=["stories260K", "llama-110m"])
+    ap.add_argument("--spincounts", nargs="*", type=int, default=[],
+                    help="also rows with GOMP_SPINCOUNT set to each of these")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    for n in args.spincounts:
+        SETTINGS[f"GOMP_SPINCOUNT={n}"] = ({"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": str(n)}, None)
     from decodelab import testing
 
     cores = len(os.sched_getaffinity(0))

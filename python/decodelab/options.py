@@ -49,11 +49,7 @@ def integer(name: str, v, lo: Optional[int] = None, hi: Optional[int] = INT32_MA
     v = int(v)
     if lo is not None and hi is not None and hi < INT32_MAX and not lo <= v <= hi:
         raise ValueError(f"{name} must be in [{lo}, {hi}], got {v}")
-    if lo is not None and v < lo:
-        raise ValueError(f"{name} must be an integer >= {lo}, got {v}")
-    if hi is not None and v > hi:
-        raise ValueError(f"{name} must be an integer <= {hi}, got {v}")
-    return v
+    return _bounded(name, v, lo, hi, "an integer ")
 
 
 def real(name: str, v, lo: Optional[float] = None, hi: Optional[float] = None) -> float:
@@ -63,10 +59,14 @@ def real(name: str, v, lo: Optional[float] = None, hi: Optional[float] = None) -
     v = float(v)
     if not math.isfinite(v) or abs(v) > _FLOAT32_MAX:
         raise ValueError(f"{name} must be finite in float32 (|x| < 3.4e38), got {v!r}")
+    return _bounded(name, v, lo, hi, "")
+
+
+def _bounded(name: str, v, lo, hi, kind: str):
     if lo is not None and v < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {v!r}")
+        raise ValueError(f"{name} must be {kind}>= {lo}, got {v!r}")
     if hi is not None and v > hi:
-        raise ValueError(f"{name} must be <= {hi}, got {v!r}")
+        raise ValueError(f"{name} must be {kind}<= {hi}, got {v!r}")
     return v
 
 
@@ -160,6 +160,10 @@ def resolve(run: dict, sampling: dict, *, vocab_size: int, block_bytes: int, def
     sampler = run.get("sampler")
     samplers_in = sampler if isinstance(sampler, (list, tuple)) else [sampler]
     chains = [make_chain(sm, run.get("order"), run.get("preset"), seed, eos, sampling) for sm in samplers_in]
+    if trace == "full":  # every stage's logits at every step
+        stages = max(len(c.stages) for c in chains) + 1
+        check_budget(f"trace='full' over {max_new_tokens} steps x {stages} stages x {vocab_size} logits",
+                     max(n, num_beams) * max_new_tokens * stages * vocab_size * 4)
     return dict(max_new_tokens=max_new_tokens, eos=eos, chains=chains, seed=seed,
                 logprobs=-1 if logprobs is None else logprobs, processed=mode == "processed",
                 trace={False: 0, True: 1, "full": 2}[trace], stops=list(stops), include_stop=include_stop, n=n,
