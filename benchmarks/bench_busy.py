@@ -3,9 +3,9 @@
     python benchmarks/bench_busy.py [--rounds 3] [--out benchmarks/results/bench_busy.json]
 
 For stories260K and the Llama 110M shape (random weights), each setting runs in its own process
-(OpenMP reads its environment once, at load): decodelab's default, libgomp's own default (spin
-300,000 rounds before sleeping: what decodelab ran with before it chose a setting),
-OMP_WAIT_POLICY=active and passive, and one thread. "busy" first starts one `while True` Python
+(OpenMP reads its environment once, at load): load()'s default (every core less those other
+programs keep busy), every core always (the default before), OMP_WAIT_POLICY=active and passive,
+and one thread. "busy" first starts one `while True` Python
 process per spare core. Rounds interleave the settings and keep each one's best (this host's
 speed drifts).
 """
@@ -24,7 +24,7 @@ MODELS = os.environ.get("DECODELAB_MODELS", os.path.join(ROOT, "..", "shared", "
 
 CHILD = """
 import json, sys, decodelab
-m = decodelab.load(sys.argv[1], threads=int(sys.argv[3]))
+m = decodelab.load(sys.argv[1], threads=None if sys.argv[3] == "auto" else int(sys.argv[3]))
 n = int(sys.argv[2])
 m.generate([1], max_new_tokens=8, eos_token_id=[])
 best = 0.0
@@ -34,17 +34,18 @@ for _ in range(3):
 print(json.dumps({"tok_s": best}))
 """
 
-# name -> (environment changes, threads); None removes a variable, threads None: every core.
+# name -> (environment changes, threads); None removes a variable; threads None: every core,
+# "auto": load()'s default, every core less those other programs keep busy.
 SETTINGS = {
-    "decodelab default": ({"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None}, None),
-    "libgomp default (spin 300k)": ({"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "300000"}, None),
+    "auto threads (default)": ({"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None}, "auto"),
+    "all cores (before)": ({"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None}, None),
     "OMP_WAIT_POLICY=active": ({"OMP_WAIT_POLICY": "active", "GOMP_SPINCOUNT": None}, None),
     "OMP_WAIT_POLICY=passive": ({"OMP_WAIT_POLICY": "passive", "GOMP_SPINCOUNT": None}, None),
     "1 thread": ({"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None}, 1),
 }
 
 
-def run(model: str, n: int, env_changes: dict, threads: int) -> float:
+def run(model: str, n: int, env_changes: dict, threads) -> float:
     env = dict(os.environ)
     for k, v in env_changes.items():
         if v is None:
@@ -88,7 +89,7 @@ def main() -> None:
                 for mname, (path, n) in models.items():
                     for sname, (env, threads) in SETTINGS.items():
                         key = (mname, load, sname)
-                        best[key] = max(best.get(key, 0.0), run(path, n, env, threads or cores))
+                        best[key] = max(best.get(key, 0.0), run(path, n, env, threads or str(cores)))
             finally:
                 for p in procs:
                     p.kill()

@@ -246,3 +246,36 @@ def test_fork_after_generating_does_not_hang(stories_bin):
         p.join(30)
         assert p.exitcode == 0 and got == want, (p.exitcode, got, want)
     """, timeout=90)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores: one to keep busy, one to run on")
+def test_auto_threads_give_way_to_a_busy_core(stories_bin):
+    # load()'s default runs on the cores other programs leave free (benchmarks/bench_busy.py has
+    # the speeds); a fixed count stays fixed.
+    run_child(f"""
+        import subprocess
+        cores = len(os.sched_getaffinity(0))
+        m = decodelab.load({stories_bin!r})
+        assert m.auto_threads and m.threads == cores
+        m.generate([1], max_new_tokens=50, eos_token_id=[])
+        assert m._engine.threads_now == cores, m._engine.threads_now
+        spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores - 1)]
+        try:
+            time.sleep(0.3)
+            end = time.monotonic() + 10
+            while m._engine.threads_now != 1 and time.monotonic() < end:
+                m.generate([1], max_new_tokens=200, eos_token_id=[])
+            assert m._engine.threads_now == 1, m._engine.threads_now
+        finally:
+            for p in spinners:
+                p.kill()
+        time.sleep(0.3)
+        end = time.monotonic() + 10
+        while m._engine.threads_now != cores and time.monotonic() < end:
+            m.generate([1], max_new_tokens=200, eos_token_id=[])
+        assert m._engine.threads_now == cores
+        m.threads = cores
+        assert not m.auto_threads
+        fixed = decodelab.load({stories_bin!r}, threads=cores)
+        assert not fixed.auto_threads and fixed._engine.threads_now == cores
+    """)

@@ -538,6 +538,9 @@ the first write into a shared block copies that block (copy-on-write).
       .def_property_readonly("quantized_bytes", &Transformer::quantized_bytes,
                              "Bytes of the bf16 / int8 copies of the linear layers (0 in float32).")
       .def_property("n_threads", &Transformer::n_threads, &Transformer::set_n_threads)
+      .def_property("auto_threads", &Transformer::auto_threads, &Transformer::set_auto_threads,
+                    "Run each pass on n_threads less the cores other programs keep busy (see load()).")
+      .def_property_readonly("threads_now", &Transformer::threads_now, "The threads the next pass runs on.")
       .def_property_readonly("config", &Transformer::config)
       .def_property_readonly(
           "mapped_bytes", [](const Transformer& e) { return e.weights().mapped_bytes(); },

@@ -1,8 +1,11 @@
 #include "decodelab/transformer.h"
 
+#include "decodelab/busy_cores.h"
+
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -269,6 +272,30 @@ void Transformer::set_n_threads(int n) {
   n_threads_.store(n);
 }
 
+int Transformer::threads_now() const {
+  const int n = n_threads_.load();
+  if (!auto_threads_.load() || n == 1) return n;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  int cur = auto_n_.load();
+  if (cur < 1 || cur > n || now - threads_checked_ns_.load() >= kThreadCheckNs) {
+    threads_checked_ns_.store(now);
+    const int others = other_runnable_tasks();
+    const int want = others < 0 ? n : std::max(1, n - others);
+    if (cur < 1 || cur > n) cur = n;  // start with every thread
+    if (want < cur) {
+      // Fewer threads only when two checks in a row see the other tasks, so that a task passing
+      // through does not slow the next interval.
+      if (drop_pending_.exchange(true)) cur = want;
+    } else {
+      drop_pending_.store(false);
+      cur = want;
+    }
+    auto_n_.store(cur);
+  }
+  return cur;
+}
+
 Transformer::Activity::Activity(const Transformer& m) : m_(m) { m_.active_.fetch_add(1); }
 Transformer::Activity::~Activity() { m_.active_.fetch_sub(1); }
 
@@ -356,7 +383,7 @@ void Transformer::decode_batch(const int32_t* tokens, int B, KVCache* const* cac
 void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, const int* rows, int n_seg,
                       float* logits, bool all_logits, Workspace& ws) const {
   // One thread count for the whole pass: the scratch below is sized for it.
-  const int n_threads = n_threads_.load();
+  const int n_threads = threads_now();
   omp_set_num_threads(n_threads);
   const int D = cfg_.dim, NH = cfg_.n_heads, KVH = cfg_.n_kv_heads, HD = cfg_.head_dim;
   const int QD = NH * HD, KVD = KVH * HD;

@@ -124,11 +124,20 @@ class Model:
 
     @property
     def threads(self) -> int:
+        """The most threads a forward pass runs on. Set it to fix the count (this also turns off
+        ``auto_threads``)."""
         return self._engine.n_threads
 
     @threads.setter
     def threads(self, n: int) -> None:
         self._engine.n_threads = options.integer("threads", n, 1, 1024)
+        self._engine.auto_threads = False
+
+    @property
+    def auto_threads(self) -> bool:
+        """True (``load(threads=None)``, the default): each pass runs on ``threads`` less the cores
+        other programs keep busy, at least one, looked at every 20 ms."""
+        return self._engine.auto_threads
 
     @property
     def weight_bytes(self) -> dict:
@@ -604,6 +613,10 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
     w8a8, and int8 with ``bf16_matmul=False``, run one linear kernel at every number of tokens: a
     row's product is the same bit for bit whether it was decoded alone, in a batch, or in a
     prompt.
+    ``threads``: None (the default) uses every core this process may run on, less those other
+    programs keep busy at the time (looked at every 20 ms: a step spread over a core that another
+    program also wants waits for it at every parallel region; ``benchmarks/bench_busy.py``); a
+    number fixes the count.
     ``tokenizer`` overrides the tokenizer found beside the weights (a path or a Tokenizer).
     ``zero_copy``: with fp32, the linear layers and the head are by default copied once from the
     file mapping into memory in huge pages, where a decode step reads them 10-20 % faster here
@@ -654,6 +667,7 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
         raise ValueError(f"{path}: malformed model files ({type(e).__name__}: {e})") from None
     engine = _core.Engine(core_config, files, tensors, n_threads, dtype, zero_copy, int(kv_block_size),
                           bf16_matmul)
+    engine.auto_threads = threads is None
     try:
         if tokenizer is None:
             tok = find_tokenizer(tok_dir, config.vocab_size)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -40,6 +41,15 @@ class Transformer {
   int n_threads() const { return n_threads_.load(); }
   // Throws while an Activity is alive (a call running on another thread).
   void set_n_threads(int n);
+  // auto_threads: each forward pass runs on n_threads less the cores other programs keep busy
+  // (at least 1), checked every kThreadCheckNs. Spread over two cores, a step waits at every
+  // parallel region for a thread that shares its core with another program; on one free core it
+  // runs undisturbed.
+  void set_auto_threads(bool on) { auto_threads_.store(on); }
+  bool auto_threads() const { return auto_threads_.load(); }
+  // The threads the next forward pass runs on.
+  int threads_now() const;
+  static constexpr int64_t kThreadCheckNs = 20'000'000;
   // Marks a call in progress for as long as it lives (the bindings hold one per call), so that
   // set_n_threads refuses to change the thread count under it.
   class Activity {
@@ -110,6 +120,10 @@ class Transformer {
   ModelConfig cfg_;
   std::shared_ptr<WeightStore> weights_;
   std::atomic<int> n_threads_;
+  std::atomic<bool> auto_threads_{false};
+  mutable std::atomic<int64_t> threads_checked_ns_{0};
+  mutable std::atomic<int> auto_n_{0};         // auto_threads' current choice (0: none yet)
+  mutable std::atomic<bool> drop_pending_{false};
   mutable std::atomic<int> active_{0};
   const float* tok_embed_ = nullptr;   // (vocab, dim)
   const float* pos_embed_ = nullptr;   // GPT-2: (max_position, dim)
