@@ -6,16 +6,22 @@
 namespace py = pybind11;
 
 namespace decodelab {
-void register_model(py::module_& m);
-void register_device(py::module_& m);
+void register_config(py::module_& m);
+void register_kv_cache(py::module_& m);
 void register_sampling(py::module_& m);
+void register_engine(py::module_& m);
+void register_device(py::module_& m);
+void register_bench(py::module_& m);
 }  // namespace decodelab
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "decodelab C++ core: weights, kernels, KV cache and decode loops";
   decodelab::main_thread_ident() =
       py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
-  decodelab::register_device(m);
+  decodelab::register_config(m);
+  decodelab::register_kv_cache(m);
   decodelab::register_sampling(m);
-  decodelab::register_model(m);
+  decodelab::register_engine(m);
+  decodelab::register_device(m);
+  decodelab::register_bench(m);
 }

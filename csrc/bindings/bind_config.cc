@@ -1,0 +1,29 @@
+// ModelConfig: the architecture the engine runs, filled from Python's config readers.
+#include <pybind11/pybind11.h>
+
+#include "decodelab/config.h"
+
+namespace py = pybind11;
+
+namespace decodelab {
+
+void register_config(py::module_& m) {
+  py::class_<ModelConfig>(m, "ModelConfig")
+      .def(py::init<>())
+      .def_readwrite("arch", &ModelConfig::arch)
+      .def_readwrite("n_layers", &ModelConfig::n_layers)
+      .def_readwrite("dim", &ModelConfig::dim)
+      .def_readwrite("n_heads", &ModelConfig::n_heads)
+      .def_readwrite("n_kv_heads", &ModelConfig::n_kv_heads)
+      .def_readwrite("head_dim", &ModelConfig::head_dim)
+      .def_readwrite("hidden_dim", &ModelConfig::hidden_dim)
+      .def_readwrite("vocab_size", &ModelConfig::vocab_size)
+      .def_readwrite("max_position", &ModelConfig::max_position)
+      .def_readwrite("norm_eps", &ModelConfig::norm_eps)
+      .def_readwrite("rope_theta", &ModelConfig::rope_theta)
+      .def_readwrite("rope_interleaved", &ModelConfig::rope_interleaved)
+      .def_readwrite("tie_word_embeddings", &ModelConfig::tie_word_embeddings)
+      .def("validate", &ModelConfig::validate);
+}
+
+}  // namespace decodelab

@@ -1,0 +1,227 @@
+// Engine (a loaded model) and Decoder (a stream's step-by-step loop): the calls that run the model.
+#include <Python.h>
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <stdexcept>
+#include <tuple>
+
+#include "common.h"
+#include "decodelab/decoding.h"
+#include "decodelab/kv_cache.h"
+#include "decodelab/transformer.h"
+#include "decodelab/weights.h"
+#include "without_gil.h"
+
+namespace decodelab {
+
+namespace {
+
+using TensorTuple = std::tuple<std::string, std::string, std::vector<int64_t>, int, uint64_t, uint64_t>;
+
+DecodeOptions decode_options(int max_new_tokens, const std::vector<int32_t>& eos_ids, uint64_t sequence, int logprobs,
+                             bool logprobs_processed, int trace, int trace_top) {
+  DecodeOptions o;
+  o.max_new_tokens = max_new_tokens;
+  o.eos_ids = eos_ids;
+  o.sequence = sequence;
+  o.logprobs = logprobs;
+  o.logprobs_processed = logprobs_processed;
+  o.trace = trace;
+  o.trace_top = trace_top;
+  return o;
+}
+
+py::dict pool_stats(const std::shared_ptr<BlockPool>& p) {
+  py::dict d;
+  const auto s = p->stats();
+  d["dtype"] = dtype_name(p->dtype());
+  d["block_size"] = p->block_size();
+  d["block_bytes"] = p->block_bytes();
+  d["blocks_allocated"] = s.blocks_allocated;
+  d["blocks_in_use"] = s.blocks_in_use;
+  d["blocks_shared"] = s.blocks_shared;
+  d["bytes_allocated"] = static_cast<uint64_t>(s.blocks_allocated) * p->block_bytes();
+  d["bytes_in_use"] = static_cast<uint64_t>(s.blocks_in_use) * p->block_bytes();
+  d["bytes_referenced"] = static_cast<uint64_t>(s.references) * p->block_bytes();
+  return d;
+}
+
+}  // namespace
+
+void register_engine(py::module_& m) {
+  py::class_<Decoder>(m, "Decoder", "Decode one token per step() call; for streams.")
+      .def(py::init([](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& prompt,
+                       Chain& chain, KVCache& cache, int max_new_tokens, const std::vector<int32_t>& eos_ids,
+                       uint64_t sequence, int logprobs, bool logprobs_processed, int trace, int trace_top) {
+             return std::make_unique<Decoder>(
+                 e, cache, to_ids(prompt), chain,
+                 decode_options(max_new_tokens, eos_ids, sequence, logprobs, logprobs_processed, trace, trace_top));
+           }),
+           py::arg("engine"), py::arg("prompt"), py::arg("chain"), py::arg("cache"), py::arg("max_new_tokens"),
+           py::arg("eos_ids"), py::arg("sequence") = 0, py::arg("logprobs") = -1, py::arg("logprobs_processed") = false,
+           py::arg("trace") = 0, py::arg("trace_top") = 20,
+           // The decoder refers to the engine, chain and cache: keep them alive as long as it lives.
+           py::keep_alive<1, 2>(), py::keep_alive<1, 4>(), py::keep_alive<1, 5>())
+      .def(
+          "step",
+          [](Decoder& d) {
+            KVCache::Use use(d.cache());
+            Transformer::Activity busy(d.model());
+            return without_gil([&] { return d.step(); });
+          },
+          "Run the model and choose the next token; -1 once finished.")
+      .def_property_readonly("finished", &Decoder::finished)
+      .def("result", [](const Decoder& d) { return generate_result_dict(d.result()); });
+
+  py::class_<Transformer, std::shared_ptr<Transformer>>(m, "Engine")
+      .def(py::init([](const ModelConfig& cfg, const std::vector<std::string>& files,
+                       const std::vector<TensorTuple>& tensors, int n_threads, const std::string& weight_dtype,
+                       bool zero_copy, int kv_block_size, bool bf16_matmul) {
+             std::vector<TensorInfo> infos;
+             infos.reserve(tensors.size());
+             for (const auto& t : tensors) {
+               TensorInfo i;
+               std::tie(i.name, i.dtype, i.shape, i.file, i.offset, i.nbytes) = t;
+               infos.push_back(std::move(i));
+             }
+             const WeightType wt = parse_weight_dtype(weight_dtype);
+             auto store = std::make_shared<WeightStore>(files, infos);
+             return without_gil([&] {
+               return std::make_shared<Transformer>(cfg, store, n_threads, wt, zero_copy, kv_block_size, bf16_matmul);
+             });
+           }),
+           py::arg("config"), py::arg("files"), py::arg("tensors"), py::arg("n_threads"),
+           py::arg("weight_dtype") = "float32", py::arg("zero_copy") = false,
+           py::arg("kv_block_size") = Transformer::kDefaultBlockSize, py::arg("bf16_matmul") = true)
+      .def_property_readonly("bf16_matmul", &Transformer::bf16_matmul,
+                             "Prompt matmuls round their inputs to bf16 (bf16 or int8 weights where bf16_matmul_native(); see load()).")
+      .def_property_readonly("weight_dtype", [](const Transformer& e) {
+        switch (e.weight_type()) {
+          case WeightType::F32: return "float32";
+          case WeightType::BF16: return "bfloat16";
+          case WeightType::I8A8: return "w8a8";
+          default: return "int8";
+        }
+      })
+      .def_property_readonly("quantized_bytes", &Transformer::quantized_bytes,
+                             "Bytes of the bf16 / int8 copies of the linear layers (0 in float32).")
+      .def_property("n_threads", &Transformer::n_threads, &Transformer::set_n_threads)
+      .def_property("auto_threads", &Transformer::auto_threads, &Transformer::set_auto_threads,
+                    "Run each pass on n_threads less the cores other programs keep busy (see load()).")
+      .def_property_readonly("threads_now", &Transformer::threads_now, "The threads the next pass runs on.")
+      .def_property_readonly("config", &Transformer::config)
+      .def_property_readonly(
+          "mapped_bytes", [](const Transformer& e) { return e.weights().mapped_bytes(); },
+          "Bytes of the memory-mapped weight files.")
+      .def_property_readonly(
+          "owned_bytes", &Transformer::owned_bytes,
+          "Bytes of fp32 copies of weights: f16/bf16 or unaligned data, and with fp32 weights the linear layers and "
+          "head copied from the mapping (GPT-2 Conv1D weights transposed); 0 when every weight is read in place.")
+      .def(
+          "new_cache",
+          [](const Transformer& e, int capacity, const std::string& dtype, bool grow) {
+            return e.new_cache(capacity, parse_kv_dtype(dtype), grow);
+          },
+          py::arg("capacity"), py::arg("dtype") = "float32", py::arg("grow") = false)
+      .def_property_readonly("block_size", &Transformer::block_size, "Tokens per KV-cache block.")
+      .def(
+          "pool_stats",
+          [](const Transformer& e) {
+            py::list out;
+            for (KVDType d : {KVDType::F32, KVDType::BF16, KVDType::I8})
+              if (auto p = e.pool(d)) out.append(pool_stats(p));
+            return out;
+          },
+          "Block-pool statistics per cache dtype; shared blocks are counted once in bytes_in_use.")
+      .def(
+          "forward",
+          [](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& tokens,
+             KVCache& cache, bool all_logits) {
+            std::vector<int32_t> ids = to_ids(tokens);
+            KVCache::Use use(cache);
+            Transformer::Activity busy(e);
+            e.check_tokens(ids.data(), static_cast<int>(ids.size()), cache);
+            const py::ssize_t rows = all_logits ? static_cast<py::ssize_t>(ids.size()) : 1;
+            py::array_t<float> out({rows, static_cast<py::ssize_t>(e.config().vocab_size)});
+            float* dst = out.mutable_data();
+            without_gil([&] {
+              e.forward(ids.data(), static_cast<int>(ids.size()), cache, dst, all_logits);
+              return 0;
+            });
+            return out;
+          },
+          py::arg("tokens"), py::arg("cache"), py::arg("all_logits"),
+          "Run tokens through the model, appending them to the cache; logits (rows, vocab).")
+      .def(
+          "decode_batch",
+          [](const Transformer& e, const std::vector<int32_t>& tokens, const std::vector<KVCache*>& caches) {
+            if (tokens.size() != caches.size())
+              throw std::invalid_argument("decode_batch: " + std::to_string(tokens.size()) + " tokens for " +
+                                          std::to_string(caches.size()) + " caches");
+            std::vector<std::unique_ptr<KVCache::Use>> uses;
+            for (size_t i = 0; i < caches.size(); ++i) {
+              for (size_t j = 0; j < i; ++j)
+                if (caches[j] == caches[i]) throw std::invalid_argument("decode_batch: a cache appears twice");
+              uses.push_back(std::make_unique<KVCache::Use>(*caches[i]));
+            }
+            Transformer::Activity busy(e);
+            py::array_t<float> out({static_cast<py::ssize_t>(tokens.size()),
+                                    static_cast<py::ssize_t>(e.config().vocab_size)});
+            float* dst = out.mutable_data();
+            without_gil([&] {
+              e.decode_batch(tokens.data(), static_cast<int>(tokens.size()), caches.data(), dst);
+              return 0;
+            });
+            return out;
+          },
+          py::arg("tokens"), py::arg("caches"))
+      .def(
+          "beam_search",
+          [](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& prompt,
+             Chain& processors, KVCache& cache, int num_beams, int max_new_tokens, double length_penalty,
+             int early_stopping, int num_return_sequences, const std::vector<int32_t>& eos_ids, bool do_sample,
+             uint64_t seed, bool trace) {
+            std::vector<int32_t> ids = to_ids(prompt);
+            KVCache::Use use(cache);
+            Transformer::Activity busy(e);
+            e.check_tokens(ids.data(), static_cast<int>(ids.size()), cache);
+            BeamOptions o;
+            o.num_beams = num_beams;
+            o.max_new_tokens = max_new_tokens;
+            o.length_penalty = length_penalty;
+            o.early_stopping = early_stopping;
+            o.num_return_sequences = num_return_sequences;
+            o.eos_ids = eos_ids;
+            o.do_sample = do_sample;
+            o.seed = seed;
+            o.trace = trace;
+            const auto poll = signal_poll();
+            return beam_result_dict(without_gil([&] { return beam_search(e, cache, ids, processors, o, poll); }));
+          },
+          py::arg("prompt"), py::arg("processors"), py::arg("cache"), py::arg("num_beams"), py::arg("max_new_tokens"),
+          py::arg("length_penalty"), py::arg("early_stopping"), py::arg("num_return_sequences"), py::arg("eos_ids"),
+          py::arg("do_sample"), py::arg("seed"), py::arg("trace"))
+      .def(
+          "generate",
+          [](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& prompt,
+             Chain& chain, int max_new_tokens, const std::vector<int32_t>& eos_ids, KVCache& cache, uint64_t sequence,
+             int logprobs, bool logprobs_processed, int trace, int trace_top) {
+            std::vector<int32_t> ids = to_ids(prompt);
+            KVCache::Use use(cache);
+            Transformer::Activity busy(e);
+            e.check_tokens(ids.data(), static_cast<int>(ids.size()), cache);
+            const DecodeOptions o =
+                decode_options(max_new_tokens, eos_ids, sequence, logprobs, logprobs_processed, trace, trace_top);
+            const auto poll = signal_poll();
+            return generate_result_dict(without_gil([&] { return generate(e, cache, ids, chain, o, poll); }));
+          },
+          py::arg("prompt"), py::arg("chain"), py::arg("max_new_tokens"), py::arg("eos_ids"), py::arg("cache"),
+          py::arg("sequence") = 0, py::arg("logprobs") = -1, py::arg("logprobs_processed") = false,
+          py::arg("trace") = 0, py::arg("trace_top") = 20);
+}
+
+}  // namespace decodelab
