@@ -7,7 +7,9 @@
 from ._native import _core
 from .config import ModelConfig
 from . import samplers
-from .model import Generation, Model, TokenLogprob, load
+from .model import Model  # before loading, which builds a Model
+from .loading import load
+from .results import GeneratedSequence, Generation, TokenLogprob
 from .trace import StageSummary, StepTrace, Trace
 from .tokenizer import HFTokenizer, Llama2cTokenizer, Tokenizer
 
@@ -15,6 +17,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Generation",
+    "GeneratedSequence",
     "StageSummary",
     "StepTrace",
     "TokenLogprob",

@@ -12,7 +12,7 @@ class CliError(Exception):
 
 
 def _generate(args) -> int:
-    from .model import load
+    from .loading import load
 
     model_path = args.model or args.model_pos
     if model_path is None:

@@ -1,105 +1,20 @@
-"""The user-facing model: load(), Model.forward / prefill / decode / generate, Generation."""
+"""The Model facade: a loaded model's forward / prefill / decode / generate / stream calls."""
 from __future__ import annotations
 
-import dataclasses
-import math
-import os
-import struct
 import time
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
-from . import formats, options, samplers
+from . import options, samplers
 from ._native import _core
-from .config import ModelConfig, from_hf_dict
-from .tokenizer import Tokenizer, find_tokenizer, load_tokenizer
 from .beam import BeamTree
+from .config import ModelConfig
+from .results import GeneratedSequence, Generation, TokenLogprob
+from .tokenizer import Tokenizer
 from .trace import Trace
 
 Prompt = Union[str, Sequence[int]]
-
-
-@dataclasses.dataclass
-class TokenLogprob:
-    """A generated token's log-probability and the most likely alternatives at that step."""
-
-    token: int
-    logprob: float
-    top: List[Tuple[int, float]]  # (token id, logprob), best first
-
-
-@dataclasses.dataclass
-class GeneratedSequence:
-    """One of several returned sequences (beams, or n samples)."""
-
-    token_ids: List[int]
-    text: str
-    score: float          # beams: sum_logprobs / length ** length_penalty; samples: sum of raw logprobs
-    finish_reason: str
-
-
-@dataclasses.dataclass
-class Generation:
-    """The result of one ``generate`` call."""
-
-    text: str                      # generated text, without the prompt
-    token_ids: List[int]           # generated ids, the stopping EOS included
-    finish_reason: str             # "stop" (an EOS id) or "length" (max_new_tokens)
-    prompt_token_ids: List[int]
-    prefill_seconds: float
-    decode_seconds: float
-    reused_prompt_tokens: int = 0  # prompt tokens found in the cache passed in, not prefilled again
-    seed: Optional[int] = None     # the seed of the random stream (reproduces a sampled run)
-    sampler: str = ""              # the chain that chose the tokens
-    logprobs: Optional[List["TokenLogprob"]] = None
-    trace: Optional[Trace] = None
-    first_token_seconds: float = 0.0  # prefill + choosing the first token
-    sequences: List["GeneratedSequence"] = dataclasses.field(default_factory=list)  # best first
-    beam_tree: Optional[BeamTree] = None
-    stop_reason: Union[None, int, str] = None  # the EOS id or stop string that ended the text
-    peak_cache_bytes: Optional[int] = None     # beam search: K/V blocks in use at the peak
-
-    @property
-    def time_to_first_token(self) -> float:
-        return self.first_token_seconds
-
-    @property
-    def time_per_output_token(self) -> float:
-        steps = len(self.token_ids) - 1
-        return self.decode_seconds / steps if steps > 0 else float("nan")
-
-    @property
-    def prompt_tokens(self) -> int:
-        return len(self.prompt_token_ids)
-
-    @property
-    def generated_tokens(self) -> int:
-        return len(self.token_ids)
-
-    @property
-    def decode_tokens_per_second(self) -> float:
-        steps = max(len(self.token_ids) - 1, 0)
-        return steps / self.decode_seconds if self.decode_seconds > 0 else float("nan")
-
-    @property
-    def prefill_tokens_per_second(self) -> float:
-        n = self.prompt_tokens - self.reused_prompt_tokens
-        return n / self.prefill_seconds if self.prefill_seconds > 0 else float("nan")
-
-    @property
-    def timings(self) -> dict:
-        return {"prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated_tokens,
-                "time_to_first_token": self.time_to_first_token, "time_per_output_token": self.time_per_output_token,
-                "prefill_tokens_per_second": self.prefill_tokens_per_second,
-                "decode_tokens_per_second": self.decode_tokens_per_second}
-
-
-def _default_threads() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
 
 
 class Model:
@@ -571,110 +486,6 @@ _RUN_KEYS = {"max_new_tokens", "seed", "sampler", "order", "preset", "eos_token_
              "num_return_sequences", "logprobs", "logprobs_mode", "trace"}
 
 
-# Exceptions a malformed file can raise inside the readers; load() reports them as ValueError.
-_MALFORMED = (TypeError, AttributeError, KeyError, IndexError, OverflowError, RecursionError, UnicodeError,
-              struct.error, MemoryError)
+from .loading import load  # noqa: E402  (load() builds a Model; kept importable from here)
 
-
-def _read_model_files(path: str):
-    """(config, weight files, tensor table, folder to look for a tokenizer in) of a model path."""
-    if os.path.isdir(path):
-        cfg_path = os.path.join(path, "config.json")
-        if not os.path.exists(cfg_path):
-            raise FileNotFoundError(f"{path} has no config.json")
-        raw = formats.load_json(cfg_path)
-        gen_path = os.path.join(path, "generation_config.json")
-        if os.path.exists(gen_path):
-            gen = formats.load_json(gen_path)
-            if gen.get("eos_token_id") is not None:
-                raw = dict(raw, eos_token_id=gen["eos_token_id"])
-        config = from_hf_dict(raw)
-        files, tensors = formats.read_hf_weights(path, config)
-        return config, files, tensors, path
-    config, tensors = formats.read_llama2c(path)
-    return config, [path], tensors, os.path.dirname(os.path.abspath(path))
-
-
-def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Optional[int] = None,
-         tokenizer: Union[None, str, os.PathLike, Tokenizer] = None, zero_copy: bool = False,
-         kv_block_size: int = _core.default_kv_block_size, bf16_matmul: bool = True) -> Model:
-    """Load a Hugging Face folder (config.json + safetensors) or a llama2.c ``.bin`` checkpoint.
-
-    Weights are memory-mapped; fp32, bf16 and f16 stored weights load. ``dtype`` is the precision
-    the linear layers and the output head are kept and read in: "float32" (exact), "bfloat16"
-    (half the bytes per decode step), "int8" (weight-only, one scale per output channel; a
-    quarter of the bytes), or "w8a8" (the int8 weights, and each linear layer's input rounded to
-    7-bit integers, a scale per 256 values, error at most 1/126 of the block's largest value:
-    faster prompts at a measured cost in accuracy; see benchmarks/bench_speed.py and
-    benchmarks/bench_accuracy.py). Activations, norms, attention and accumulation stay fp32, except
-    that int8 layers round their input to 16-bit fixed point (a scale per 256 values; error at most
-    1/65534 of the block's largest value) to sum the products exactly in int32, and bfloat16
-    and int8 prompts on a CPU with native bf16 products round theirs to bf16 (``bf16_matmul``).
-    w8a8, and int8 with ``bf16_matmul=False``, run one linear kernel at every number of tokens: a
-    row's product is the same bit for bit whether it was decoded alone, in a batch, or in a
-    prompt.
-    ``threads``: None (the default) uses every core this process may run on, less those other
-    programs keep busy at the time (looked at every 20 ms: a step spread over a core that another
-    program also wants waits for it at every parallel region; ``benchmarks/bench_busy.py``); a
-    number fixes the count.
-    ``tokenizer`` overrides the tokenizer found beside the weights (a path or a Tokenizer).
-    ``zero_copy``: with fp32, the linear layers and the head are by default copied once from the
-    file mapping into memory in huge pages, where a decode step reads them 10-20 % faster here
-    (bf16 and int8 are converted copies anyway); True reads them from the mapping itself instead
-    (no copy at load, pages shared with other processes that map the same file). Either way the
-    result is the same bit for bit.
-    ``kv_block_size``: tokens per KV-cache block (1 to 4096). A decode step reads each block's keys
-    and values of a layer and head as one contiguous piece; with 64 (the default) decode attention
-    at context 960 took 9-29 % less time here than with vLLM's 16. Smaller blocks waste less memory
-    per sequence (at most kv_block_size - 1 positions) and copy less when a fork first writes to a
-    shared block. The logits are the same bit for bit for every multiple of 4, and within float
-    rounding for other sizes.
-    ``bf16_matmul`` (bfloat16 and int8, on a CPU with native bf16 products: AVX512_BF16,
-    ``decodelab._core.bf16_matmul_native()``): a linear layer over 80 or more rows at once (long
-    prompts, very large batches) rounds its input to bf16 and runs oneDNN's bf16 matmul, products
-    of bf16 pairs summed in fp32, as transformers and llama.cpp do at this precision (AMX tiles
-    where the CPU has them): 2-4 times the speed of the fp32 matmul on the weights widened, at a
-    measured cost (benchmarks/bench_accuracy.py). int8 layers run it on their int8 values, which
-    bf16 holds exactly, with the scales applied to the sums: 1.7x the speed of their own kernel on
-    512-token prompts. Fewer rows, decode steps among them, keep their usual inputs. False keeps
-    those for every row count too: fp32 arithmetic on the bf16-rounded weights, or the int8
-    kernel's 16-bit inputs. On a CPU without native bf16 the option changes nothing (oneDNN would
-    emulate the products, at a fifth of the fp32 matmul's speed), and ``Model.bf16_matmul`` is
-    False.
-    """
-    path = os.fspath(path)
-    dtype = {"fp32": "float32", "bf16": "bfloat16"}.get(dtype, dtype)
-    if dtype not in ("float32", "bfloat16", "int8", "w8a8"):
-        raise ValueError(f"dtype must be 'float32', 'bfloat16', 'int8' or 'w8a8', got {dtype!r}")
-    n_threads = _default_threads() if threads is None else options.integer("threads", threads, 1, 1024)
-    if isinstance(kv_block_size, bool) or not isinstance(kv_block_size, (int, np.integer)):
-        raise TypeError(f"kv_block_size must be an int, got {kv_block_size!r}")
-    if not 1 <= kv_block_size <= _core.max_kv_block_size:
-        raise ValueError(f"kv_block_size must be in [1, {_core.max_kv_block_size}], got {kv_block_size}")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"model path {path} does not exist")
-    if not isinstance(zero_copy, bool):
-        raise TypeError(f"zero_copy must be True or False, got {zero_copy!r}")
-    if not isinstance(bf16_matmul, bool):
-        raise TypeError(f"bf16_matmul must be True or False, got {bf16_matmul!r}")
-    try:
-        config, files, tensors, tok_dir = _read_model_files(path)
-        core_config = config.to_core()
-    except _MALFORMED as e:
-        # The readers check what they expect; anything else a mutated file can provoke (a JSON value
-        # of the wrong type, nesting past the recursion limit, bytes that are not UTF-8) is the
-        # file's fault too.
-        raise ValueError(f"{path}: malformed model files ({type(e).__name__}: {e})") from None
-    engine = _core.Engine(core_config, files, tensors, n_threads, dtype, zero_copy, int(kv_block_size),
-                          bf16_matmul)
-    engine.auto_threads = threads is None
-    try:
-        if tokenizer is None:
-            tok = find_tokenizer(tok_dir, config.vocab_size)
-        elif isinstance(tokenizer, Tokenizer):
-            tok = tokenizer
-        else:
-            tok = load_tokenizer(os.fspath(tokenizer), config.vocab_size)
-    except _MALFORMED as e:
-        raise ValueError(f"malformed tokenizer beside {path} ({type(e).__name__}: {e})") from None
-    return Model(engine, config, tok, path)
+__all__ = ["Model", "Generation", "GeneratedSequence", "TokenLogprob", "load"]

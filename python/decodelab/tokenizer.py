@@ -6,7 +6,7 @@ import heapq
 import os
 import re
 import struct
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 
 def _text(text) -> str:
