@@ -17,9 +17,6 @@
 namespace decodelab {
 
 namespace {
-void require(bool ok, const std::string& what) {
-  if (!ok) throw std::invalid_argument("invalid model config: " + what);
-}
 std::string L(int i) { return std::to_string(i); }
 
 // Offsets of consecutive blocks of the given byte sizes, each starting on a 64-byte boundary; the
@@ -49,23 +46,6 @@ std::vector<Linear*> Transformer::layer_linears() {
   return all;
 }
 
-void ModelConfig::validate() const {
-  require(arch == "llama" || arch == "gpt2", "arch must be 'llama' or 'gpt2', got '" + arch + "'");
-  require(n_layers >= 1 && n_layers <= 1024, "n_layers must be in [1, 1024], got " + L(n_layers));
-  require(dim >= 1 && dim <= 65536, "hidden size must be in [1, 65536], got " + L(dim));
-  require(n_heads >= 1 && n_heads <= 1024, "n_heads must be in [1, 1024], got " + L(n_heads));
-  require(n_kv_heads >= 1 && n_kv_heads <= n_heads && n_heads % n_kv_heads == 0,
-          "n_kv_heads must divide n_heads = " + L(n_heads) + ", got " + L(n_kv_heads));
-  require(head_dim >= 2 && head_dim <= 1024 && head_dim % 2 == 0,
-          "head_dim must be even and in [2, 1024], got " + L(head_dim));
-  require(hidden_dim >= 1 && hidden_dim <= 1 << 20, "intermediate size must be in [1, 2^20], got " + L(hidden_dim));
-  require(vocab_size >= 1 && vocab_size <= 1 << 24, "vocab_size must be in [1, 2^24], got " + L(vocab_size));
-  require(max_position >= 1 && max_position <= 1 << 22,
-          "max_position_embeddings must be in [1, 2^22], got " + L(max_position));
-  require(norm_eps > 0.0f && norm_eps < 1.0f, "norm epsilon must be in (0, 1), got " + std::to_string(norm_eps));
-  require(rope_theta > 0.0, "rope_theta must be > 0, got " + std::to_string(rope_theta));
-  if (is_gpt2()) require(n_kv_heads == n_heads && n_heads * head_dim == dim, "GPT-2 needs n_heads * head_dim == hidden size");
-}
 
 Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> weights, int n_threads,
                          WeightType weight_type, bool zero_copy, int block_size, bool bf16_matmul)

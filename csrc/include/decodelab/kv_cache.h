@@ -116,14 +116,6 @@ class BlockPool {
   std::vector<int> free_;
 };
 
-// Scratch for a forward pass over up to `rows` tokens; grows, never shrinks, so decoding
-// allocates nothing per token once warm.
-struct Workspace {
-  int rows = 0;
-  FloatBuffer x, h, q, k, v, qkv, att, ff_a, ff_b, scores, gather;
-  void reserve(const ModelConfig& cfg, int T, int n_ctx, int n_threads);
-};
-
 class KVCache {
  public:
   // Exclusive use of a cache by one call at a time: a second thread that reaches for a cache

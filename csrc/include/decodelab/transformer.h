@@ -12,6 +12,7 @@
 #include "decodelab/kernels.h"
 #include "decodelab/kv_cache.h"
 #include "decodelab/weights.h"
+#include "decodelab/workspace.h"
 
 namespace decodelab {
 
