@@ -43,7 +43,7 @@ class Transformer {
   // Throws while an Activity is alive (a call running on another thread).
   void set_n_threads(int n);
   // auto_threads: each forward pass runs on n_threads less the cores other programs keep busy
-  // (at least 1), checked every kThreadCheckNs. Spread over two cores, a step waits at every
+  // (at least 1), checked every kThreadCheckNs or more. Spread over two cores, a step waits at every
   // parallel region for a thread that shares its core with another program; on one free core it
   // runs undisturbed.
   void set_auto_threads(bool on) { auto_threads_.store(on); }
@@ -122,7 +122,7 @@ class Transformer {
   std::shared_ptr<WeightStore> weights_;
   std::atomic<int> n_threads_;
   std::atomic<bool> auto_threads_{false};
-  mutable std::atomic<int64_t> threads_checked_ns_{0};
+  mutable std::atomic<int64_t> next_thread_check_ns_{0};
   mutable std::atomic<int> auto_n_{0};         // auto_threads' current choice (0: none yet)
   mutable std::atomic<bool> drop_pending_{false};
   mutable std::atomic<int> active_{0};
