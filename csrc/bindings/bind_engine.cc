@@ -128,6 +128,8 @@ void register_engine(py::module_& m) {
           },
           py::arg("capacity"), py::arg("dtype") = "float32", py::arg("grow") = false)
       .def_property_readonly("block_size", &Transformer::block_size, "Tokens per KV-cache block.")
+      .def("check_context_window", &check_context_window, py::arg("prompt_tokens"), py::arg("max_new_tokens"),
+           "ValueError unless a prompt of prompt_tokens and max_new_tokens new tokens fit the context window.")
       .def(
           "pool_stats",
           [](const Transformer& e) {

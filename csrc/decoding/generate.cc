@@ -50,6 +50,15 @@ void stage_stats(const float* before, const float* after, int n, int top, StageS
   for (size_t j = 0; j < out.top_ids.size(); ++j) out.top_probs[j] = pa[out.top_ids[j]];
 }
 
+void check_context_window(const Transformer& model, int64_t prompt_tokens, int64_t max_new_tokens) {
+  const int64_t ctx = model.config().max_position;
+  if (prompt_tokens + max_new_tokens - 1 > ctx)
+    throw std::invalid_argument("prompt of " + std::to_string(prompt_tokens) + " tokens + max_new_tokens=" +
+                                std::to_string(max_new_tokens) + " exceeds the context window of " +
+                                std::to_string(ctx) + " tokens (at most " +
+                                std::to_string(std::max<int64_t>(ctx - prompt_tokens + 1, 0)) + " new tokens fit)");
+}
+
 Decoder::Decoder(const Transformer& model, KVCache& cache, std::vector<int32_t> prompt, Chain& chain,
                  const DecodeOptions& opts)
     : model_(model), cache_(cache), prompt_(std::move(prompt)), chain_(chain), opts_(opts) {
@@ -57,12 +66,8 @@ Decoder::Decoder(const Transformer& model, KVCache& cache, std::vector<int32_t> 
     throw std::invalid_argument("max_new_tokens must be >= 0, got " + std::to_string(opts_.max_new_tokens));
   if (!chain_.selects())
     throw std::invalid_argument("the sampler chain must end with a selector (Greedy, Dist or Mirostat)");
-  const int64_t total = static_cast<int64_t>(cache_.length()) + static_cast<int64_t>(prompt_.size()) +
-                        opts_.max_new_tokens;
-  if (total - 1 > model_.config().max_position)
-    throw std::invalid_argument(std::to_string(cache_.length() + prompt_.size()) + " prompt tokens + max_new_tokens " +
-                                std::to_string(opts_.max_new_tokens) + " exceed the context window of " +
-                                std::to_string(model_.config().max_position) + " positions");
+  check_context_window(model_, static_cast<int64_t>(cache_.length()) + static_cast<int64_t>(prompt_.size()),
+                       opts_.max_new_tokens);
   model_.check_tokens(prompt_.data(), static_cast<int>(prompt_.size()), cache_);
   r_.finish_reason = "length";
 }
@@ -202,13 +207,8 @@ BeamResult beam_search(const Transformer& model, KVCache& prompt_cache, const st
   if (o.max_new_tokens < 1) throw std::invalid_argument("beam search needs max_new_tokens >= 1");
   if (processors.selects())
     throw std::invalid_argument("beam search takes processors only; the beams choose the tokens");
-  const int64_t total = static_cast<int64_t>(prompt_cache.length()) + static_cast<int64_t>(prompt.size()) +
-                        o.max_new_tokens;
-  if (total - 1 > model.config().max_position)
-    throw std::invalid_argument(std::to_string(prompt_cache.length() + prompt.size()) +
-                                " prompt tokens + max_new_tokens " + std::to_string(o.max_new_tokens) +
-                                " exceed the context window of " + std::to_string(model.config().max_position) +
-                                " positions");
+  check_context_window(model, static_cast<int64_t>(prompt_cache.length()) + static_cast<int64_t>(prompt.size()),
+                       o.max_new_tokens);
   // Candidates kept per step: (1 + EOS ids, at least 2) x beams, in 64 bits (many EOS ids times
   // many beams overflows an int), and never more than there are (beam, token) pairs.
   const int64_t n_eos = static_cast<int64_t>(o.eos_ids.size());

@@ -298,10 +298,8 @@ class Model:
 
     def _prepare_cache(self, ids: List[int], cache, max_new_tokens: int):
         """The cache to decode into and how many prompt tokens it already holds."""
+        self._engine.check_context_window(len(ids), max_new_tokens)
         ctx = self.config.max_position_embeddings
-        if len(ids) + max_new_tokens - 1 > ctx:
-            raise ValueError(f"prompt of {len(ids)} tokens + max_new_tokens={max_new_tokens} exceeds the "
-                             f"context window of {ctx} tokens (at most {ctx - len(ids) + 1} new tokens fit)")
         need = len(ids) + max_new_tokens - 1
         if cache is None:
             return self._engine.new_cache(max(1, min(ctx, need)), "float32", False), 0

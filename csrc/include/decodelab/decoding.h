@@ -58,6 +58,11 @@ struct GenerateResult {
   std::vector<StepTrace> trace;
 };
 
+// The one rule for a generation's length: the prompt (tokens already cached included) and every
+// new token but the last, which is never run through the model, fit the context window. Throws
+// std::invalid_argument saying how many new tokens would fit.
+void check_context_window(const Transformer& model, int64_t prompt_tokens, int64_t max_new_tokens);
+
 // One sequence decoded a token at a time: the first step() prefills `prompt` (the tokens not yet
 // in `cache`), each step() returns the next token, or -1 once finished. `chain` must end in a
 // selector (Greedy, Dist, Mirostat). generate() runs the loop in C++; a Python stream drives
