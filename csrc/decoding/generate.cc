@@ -9,7 +9,6 @@
 namespace decodelab {
 
 namespace {
-bool is_removed(float x) { return std::isnan(x) || x == -std::numeric_limits<float>::infinity(); }
 
 void top_of(const std::vector<float>& p, int top, std::vector<int32_t>& ids) {
   const int n = static_cast<int>(p.size());

@@ -24,8 +24,6 @@ uint64_t mix64(uint64_t z) {  // SplitMix64 finaliser
   return z ^ (z >> 31);
 }
 
-bool removed(float x) { return std::isnan(x) || x == kNegInf; }
-
 }  // namespace
 
 // The largest value, NaN ignored (-inf when there is none). In vectors: one running maximum of
@@ -171,7 +169,7 @@ class TopK : public Base<TopK> {
     }
 #endif
     for (; i < n; ++i)
-      if (!removed(l[i])) {
+      if (!is_removed(l[i])) {
         ++count;
         if (l[i] >= bar) buf_[m++] = l[i];
       }

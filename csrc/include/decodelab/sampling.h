@@ -6,13 +6,18 @@
 // probability mass (shared equally); a filter always keeps at least the most likely token.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 namespace decodelab {
+
+// The convention above: a token is out of the running when its logit is NaN or -inf.
+inline bool is_removed(float x) { return std::isnan(x) || x == -std::numeric_limits<float>::infinity(); }
 
 struct SampleContext {
   const int32_t* tokens = nullptr;  // prompt followed by the tokens generated so far
