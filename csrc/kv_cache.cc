@@ -6,6 +6,12 @@
 
 namespace decodelab {
 
+void BlockPool::check_block_size(int block_size) {
+  if (block_size < 1 || block_size > kMaxBlockSize)
+    throw std::invalid_argument("kv_block_size must be in [1, " + std::to_string(kMaxBlockSize) + "], got " +
+                                std::to_string(block_size));
+}
+
 BlockPool::BlockPool(const ModelConfig& cfg, const void* owner, KVDType dtype, int block_size)
     : owner_(owner),
       dtype_(dtype),
@@ -13,8 +19,7 @@ BlockPool::BlockPool(const ModelConfig& cfg, const void* owner, KVDType dtype, i
       n_layers_(cfg.n_layers),
       n_kv_heads_(cfg.n_kv_heads),
       head_dim_(cfg.head_dim) {
-  if (block_size < 1 || block_size > 4096)
-    throw std::invalid_argument("block_size must be in [1, 4096], got " + std::to_string(block_size));
+  check_block_size(block_size);
   block_elems_ = static_cast<size_t>(n_layers_) * 2 * n_kv_heads_ * block_size_ * head_dim_;
 }
 

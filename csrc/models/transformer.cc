@@ -56,9 +56,7 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
       block_size_(block_size),
       bf16_matmul_(bf16_matmul) {
   cfg_.validate();
-  if (block_size < 1 || block_size > kMaxBlockSize)
-    throw std::invalid_argument("kv_block_size must be in [1, " + std::to_string(kMaxBlockSize) + "], got " +
-                                std::to_string(block_size));
+  BlockPool::check_block_size(block_size);
   set_n_threads(n_threads);
   omp_set_num_threads(n_threads_);  // for the conversions and trial runs below
   auto& W = *weights_;

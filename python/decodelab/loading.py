@@ -99,7 +99,8 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
     n_threads = _default_threads() if threads is None else options.integer("threads", threads, 1, 1024)
     if isinstance(kv_block_size, bool) or not isinstance(kv_block_size, (int, np.integer)):
         raise TypeError(f"kv_block_size must be an int, got {kv_block_size!r}")
-    if not 1 <= kv_block_size <= _core.max_kv_block_size:
+    kv_block_size = int(kv_block_size)
+    if not -2**31 <= kv_block_size < 2**31:  # its range is the engine's rule (BlockPool); this only fits it in C++
         raise ValueError(f"kv_block_size must be in [1, {_core.max_kv_block_size}], got {kv_block_size}")
     if not os.path.exists(path):
         raise FileNotFoundError(f"model path {path} does not exist")

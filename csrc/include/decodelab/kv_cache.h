@@ -31,6 +31,10 @@ enum class KVDType { F32, BF16, I8 };
 
 class BlockPool {
  public:
+  // Tokens per block: the one rule for kv_block_size, checked by the model at load and here.
+  static constexpr int kMaxBlockSize = 4096;
+  static void check_block_size(int block_size);
+
   BlockPool(const ModelConfig& cfg, const void* owner, KVDType dtype, int block_size);
   ~BlockPool();
   BlockPool(const BlockPool&) = delete;

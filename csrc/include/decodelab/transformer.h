@@ -88,7 +88,7 @@ class Transformer {
   // most 63 positions of unused cache per sequence, and a fork copies up to 63 rows on its first
   // write.
   static constexpr int kDefaultBlockSize = 64;
-  static constexpr int kMaxBlockSize = 4096;
+  static constexpr int kMaxBlockSize = BlockPool::kMaxBlockSize;
   int block_size() const { return block_size_; }
   // Rows of activations the model's first scratch is sized (and touched) for at load: a prompt up
   // to this long runs on memory that is already mapped, so the first request pays no page faults
