@@ -52,8 +52,7 @@ int BlockPool::alloc() {
     std::memset(p, 0, block_bytes());
     if (n_blocks_ == INT32_MAX) throw std::length_error("the KV block pool holds 2^31 - 1 blocks already");
     id = n_blocks_;
-    const uint64_t i = static_cast<uint64_t>(id) / kSeg0 + 1;
-    const int s = 63 - __builtin_clzll(i);
+    const int s = segment_of(id);
     if (!segs_[s].load(std::memory_order_relaxed))
       segs_[s].store(new uint8_t*[static_cast<size_t>(kSeg0) << s](), std::memory_order_release);
     slot(id) = p;

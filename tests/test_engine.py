@@ -274,3 +274,20 @@ def test_concurrent_calls_on_separate_caches_match_serial_ones(checkpoint, dtype
     assert not errors
     for got, want in zip(results, serial):
         np.testing.assert_array_equal(got, want)
+
+
+def test_rope_past_the_table_matches_full_forward(tmp_path):
+    # RoPE rows past the first 8192 positions are computed per pass rather than tabled: cached
+    # decode steps across that edge must give the logits a full forward pass gives there.
+    from decodelab import testing
+
+    shape = dict(testing.SHAPES["llama-tiny"], max_position_embeddings=8300)
+    m = decodelab.load(testing.write_checkpoint(str(tmp_path / "long"), shape), threads=1)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, m.config.vocab_size, size=8200).tolist()
+    full = m.forward(ids)
+    cache = m.new_cache()
+    m.prefill(ids[:8188], cache)
+    steps = np.stack([m.decode(t, cache) for t in ids[8188:]])
+    np.testing.assert_allclose(steps, full[8188:], rtol=0, atol=1e-4)
+    assert not np.allclose(full[8195], full[8196])

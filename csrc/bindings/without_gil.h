@@ -8,6 +8,7 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <thread>
 
 namespace decodelab {
@@ -29,13 +30,9 @@ template <class F>
 auto without_gil(F&& f) -> decltype(f()) {
   PyThreadState* state = PyEval_SaveThread();
   std::exception_ptr error;
-  using R = decltype(f());
-  struct Slot {
-    R value;
-  };
-  std::unique_ptr<Slot> out;
+  std::optional<decltype(f())> out;
   try {
-    out.reset(new Slot{f()});
+    out.emplace(f());
   } catch (abi::__forced_unwind&) {
     throw;
   } catch (...) {
@@ -44,7 +41,7 @@ auto without_gil(F&& f) -> decltype(f()) {
   while (interpreter_finalizing()) std::this_thread::sleep_for(std::chrono::seconds(1));
   PyEval_RestoreThread(state);
   if (error) std::rethrow_exception(error);
-  return std::move(out->value);
+  return std::move(*out);
 }
 
 // The ident of Python's main thread, set when the module is imported.

@@ -250,18 +250,23 @@ void Transformer::set_n_threads(int n) {
   n_threads_.store(n);
 }
 
+namespace {
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 int Transformer::threads_now() const {
   const int n = n_threads_.load();
   if (!auto_threads_.load() || n == 1) return n;
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  const int64_t now = now_ns();
   int cur = auto_n_.load();
   if (cur < 1 || cur > n || now >= next_thread_check_ns_.load()) {
     const int others = other_runnable_tasks();
     // The check reads a /proc file per thread of this process: in a process with many threads it
     // waits longer between checks, so that checking stays under 0.5 % of the time.
-    const int64_t cost = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::steady_clock::now().time_since_epoch()).count() - now;
+    const int64_t cost = now_ns() - now;
     next_thread_check_ns_.store(now + std::max(kThreadCheckNs, 200 * cost));
     const int want = others < 0 ? n : std::max(1, n - others);
     if (cur < 1 || cur > n) cur = n;  // start with every thread
@@ -382,6 +387,28 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
   float* x = ws.x.data();
   float* h = ws.h.data();
 
+  // Each segment's RoPE rows, for every layer: the table's, or, past it, computed once here into
+  // the scratch (row first[s] + t holds position p0[s] + t).
+  std::vector<const float*> rope_cos(n_seg), rope_sin(n_seg);
+  if (cfg_.is_llama()) {
+    const size_t half = HD / 2;
+    for (int s = 0; s < n_seg; ++s) {
+      if (p0[s] + rows[s] <= rope_positions_) {
+        rope_cos[s] = rope_cos_.data() + static_cast<size_t>(p0[s]) * half;
+        rope_sin[s] = rope_sin_.data() + static_cast<size_t>(p0[s]) * half;
+        continue;
+      }
+      if (ws.rope_cos.size() < static_cast<size_t>(R) * half) {
+        ws.rope_cos.resize(static_cast<size_t>(R) * half);
+        ws.rope_sin.resize(ws.rope_cos.size());
+      }
+      float* c = ws.rope_cos.data() + static_cast<size_t>(first[s]) * half;
+      float* sn = ws.rope_sin.data() + static_cast<size_t>(first[s]) * half;
+      rope_rows(p0[s], rows[s], c, sn);
+      rope_cos[s] = c, rope_sin[s] = sn;
+    }
+  }
+
   for (int s = 0; s < n_seg; ++s)
     for (int t = 0; t < rows[s]; ++t) {
       const int r = first[s] + t;
@@ -419,18 +446,8 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
       float* ks = k + static_cast<size_t>(first[s]) * KVD;
       float* vs = v + static_cast<size_t>(first[s]) * KVD;
       if (cfg_.is_llama()) {
-        const float* cos_t = rope_cos_.data();
-        const float* sin_t = rope_sin_.data();
-        int p = p0[s];
-        std::vector<float> cos_rows, sin_rows;  // positions past the table
-        if (p + rows[s] > rope_positions_) {
-          cos_rows.resize(static_cast<size_t>(rows[s]) * (HD / 2));
-          sin_rows.resize(cos_rows.size());
-          rope_rows(p, rows[s], cos_rows.data(), sin_rows.data());
-          cos_t = cos_rows.data(), sin_t = sin_rows.data(), p = 0;
-        }
-        rope(qs, rows[s], NH, HD, p, cos_t, sin_t, cfg_.rope_interleaved);
-        rope(ks, rows[s], KVH, HD, p, cos_t, sin_t, cfg_.rope_interleaved);
+        rope(qs, rows[s], NH, HD, 0, rope_cos[s], rope_sin[s], cfg_.rope_interleaved);
+        rope(ks, rows[s], KVH, HD, 0, rope_cos[s], rope_sin[s], cfg_.rope_interleaved);
       }
       BlockPool& pool = caches[s]->pool();
       const int* table = caches[s]->block_table().data();

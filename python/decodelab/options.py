@@ -70,6 +70,11 @@ def _bounded(name: str, v, lo, hi, kind: str):
     return v
 
 
+def checked_seed(v) -> int:
+    """A random seed: an integer in [0, 2**64)."""
+    return integer("seed", v, 0, 2**64 - 1)
+
+
 def token_ids(name: str, ids, vocab_size: int) -> List[int]:
     """A sequence of token ids in [0, vocab_size): ints only, never text, bytes or floats."""
     if isinstance(ids, (str, bytes, bytearray, memoryview)) or ids is None:
@@ -148,10 +153,7 @@ def resolve(run: dict, sampling: dict, *, vocab_size: int, block_bytes: int, def
         if not isinstance(st, str) or not st:
             raise ValueError(f"stop strings must be non-empty str, got {st!r}")
     seed = run.get("seed")
-    if seed is None:
-        seed = int.from_bytes(os.urandom(8), "little") >> 1
-    else:
-        seed = integer("seed", seed, 0, 2**64 - 1)
+    seed = int.from_bytes(os.urandom(8), "little") >> 1 if seed is None else checked_seed(seed)
     eos_in = run.get("eos_token_id")
     eos = list(default_eos) if eos_in is None else eos_ids(eos_in, vocab_size)
     include_stop = run.get("include_stop_str_in_output", False)

@@ -67,8 +67,6 @@ def _where(context, n_prompt, step, sequence):
             _int("sequence", sequence, 0))
 
 
-def _seed(v) -> int:
-    return options.integer("seed", v, 0, 2**64 - 1)
 
 
 class Sampler:
@@ -321,7 +319,7 @@ class XTC(Sampler):
     def __init__(self, probability: float, threshold: float, seed: int = 0):
         self.probability = _float("xtc probability", probability)
         self.threshold = _float("xtc threshold", threshold)
-        self._core = _core.sampler_xtc(self.probability, self.threshold, _seed(seed))
+        self._core = _core.sampler_xtc(self.probability, self.threshold, options.checked_seed(seed))
 
 
 class RepetitionPenalty(Sampler):
@@ -486,7 +484,7 @@ class Mirostat(Sampler):
     def __init__(self, tau: float = 5.0, eta: float = 0.1, seed: int = 0):
         self.tau = _float("mirostat tau", tau)
         self.eta = _float("mirostat eta", eta)
-        self._core = _core.sampler_mirostat_v2(self.tau, self.eta, _seed(seed))
+        self._core = _core.sampler_mirostat_v2(self.tau, self.eta, options.checked_seed(seed))
 
 
 class Greedy(Sampler):
@@ -516,7 +514,7 @@ class Dist(Sampler):
     """
 
     def __init__(self, seed: int = 0):
-        self.seed = _seed(seed)
+        self.seed = options.checked_seed(seed)
         self._core = _core.sampler_dist(self.seed)
 
 

@@ -111,9 +111,9 @@ class BlockPool {
   static constexpr int kSeg0 = 1024, kSegments = 40;
   std::atomic<uint8_t**> segs_[kSegments] = {};
   int n_blocks_ = 0;  // ids handed out so far (under mu_)
+  static int segment_of(int id) { return 63 - __builtin_clzll(static_cast<uint64_t>(id) / kSeg0 + 1); }
   uint8_t*& slot(int id) const {
-    const uint64_t i = static_cast<uint64_t>(id) / kSeg0 + 1;
-    const int s = 63 - __builtin_clzll(i);
+    const int s = segment_of(id);
     return segs_[s].load(std::memory_order_acquire)[id - static_cast<int64_t>(kSeg0) * ((int64_t(1) << s) - 1)];
   }
   std::vector<int> refs_;

@@ -11,6 +11,7 @@ namespace decodelab {
 struct Workspace {
   int rows = 0;
   FloatBuffer x, h, q, k, v, qkv, att, ff_a, ff_b, scores, gather;
+  FloatBuffer rope_cos, rope_sin;  // RoPE rows of positions past the model's table, (rows, head_dim/2)
   void reserve(const ModelConfig& cfg, int T, int n_ctx, int n_threads);
 };
 
