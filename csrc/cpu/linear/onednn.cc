@@ -1,3 +1,4 @@
+// oneDNN matmuls for prompts: one cached primitive per weight shape, fp32 or bf16, scales inside.
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <map>
@@ -8,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "decodelab/kernels.h"
+#include "decodelab/linear.h"
 
 namespace decodelab {
 

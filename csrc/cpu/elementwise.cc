@@ -1,0 +1,50 @@
+// Elementwise activations and residual adds, on Eigen, in chunks spread over the threads.
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+
+#include "cpu/kernels.h"
+
+namespace decodelab {
+namespace DECODELAB_ISA {
+
+namespace {
+using ConstVec = Eigen::Map<const Eigen::VectorXf>;
+using Vec = Eigen::Map<Eigen::VectorXf>;
+}  // namespace
+
+// Elementwise activations through Eigen's vectorised tanh / exp, in chunks spread over threads.
+void gelu_tanh_inplace(float* x, size_t n) {
+  const float c = std::sqrt(2.0f / static_cast<float>(M_PI));
+  constexpr size_t kChunk = 16384;
+  const long n_chunks = static_cast<long>((n + kChunk - 1) / kChunk);
+  for_each_index(n_chunks, n_chunks > 1, [&](int64_t ch) {
+    const size_t lo = static_cast<size_t>(ch) * kChunk, len = std::min(kChunk, n - lo);
+    Eigen::Map<Eigen::ArrayXf> v(x + lo, static_cast<Eigen::Index>(len));
+    v = 0.5f * v * (1.0f + (c * (v + 0.044715f * v * v * v)).tanh());
+  });
+}
+
+void silu_mul(const float* gate, const float* up, float* out, size_t n) {
+  constexpr size_t kChunk = 16384;
+  const long n_chunks = static_cast<long>((n + kChunk - 1) / kChunk);
+  for_each_index(n_chunks, n_chunks > 1, [&](int64_t ch) {
+    const size_t lo = static_cast<size_t>(ch) * kChunk, len = std::min(kChunk, n - lo);
+    const auto L = static_cast<Eigen::Index>(len);
+    Eigen::Map<const Eigen::ArrayXf> g(gate + lo, L), u(up + lo, L);
+    Eigen::Map<Eigen::ArrayXf> o(out + lo, L);
+    o = g / (1.0f + (-g).exp()) * u;
+  });
+}
+
+void add_inplace(float* x, const float* y, size_t n) {
+  constexpr size_t kChunk = 16384;
+  const long n_chunks = static_cast<long>((n + kChunk - 1) / kChunk);
+  for_each_index(n_chunks, n_chunks > 2, [&](int64_t ch) {
+    const size_t lo = static_cast<size_t>(ch) * kChunk, len = std::min(kChunk, n - lo);
+    Vec(x + lo, static_cast<Eigen::Index>(len)) += ConstVec(y + lo, static_cast<Eigen::Index>(len));
+  });
+}
+
+}  // namespace DECODELAB_ISA
+}  // namespace decodelab

@@ -1,0 +1,61 @@
+// How reduced-precision weights lie in memory: bf16 groups of 4 rows and int8 panels of 16 rows,
+// and the blocks of 256 inputs over which activations are rounded for the integer kernels.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "cpu/isa.h"
+#include "decodelab/linear.h"
+
+namespace decodelab {
+namespace DECODELAB_ISA {
+
+// bf16 weights are stored in groups of 4 output rows (the rows a kernel call reads together): per
+// 16 input columns, the 4 rows' 16 values side by side (128 bytes), columns zero-padded to a
+// multiple of 16 and rows to a multiple of 4. A group is one contiguous stream instead of four rows
+// far apart, which the hardware prefetcher follows as it follows fp32 rows.
+// Element (o, i) is at (o / 4) * 4 * ld + (i / 16) * 64 + (o % 4) * 16 + i % 16, ld = bf16_ld(in).
+static inline int bf16_ld(int in) { return (in + 15) / 16 * 16; }
+static inline size_t bf16_group_elems(const Linear& L) { return static_cast<size_t>(4) * bf16_ld(L.in); }
+static inline const uint16_t* bf16_group(const Linear& L, int g) { return L.w_bf16 + g * bf16_group_elems(L); }
+
+// The R fp32 weight rows from group g (rows [4g, 4g + R), one or two groups): a short last group
+// repeats its last row, so the kernels always run R. Returns how many rows are real.
+template <int R = 4>
+static int group_rows(const Linear& L, int g, const float* w[R]) {
+  const int o0 = 4 * g, nr = std::min(R, L.out - o0);
+  for (int r = 0; r < R; ++r) w[r] = L.w + static_cast<size_t>(o0 + std::min(r, nr - 1)) * L.in;
+  return nr;
+}
+
+// Activations for int8 products (every row count) are rounded per block of kI8Block values: to
+// 16-bit fixed point (block max |x| / 32767) against int8 weights, whose rounding error is two
+// orders below the weights' own and whose products sum exactly in int32 with pmaddwd; or to 7-bit
+// integers against w8a8 weights (see kA8Offset).
+constexpr int kI8Block = 256;
+
+// int8 weights (with 16-bit or 8-bit activations) are stored in panels of kPanel output rows, laid
+// out for the integer products. The inputs go in steps of G = kI8Step (int8) or kA8Step (w8a8); per
+// step, the G bytes of each of the panel's 16 rows, 16 * G bytes in all. One step of 8 rows then
+// widens (int8) or loads (w8a8) into one vector, and the activation's G values, broadcast to every
+// lane, multiply all 8 rows at once (pmaddwd on 16-bit pairs; pmaddubsw then pmaddwd against ones
+// on byte quads). Each lane sums one output, so a result needs no horizontal sum, and a panel is
+// one contiguous stream. Inputs are padded with zero weights to whole steps, outputs to whole panels.
+constexpr int kPanel = 16;
+constexpr int kI8Step = 2;
+constexpr int kA8Step = 4;
+static inline int panel_count(int out) { return (out + kPanel - 1) / kPanel; }
+static inline int panel_steps(int in, int G) { return (in + G - 1) / G; }
+
+// w8a8 activations: x rounded per block to q in [-63, 63] (scale = block max |x| / 63) and stored
+// as u = q + 64 in [1, 127]. Seven bits, not eight, because AVX2 without VNNI multiplies bytes with
+// pmaddubsw, which adds each pair of u8 x s8 products into a saturating int16: 2 * 127 * 127 fits,
+// 2 * 255 * 127 does not. VNNI (vpdpbusd) would take 8 bits, but the format stays 7 so that a
+// checkpoint gives the same logits on AVX2 and AVX-512 machines. Each panel's block sums start at
+// -64 x the weights' block sums (Linear::wsums), which takes the offset back out.
+constexpr int kA8Offset = 64;
+
+}  // namespace DECODELAB_ISA
+}  // namespace decodelab

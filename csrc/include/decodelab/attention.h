@@ -1,0 +1,19 @@
+// Attention over a paged KV cache, and writing new keys and values into it.
+#pragma once
+
+#include "decodelab/kv_cache.h"
+
+namespace decodelab {
+
+// Causal attention for T queries at positions p0 .. p0+T-1 over one layer of a paged cache
+// that holds positions 0 .. p0+T-1. q (T, n_heads, head_dim); out (T, n_heads, head_dim);
+// scratch holds n_threads * n_heads * scratch_stride floats, scratch_stride >= p0 + T (a
+// multiple of 16 keeps each head's scores on a cache line); gather (used from 8 queries up)
+// holds 2 * n_kv_heads * aligned_stride(p0 + T) * head_dim floats.
+void attention_paged(const float* q, const BlockPool& pool, const int* block_table, int layer, int T, int p0,
+                     int n_heads, float* out, float* scratch, int scratch_stride, float* gather, int n_threads);
+
+// Write k, v (T, n_kv_heads, head_dim) into one layer of a paged cache at positions p0 .. p0+T-1.
+void store_kv(const float* k, const float* v, BlockPool& pool, const int* block_table, int layer, int T, int p0);
+
+}  // namespace decodelab
