@@ -75,6 +75,7 @@ static void dot_RxN(const float* const* w, const float* x, int in, int ldx, floa
   for (int r = 0; r < 4; ++r)
     for (int t = 0; t < NT; ++t) out[r][t] = hsum256(acc[r][t]);
 #else
+  (void)pf, (void)npf, (void)esize;
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < NT; ++t) out[r][t] = 0.0f;
 #endif

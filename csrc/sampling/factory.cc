@@ -1,0 +1,116 @@
+// The samplers' factory: the one place each argument's range is checked, with a message that names
+// the value and the limit; then each family's constructor.
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "sampling/internal.h"
+
+namespace decodelab {
+
+namespace {
+using sampling::num;
+void require(bool ok, const std::string& msg) {
+  if (!ok) throw std::invalid_argument(msg);
+}
+// Finite once rounded to float32, the precision every sampler computes in: 1e300 passes a double
+// check and becomes +inf in the logits.
+bool finite(double v) { return std::isfinite(v) && std::isfinite(static_cast<float>(v)); }
+// The smallest temperature and the range of repetition penalties whose scaling keeps logits of
+// real models (magnitudes up to about 1e4) finite in float32.
+constexpr double kMinTemperature = 1e-6, kMinRepetition = 1e-3, kMaxRepetition = 1e3;
+}  // namespace
+
+SamplerPtr make_temperature(double t) {
+  require(finite(t) && (t == 0.0 || t >= kMinTemperature),
+          "temperature must be 0 (greedy) or a finite number >= 1e-06 (smaller ones overflow float32 logits), got " +
+              num(t));
+  return sampling::new_temperature(t);
+}
+SamplerPtr make_top_k(int64_t k) {
+  require(k >= 0, "top_k must be >= 0 (0 disables it), got " + std::to_string(k));
+  return sampling::new_top_k(k);
+}
+SamplerPtr make_top_p(double p) {
+  require(finite(p) && p > 0.0 && p <= 1.0, "top_p must be in (0, 1], got " + num(p));
+  return sampling::new_top_p(p);
+}
+SamplerPtr make_min_p(double p) {
+  require(finite(p) && p >= 0.0 && p <= 1.0, "min_p must be in [0, 1], got " + num(p));
+  return sampling::new_min_p(p);
+}
+SamplerPtr make_typical_p(double p) {
+  require(finite(p) && p > 0.0 && p <= 1.0, "typical_p must be in (0, 1], got " + num(p));
+  return sampling::new_typical_p(p);
+}
+SamplerPtr make_epsilon_cutoff(double e) {
+  require(finite(e) && e >= 0.0 && e < 1.0, "epsilon must be in [0, 1), got " + num(e));
+  return sampling::new_cutoff(e, false);
+}
+SamplerPtr make_eta_cutoff(double e) {
+  require(finite(e) && e >= 0.0 && e < 1.0, "eta must be in [0, 1), got " + num(e));
+  return sampling::new_cutoff(e, true);
+}
+SamplerPtr make_top_n_sigma(double n) {
+  require(finite(n) && n >= 0.0, "top_n_sigma n must be a finite number >= 0 (0 disables it), got " + num(n));
+  return sampling::new_top_n_sigma(n);
+}
+SamplerPtr make_xtc(double probability, double threshold, uint64_t seed) {
+  require(finite(probability) && probability >= 0.0 && probability <= 1.0,
+          "xtc probability must be in [0, 1], got " + num(probability));
+  require(finite(threshold) && threshold >= 0.0 && threshold <= 1.0,
+          "xtc threshold must be in [0, 1], got " + num(threshold));
+  return sampling::new_xtc(probability, threshold, seed);
+}
+SamplerPtr make_repetition_penalty(double r, int64_t last_n) {
+  require(finite(r) && r >= kMinRepetition && r <= kMaxRepetition,
+          "repetition_penalty must be in [0.001, 1000] (further from 1 it overflows float32 logits), got " + num(r));
+  require(last_n >= 0, "repetition_penalty last_n must be >= 0 (0: the whole context), got " + std::to_string(last_n));
+  return sampling::new_repetition_penalty(r, last_n);
+}
+SamplerPtr make_presence_penalty(double v) {
+  require(finite(v) && v >= -2.0 && v <= 2.0, "presence_penalty must be in [-2, 2], got " + num(v));
+  return sampling::new_count_penalty(v, true);
+}
+SamplerPtr make_frequency_penalty(double v) {
+  require(finite(v) && v >= -2.0 && v <= 2.0, "frequency_penalty must be in [-2, 2], got " + num(v));
+  return sampling::new_count_penalty(v, false);
+}
+SamplerPtr make_no_repeat_ngram(int64_t n) {
+  require(n >= 0, "no_repeat_ngram_size must be >= 0 (0 disables it), got " + std::to_string(n));
+  return sampling::new_no_repeat_ngram(n);
+}
+SamplerPtr make_logit_bias(const std::unordered_map<int64_t, double>& bias) {
+  for (const auto& kv : bias) {
+    require(kv.first >= 0, "logit_bias token id must be >= 0, got " + std::to_string(kv.first));
+    require(finite(kv.second) || kv.second == -std::numeric_limits<double>::infinity(),
+            "logit_bias for token " + std::to_string(kv.first) + " must be finite in float32 or -inf, got " + num(kv.second));
+  }
+  return sampling::new_logit_bias(bias);
+}
+SamplerPtr make_suppress_tokens(const std::vector<int64_t>& ids) {
+  for (int64_t t : ids) require(t >= 0, "suppress_tokens token id must be >= 0, got " + std::to_string(t));
+  return sampling::new_suppress_tokens(ids);
+}
+SamplerPtr make_min_new_tokens(int64_t m, const std::vector<int64_t>& eos) {
+  require(m >= 0, "min_new_tokens must be >= 0, got " + std::to_string(m));
+  for (int64_t t : eos) require(t >= 0, "min_new_tokens EOS id must be >= 0, got " + std::to_string(t));
+  return sampling::new_min_new_tokens(m, eos);
+}
+SamplerPtr make_dry(double mult, double base, int64_t allowed, const std::vector<int64_t>& breakers, int64_t last_n) {
+  require(finite(mult) && mult >= 0.0, "dry multiplier must be a finite number >= 0, got " + num(mult));
+  require(finite(base) && base >= 1.0, "dry base must be a finite number >= 1, got " + num(base));
+  require(allowed >= 1, "dry allowed_length must be >= 1, got " + std::to_string(allowed));
+  require(last_n >= 0, "dry last_n must be >= 0 (0: the whole context), got " + std::to_string(last_n));
+  return sampling::new_dry(mult, base, allowed, breakers, last_n);
+}
+SamplerPtr make_mirostat_v2(double tau, double eta, uint64_t seed) {
+  require(finite(tau) && tau > 0.0, "mirostat tau must be a finite number > 0, got " + num(tau));
+  require(finite(eta) && eta > 0.0 && eta <= 1.0, "mirostat eta must be in (0, 1], got " + num(eta));
+  return sampling::new_mirostat_v2(tau, eta, seed);
+}
+SamplerPtr make_greedy() { return sampling::new_greedy(); }
+SamplerPtr make_dist(uint64_t seed) { return sampling::new_dist(seed); }
+
+}  // namespace decodelab

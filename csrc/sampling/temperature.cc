@@ -1,0 +1,43 @@
+// Temperature: logits divided by T; T = 0 keeps only the most likely token (greedy).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sampling/internal.h"
+
+namespace decodelab {
+namespace sampling {
+
+namespace {
+
+class Temperature : public Base<Temperature> {
+ public:
+  explicit Temperature(double t) : t_(t) {}
+  std::string name() const override { return "temperature(" + num(t_) + ")"; }
+  void apply(float* l, int n, const SampleContext&) override {
+    if (t_ == 0.0) {  // the limit T -> 0: all mass on the most likely token
+      const int top = argmax(l, n);
+      if (top >= 0) keep_only(l, n, top);
+      return;
+    }
+    const float inv = static_cast<float>(1.0 / t_);
+    for (int i = 0; i < n; ++i) l[i] *= inv;
+  }
+
+ private:
+  double t_;
+};
+
+}  // namespace
+
+SamplerPtr new_temperature(double t) { return std::make_shared<Temperature>(t); }
+
+}  // namespace sampling
+}  // namespace decodelab
