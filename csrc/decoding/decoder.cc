@@ -1,0 +1,149 @@
+// The decode loop of one sequence (Decoder, generate) and the rule for a generation's length.
+#include "decodelab/decoder.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace decodelab {
+
+void check_context_window(const Transformer& model, int64_t prompt_tokens, int64_t max_new_tokens) {
+  const int64_t ctx = model.config().max_position;
+  if (prompt_tokens + max_new_tokens - 1 > ctx)
+    throw std::invalid_argument("prompt of " + std::to_string(prompt_tokens) + " tokens + max_new_tokens=" +
+                                std::to_string(max_new_tokens) + " exceeds the context window of " +
+                                std::to_string(ctx) + " tokens (at most " +
+                                std::to_string(std::max<int64_t>(ctx - prompt_tokens + 1, 0)) + " new tokens fit)");
+}
+
+Decoder::Decoder(const Transformer& model, KVCache& cache, std::vector<int32_t> prompt, Chain& chain,
+                 const DecodeOptions& opts)
+    : model_(model), cache_(cache), prompt_(std::move(prompt)), chain_(chain), opts_(opts) {
+  if (opts_.max_new_tokens < 0)
+    throw std::invalid_argument("max_new_tokens must be >= 0, got " + std::to_string(opts_.max_new_tokens));
+  if (!chain_.selects())
+    throw std::invalid_argument("the sampler chain must end with a selector (Greedy, Dist or Mirostat)");
+  check_context_window(model_, static_cast<int64_t>(cache_.length()) + static_cast<int64_t>(prompt_.size()),
+                       opts_.max_new_tokens);
+  model_.check_tokens(prompt_.data(), static_cast<int>(prompt_.size()), cache_);
+  r_.finish_reason = "length";
+}
+
+int32_t Decoder::step() {
+  using clock = std::chrono::steady_clock;
+  if (finished_) return -1;
+  const int V = model_.config().vocab_size;
+  const auto t0 = clock::now();
+  if (!started_) {
+    started_ = true;
+    if (opts_.max_new_tokens == 0) {
+      finished_ = true;
+      return -1;
+    }
+    raw_.resize(V);
+    work_.resize(V);
+    before_.resize(V);
+    model_.forward(prompt_.data(), static_cast<int>(prompt_.size()), cache_, raw_.data(), false);
+    r_.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    history_ = cache_.token_ids();  // prompt (with any reused prefix), then output
+    history_.reserve(history_.size() + opts_.max_new_tokens);
+    ctx_.n_prompt = static_cast<int>(history_.size());
+    ctx_.sequence = opts_.sequence;
+    r_.token_ids.reserve(opts_.max_new_tokens);
+  } else if (pending_ >= 0) {
+    model_.forward(&pending_, 1, cache_, raw_.data(), false);
+    pending_ = -1;
+  }
+  const auto& stages = chain_.stages();
+  const int step = static_cast<int>(r_.token_ids.size());
+  ctx_.tokens = history_.data();
+  ctx_.n_tokens = static_cast<int>(history_.size());
+  ctx_.step = static_cast<uint64_t>(step);
+  std::copy(raw_.begin(), raw_.end(), work_.begin());
+  StepTrace st;
+  if (opts_.trace) {
+    StageStats s;
+    s.name = "raw";
+    stage_stats(raw_.data(), raw_.data(), V, opts_.trace_top, s, pb_, pa_);
+    if (opts_.trace == 2) s.logits = raw_;
+    st.stages.push_back(std::move(s));
+  }
+  // Every stage but the selector; `work_` then holds the processed distribution.
+  for (size_t i = 0; i + 1 < stages.size(); ++i) {
+    if (opts_.trace) std::copy(work_.begin(), work_.end(), before_.begin());
+    stages[i]->apply(work_.data(), V, ctx_);
+    if (opts_.trace) {
+      StageStats s;
+      s.name = stages[i]->name();
+      stage_stats(before_.data(), work_.data(), V, opts_.trace_top, s, pb_, pa_);
+      if (opts_.trace == 2) s.logits = work_;
+      st.stages.push_back(std::move(s));
+    }
+  }
+  const bool need_processed = opts_.trace || (opts_.logprobs >= 0 && opts_.logprobs_processed);
+  if (need_processed) {
+    pproc_.resize(V);
+    softmax(work_.data(), V, pproc_.data());
+  }
+  if (opts_.trace) std::copy(work_.begin(), work_.end(), before_.begin());
+  stages.back()->apply(work_.data(), V, ctx_);
+  const int32_t next = first_kept(work_.data(), V);
+  if (next < 0) throw std::invalid_argument("the sampler chain removed every token");
+  chain_.accept(next);
+
+  if (opts_.trace || opts_.logprobs >= 0) {
+    praw_.resize(V);
+    softmax(raw_.data(), V, praw_.data());
+  }
+  if (opts_.trace) {
+    StageStats s;
+    s.name = stages.back()->name();
+    stage_stats(before_.data(), work_.data(), V, opts_.trace_top, s, pb_, pa_);
+    if (opts_.trace == 2) s.logits = work_;
+    st.stages.push_back(std::move(s));
+    st.token = next;
+    st.rank_raw = rank_of(praw_, next);
+    st.logprob_raw = log_of(praw_[next]);
+    st.rank_processed = rank_of(pproc_, next);
+    st.logprob_processed = log_of(pproc_[next]);
+    r_.trace.push_back(std::move(st));
+  }
+  if (opts_.logprobs >= 0) {
+    const std::vector<float>& dist = opts_.logprobs_processed ? pproc_ : praw_;
+    r_.logprobs.push_back(log_of(dist[next]));
+    std::vector<int32_t> ids;
+    top_of(dist, opts_.logprobs, ids);
+    std::vector<float> lps(ids.size());
+    for (size_t j = 0; j < ids.size(); ++j) lps[j] = log_of(dist[ids[j]]);
+    r_.top_ids.push_back(std::move(ids));
+    r_.top_logprobs.push_back(std::move(lps));
+  }
+  r_.token_ids.push_back(next);
+  history_.push_back(next);
+  if (std::find(opts_.eos_ids.begin(), opts_.eos_ids.end(), next) != opts_.eos_ids.end()) {
+    r_.finish_reason = "stop";
+    finished_ = true;
+  } else if (static_cast<int>(r_.token_ids.size()) == opts_.max_new_tokens) {
+    finished_ = true;
+  } else {
+    pending_ = next;  // run through the model at the next step, only if there is one
+  }
+  const double dt = std::chrono::duration<double>(clock::now() - t0).count();
+  if (step == 0) r_.first_token_seconds = dt;
+  else r_.decode_seconds += dt;
+  return next;
+}
+
+GenerateResult generate(const Transformer& model, KVCache& cache, const std::vector<int32_t>& prompt, Chain& chain,
+                        const DecodeOptions& opts, const std::function<void()>& poll) {
+  Decoder d(model, cache, prompt, chain, opts);
+  while (!d.finished()) {
+    if (poll) poll();
+    d.step();
+  }
+  return d.result();
+}
+
+}  // namespace decodelab

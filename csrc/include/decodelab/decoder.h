@@ -1,0 +1,75 @@
+// The decode loop: prefill, then one token per step through a sampler chain, entirely in C++.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "decodelab/kv_cache.h"
+#include "decodelab/sampling.h"
+#include "decodelab/step_stats.h"
+#include "decodelab/transformer.h"
+
+namespace decodelab {
+
+struct DecodeOptions {
+  int max_new_tokens = 0;
+  std::vector<int32_t> eos_ids;
+  uint64_t sequence = 0;     // which sample of this prompt: keys the random stream
+  int logprobs = -1;         // < 0: none; N >= 0: the chosen token's logprob and the top N
+  bool logprobs_processed = false;
+  int trace = 0;             // 0 off, 1 per-stage summaries with the top tokens, 2 also full logits
+  int trace_top = 20;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> token_ids;   // generated tokens, the stopping EOS included
+  std::string finish_reason;        // "stop" (EOS) or "length"
+  double prefill_seconds = 0.0;
+  double first_token_seconds = 0.0;  // prefill + choosing the first token
+  double decode_seconds = 0.0;       // every later step
+  std::vector<float> logprobs;                     // per token, when asked for
+  std::vector<std::vector<int32_t>> top_ids;       // per token, top-N alternatives
+  std::vector<std::vector<float>> top_logprobs;
+  std::vector<StepTrace> trace;
+};
+
+// The one rule for a generation's length: the prompt (tokens already cached included) and every
+// new token but the last, which is never run through the model, fit the context window. Throws
+// std::invalid_argument saying how many new tokens would fit.
+void check_context_window(const Transformer& model, int64_t prompt_tokens, int64_t max_new_tokens);
+
+// One sequence decoded a token at a time: the first step() prefills `prompt` (the tokens not yet
+// in `cache`), each step() returns the next token, or -1 once finished. `chain` must end in a
+// selector (Greedy, Dist, Mirostat). generate() runs the loop in C++; a Python stream drives
+// step() itself.
+class Decoder {
+ public:
+  Decoder(const Transformer& model, KVCache& cache, std::vector<int32_t> prompt, Chain& chain,
+          const DecodeOptions& opts);
+  int32_t step();
+  bool finished() const { return finished_; }
+  const GenerateResult& result() const { return r_; }
+  const Transformer& model() const { return model_; }
+  KVCache& cache() const { return cache_; }
+
+ private:
+  const Transformer& model_;
+  KVCache& cache_;
+  std::vector<int32_t> prompt_;
+  Chain& chain_;
+  DecodeOptions opts_;
+  GenerateResult r_;
+  std::vector<float> raw_, work_, before_, pb_, pa_, praw_, pproc_;
+  std::vector<int32_t> history_;
+  SampleContext ctx_;
+  bool started_ = false;
+  bool finished_ = false;
+  int32_t pending_ = -1;  // the last token, not yet run through the model
+};
+
+GenerateResult generate(const Transformer& model, KVCache& cache, const std::vector<int32_t>& prompt, Chain& chain,
+                        const DecodeOptions& opts, const std::function<void()>& poll);
+
+}  // namespace decodelab
