@@ -162,8 +162,8 @@ class _ScriptedDecoder:
 
     script = []
 
-    def __init__(self, engine, prompt, chain, cache, max_new_tokens, eos, sequence, logprobs, processed, trace, top):
-        self.tokens = list(self.script)[:max_new_tokens]
+    def __init__(self, engine, prompt, chain, cache, options):
+        self.tokens = list(self.script)[:options.max_new_tokens]
         self.i = 0
 
     def step(self):

@@ -35,7 +35,7 @@ Linear test_layer(const FloatArray& w, WeightType type, QuantizedWeights& store)
 // each took into `seconds` when it is not null (the conversion is not timed).
 void test_linear(const FloatArray& x, const FloatArray& w, const std::string& dtype, bool bf16_matmul, int repeats,
                  float* y, double* seconds) {
-  const WeightType type = parse_weight_dtype(dtype);
+  const WeightType type = parse_weight_type(dtype);
   QuantizedWeights store;
   Linear L = test_layer(w, type, store);
   L.bf16_activations = bf16_matmul && bf16_matmul_applies(type);
@@ -68,7 +68,7 @@ void register_bench(py::module_& m) {
         "Best read bandwidth in bytes/s summing an nbytes buffer (in huge pages where the system allows): the "
         "memory bound of a decode step.");
   m.def(
-      "gemm_min_rows", [](const std::string& dtype) { return gemm_min_rows(parse_weight_dtype(dtype)); },
+      "gemm_min_rows", [](const std::string& dtype) { return gemm_min_rows(parse_weight_type(dtype)); },
       py::arg("dtype"),
       "The fewest rows for which a layer of this weight dtype runs the oneDNN matmul instead of the "
       "kernels that read the weights once per call (int8: only with bf16_matmul on a CPU where "
@@ -119,7 +119,7 @@ void register_bench(py::module_& m) {
         if (n_heads % n_kv_heads)
           throw std::invalid_argument("n_kv_heads must divide n_heads = " + std::to_string(n_heads) + ", got " +
                                       std::to_string(n_kv_heads));
-        const KVDType dtype = parse_kv_dtype(kv_dtype);
+        const KVDType dtype = parse_kv_type(kv_dtype);
         const double cache_bytes = 2.0 * n_layers * n_kv_heads * head_dim * static_cast<double>(n_ctx) *
                                    (dtype == KVDType::F32 ? 4 : dtype == KVDType::BF16 ? 2 : 1);
         constexpr double kMaxBytes = 4.0 * (1 << 30);
@@ -196,7 +196,7 @@ void register_bench(py::module_& m) {
           throw std::invalid_argument("x must be (T, in) with T >= 1, got " + std::to_string(x.ndim()) + "-D");
         if (ws.empty() || ws.size() > 4)
           throw std::invalid_argument("linear_many takes 1 to 4 weights, got " + std::to_string(ws.size()));
-        const WeightType type = parse_weight_dtype(dtype);
+        const WeightType type = parse_weight_type(dtype);
         const int T = static_cast<int>(x.shape(0));
         std::vector<Linear> layers(ws.size());
         std::vector<QuantizedWeights> stores(ws.size());

@@ -22,23 +22,10 @@ namespace {
 
 using TensorTuple = std::tuple<std::string, std::string, std::vector<int64_t>, int, uint64_t, uint64_t>;
 
-DecodeOptions decode_options(int max_new_tokens, const std::vector<int32_t>& eos_ids, uint64_t sequence, int logprobs,
-                             bool logprobs_processed, int trace, int trace_top) {
-  DecodeOptions o;
-  o.max_new_tokens = max_new_tokens;
-  o.eos_ids = eos_ids;
-  o.sequence = sequence;
-  o.logprobs = logprobs;
-  o.logprobs_processed = logprobs_processed;
-  o.trace = trace;
-  o.trace_top = trace_top;
-  return o;
-}
-
 py::dict pool_stats(const std::shared_ptr<BlockPool>& p) {
   py::dict d;
   const auto s = p->stats();
-  d["dtype"] = dtype_name(p->dtype());
+  d["dtype"] = kv_type_name(p->dtype());
   d["block_size"] = p->block_size();
   d["block_bytes"] = p->block_bytes();
   d["blocks_allocated"] = s.blocks_allocated;
@@ -55,15 +42,10 @@ py::dict pool_stats(const std::shared_ptr<BlockPool>& p) {
 void register_engine(py::module_& m) {
   py::class_<Decoder>(m, "Decoder", "Decode one token per step() call; for streams.")
       .def(py::init([](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& prompt,
-                       Chain& chain, KVCache& cache, int max_new_tokens, const std::vector<int32_t>& eos_ids,
-                       uint64_t sequence, int logprobs, bool logprobs_processed, int trace, int trace_top) {
-             return std::make_unique<Decoder>(
-                 e, cache, to_ids(prompt), chain,
-                 decode_options(max_new_tokens, eos_ids, sequence, logprobs, logprobs_processed, trace, trace_top));
+                       Chain& chain, KVCache& cache, const DecodeOptions& options) {
+             return std::make_unique<Decoder>(e, cache, to_ids(prompt), chain, options);
            }),
-           py::arg("engine"), py::arg("prompt"), py::arg("chain"), py::arg("cache"), py::arg("max_new_tokens"),
-           py::arg("eos_ids"), py::arg("sequence") = 0, py::arg("logprobs") = -1, py::arg("logprobs_processed") = false,
-           py::arg("trace") = 0, py::arg("trace_top") = 20,
+           py::arg("engine"), py::arg("prompt"), py::arg("chain"), py::arg("cache"), py::arg("options"),
            // The decoder refers to the engine, chain and cache: keep them alive as long as it lives.
            py::keep_alive<1, 2>(), py::keep_alive<1, 4>(), py::keep_alive<1, 5>())
       .def(
@@ -88,7 +70,7 @@ void register_engine(py::module_& m) {
                std::tie(i.name, i.dtype, i.shape, i.file, i.offset, i.nbytes) = t;
                infos.push_back(std::move(i));
              }
-             const WeightType wt = parse_weight_dtype(weight_dtype);
+             const WeightType wt = parse_weight_type(weight_dtype);
              auto store = std::make_shared<WeightStore>(files, infos);
              return without_gil([&] {
                return std::make_shared<Transformer>(cfg, store, n_threads, wt, zero_copy, kv_block_size, bf16_matmul);
@@ -99,14 +81,7 @@ void register_engine(py::module_& m) {
            py::arg("kv_block_size") = Transformer::kDefaultBlockSize, py::arg("bf16_matmul") = true)
       .def_property_readonly("bf16_matmul", &Transformer::bf16_matmul,
                              "Prompt matmuls round their inputs to bf16 (bf16 or int8 weights where bf16_matmul_native(); see load()).")
-      .def_property_readonly("weight_dtype", [](const Transformer& e) {
-        switch (e.weight_type()) {
-          case WeightType::F32: return "float32";
-          case WeightType::BF16: return "bfloat16";
-          case WeightType::I8A8: return "w8a8";
-          default: return "int8";
-        }
-      })
+      .def_property_readonly("weight_dtype", [](const Transformer& e) { return weight_type_name(e.weight_type()); })
       .def_property_readonly("quantized_bytes", &Transformer::quantized_bytes,
                              "Bytes of the bf16 / int8 copies of the linear layers (0 in float32).")
       .def_property("n_threads", &Transformer::n_threads, &Transformer::set_n_threads)
@@ -124,7 +99,7 @@ void register_engine(py::module_& m) {
       .def(
           "new_cache",
           [](const Transformer& e, int capacity, const std::string& dtype, bool grow) {
-            return e.new_cache(capacity, parse_kv_dtype(dtype), grow);
+            return e.new_cache(capacity, parse_kv_type(dtype), grow);
           },
           py::arg("capacity"), py::arg("dtype") = "float32", py::arg("grow") = false)
       .def_property_readonly("block_size", &Transformer::block_size, "Tokens per KV-cache block.")
@@ -184,46 +159,27 @@ void register_engine(py::module_& m) {
       .def(
           "beam_search",
           [](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& prompt,
-             Chain& processors, KVCache& cache, int num_beams, int max_new_tokens, double length_penalty,
-             int early_stopping, int num_return_sequences, const std::vector<int32_t>& eos_ids, bool do_sample,
-             uint64_t seed, bool trace) {
+             Chain& processors, KVCache& cache, const BeamOptions& options) {
             std::vector<int32_t> ids = to_ids(prompt);
             KVCache::Use use(cache);
             Transformer::Activity busy(e);
             e.check_tokens(ids.data(), static_cast<int>(ids.size()), cache);
-            BeamOptions o;
-            o.num_beams = num_beams;
-            o.max_new_tokens = max_new_tokens;
-            o.length_penalty = length_penalty;
-            o.early_stopping = early_stopping;
-            o.num_return_sequences = num_return_sequences;
-            o.eos_ids = eos_ids;
-            o.do_sample = do_sample;
-            o.seed = seed;
-            o.trace = trace;
             const auto poll = signal_poll();
-            return beam_result_dict(without_gil([&] { return beam_search(e, cache, ids, processors, o, poll); }));
+            return beam_result_dict(without_gil([&] { return beam_search(e, cache, ids, processors, options, poll); }));
           },
-          py::arg("prompt"), py::arg("processors"), py::arg("cache"), py::arg("num_beams"), py::arg("max_new_tokens"),
-          py::arg("length_penalty"), py::arg("early_stopping"), py::arg("num_return_sequences"), py::arg("eos_ids"),
-          py::arg("do_sample"), py::arg("seed"), py::arg("trace"))
+          py::arg("prompt"), py::arg("processors"), py::arg("cache"), py::arg("options"))
       .def(
           "generate",
           [](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& prompt,
-             Chain& chain, int max_new_tokens, const std::vector<int32_t>& eos_ids, KVCache& cache, uint64_t sequence,
-             int logprobs, bool logprobs_processed, int trace, int trace_top) {
+             Chain& chain, KVCache& cache, const DecodeOptions& options) {
             std::vector<int32_t> ids = to_ids(prompt);
             KVCache::Use use(cache);
             Transformer::Activity busy(e);
             e.check_tokens(ids.data(), static_cast<int>(ids.size()), cache);
-            const DecodeOptions o =
-                decode_options(max_new_tokens, eos_ids, sequence, logprobs, logprobs_processed, trace, trace_top);
             const auto poll = signal_poll();
-            return generate_result_dict(without_gil([&] { return generate(e, cache, ids, chain, o, poll); }));
+            return generate_result_dict(without_gil([&] { return generate(e, cache, ids, chain, options, poll); }));
           },
-          py::arg("prompt"), py::arg("chain"), py::arg("max_new_tokens"), py::arg("eos_ids"), py::arg("cache"),
-          py::arg("sequence") = 0, py::arg("logprobs") = -1, py::arg("logprobs_processed") = false,
-          py::arg("trace") = 0, py::arg("trace_top") = 20);
+          py::arg("prompt"), py::arg("chain"), py::arg("cache"), py::arg("options"));
 }
 
 }  // namespace decodelab

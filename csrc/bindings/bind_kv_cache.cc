@@ -87,7 +87,7 @@ the first write into a shared block copies that block (copy-on-write).
       .def_property_readonly("capacity", &KVCache::capacity, "Most tokens this cache may hold.")
       .def_property_readonly("grows", &KVCache::grows, "Whether the capacity doubles (up to the context window) when exceeded.")
       .def_property_readonly("nbytes", &KVCache::nbytes, "Exact bytes of the K/V blocks this sequence references.")
-      .def_property_readonly("dtype", [](const KVCache& c) { return dtype_name(c.pool().dtype()); })
+      .def_property_readonly("dtype", [](const KVCache& c) { return kv_type_name(c.pool().dtype()); })
       .def_property_readonly("n_layers", [](const KVCache& c) { return c.pool().n_layers(); })
       .def_property_readonly("n_kv_heads", [](const KVCache& c) { return c.pool().n_kv_heads(); })
       .def_property_readonly("head_dim", [](const KVCache& c) { return c.pool().head_dim(); })
@@ -153,7 +153,7 @@ the first write into a shared block copies that block (copy-on-write).
             const BlockPool& p = c.pool();
             if (p.dtype() != KVDType::I8)
               throw std::invalid_argument(std::string("block_scales() is for int8 caches; this one is ") +
-                                          dtype_name(p.dtype()));
+                                          kv_type_name(p.dtype()));
             const uint8_t* blk = block_data(c, i);
             const py::ssize_t f = sizeof(float);
             const py::ssize_t L = p.n_layers(), kv = p.n_kv_heads(), bs = p.block_size();
@@ -175,7 +175,7 @@ the first write into a shared block copies that block (copy-on-write).
         const BlockPool& p = c.pool();
         return "KVCache(" + std::to_string(c.length()) + "/" + std::to_string(c.capacity()) + " tokens, " +
                std::to_string(p.n_layers()) + " layers x " + std::to_string(p.n_kv_heads()) + " kv heads x head_dim " +
-               std::to_string(p.head_dim()) + ", " + dtype_name(p.dtype()) + ", " +
+               std::to_string(p.head_dim()) + ", " + kv_type_name(p.dtype()) + ", " +
                std::to_string(c.block_table().size()) + " blocks of " + std::to_string(p.block_size()) + " (" +
                std::to_string(c.shared_blocks()) + " shared), " + std::to_string(c.nbytes()) + " bytes)";
       });

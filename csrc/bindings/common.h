@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "decodelab/decoding.h"
+#include "decodelab/dtypes.h"
 #include "decodelab/kernels.h"
 #include "decodelab/kv_cache.h"
 
@@ -34,25 +35,6 @@ inline std::vector<int32_t> to_ids(const py::array_t<int64_t, py::array::c_style
 
 inline void set_read_only(py::array& a) {
   py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
-}
-
-inline const char* dtype_name(KVDType d) {
-  return d == KVDType::F32 ? "float32" : d == KVDType::BF16 ? "bfloat16" : "int8";
-}
-
-inline KVDType parse_kv_dtype(const std::string& s) {
-  if (s == "float32" || s == "fp32") return KVDType::F32;
-  if (s == "bfloat16" || s == "bf16") return KVDType::BF16;
-  if (s == "int8") return KVDType::I8;
-  throw std::invalid_argument("cache dtype must be 'float32', 'bfloat16' or 'int8', got '" + s + "'");
-}
-
-inline WeightType parse_weight_dtype(const std::string& s) {
-  if (s == "float32") return WeightType::F32;
-  if (s == "bfloat16") return WeightType::BF16;
-  if (s == "int8") return WeightType::I8;
-  if (s == "w8a8") return WeightType::I8A8;
-  throw std::invalid_argument("dtype must be 'float32', 'bfloat16', 'int8' or 'w8a8', got '" + s + "'");
 }
 
 inline py::array_t<float> to_array(const std::vector<float>& v) {

@@ -9,6 +9,7 @@ namespace decodelab {
 void register_config(py::module_& m);
 void register_kv_cache(py::module_& m);
 void register_sampling(py::module_& m);
+void register_options(py::module_& m);
 void register_engine(py::module_& m);
 void register_device(py::module_& m);
 void register_bench(py::module_& m);
@@ -21,6 +22,7 @@ PYBIND11_MODULE(_core, m) {
   decodelab::register_config(m);
   decodelab::register_kv_cache(m);
   decodelab::register_sampling(m);
+  decodelab::register_options(m);
   decodelab::register_engine(m);
   decodelab::register_device(m);
   decodelab::register_bench(m);

@@ -29,6 +29,11 @@ BeamResult beam_search(const Transformer& model, KVCache& prompt_cache, const st
     throw std::invalid_argument("num_return_sequences must be in [1, num_beams = " + std::to_string(B) + "], got " +
                                 std::to_string(o.num_return_sequences));
   if (o.max_new_tokens < 1) throw std::invalid_argument("beam search needs max_new_tokens >= 1");
+  if (o.early_stopping < -1 || o.early_stopping > 1)
+    throw std::invalid_argument("early_stopping must be 1 (True), 0 (False) or -1 (\"never\"), got " +
+                                std::to_string(o.early_stopping));
+  if (!std::isfinite(o.length_penalty))
+    throw std::invalid_argument("length_penalty must be finite, got " + std::to_string(o.length_penalty));
   if (processors.selects())
     throw std::invalid_argument("beam search takes processors only; the beams choose the tokens");
   check_context_window(model, static_cast<int64_t>(prompt_cache.length()) + static_cast<int64_t>(prompt.size()),

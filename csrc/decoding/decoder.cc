@@ -23,6 +23,11 @@ Decoder::Decoder(const Transformer& model, KVCache& cache, std::vector<int32_t> 
     : model_(model), cache_(cache), prompt_(std::move(prompt)), chain_(chain), opts_(opts) {
   if (opts_.max_new_tokens < 0)
     throw std::invalid_argument("max_new_tokens must be >= 0, got " + std::to_string(opts_.max_new_tokens));
+  if (opts_.logprobs < -1)
+    throw std::invalid_argument("logprobs must be -1 (none) or >= 0, got " + std::to_string(opts_.logprobs));
+  if (opts_.trace < 0 || opts_.trace > 2)
+    throw std::invalid_argument("trace must be 0, 1 or 2, got " + std::to_string(opts_.trace));
+  if (opts_.trace_top < 0) throw std::invalid_argument("trace_top must be >= 0, got " + std::to_string(opts_.trace_top));
   if (!chain_.selects())
     throw std::invalid_argument("the sampler chain must end with a selector (Greedy, Dist or Mirostat)");
   check_context_window(model_, static_cast<int64_t>(cache_.length()) + static_cast<int64_t>(prompt_.size()),

@@ -85,12 +85,8 @@ class Engine:
     def block_size(self) -> int: ...
     def pool_stats(self) -> List[dict]: ...
     def decode_batch(self, tokens: Sequence[int], caches: Sequence[KVCache]) -> np.ndarray: ...
-    def generate(self, prompt: np.ndarray, chain: Chain, max_new_tokens: int, eos_ids: List[int], cache: KVCache,
-                 sequence: int = 0, logprobs: int = -1, logprobs_processed: bool = False, trace: int = 0,
-                 trace_top: int = 20) -> dict: ...
-    def beam_search(self, prompt: np.ndarray, processors: Chain, cache: KVCache, num_beams: int, max_new_tokens: int,
-                    length_penalty: float, early_stopping: int, num_return_sequences: int, eos_ids: List[int],
-                    do_sample: bool, seed: int, trace: bool) -> dict: ...
+    def generate(self, prompt: np.ndarray, chain: Chain, cache: KVCache, options: DecodeOptions) -> dict: ...
+    def beam_search(self, prompt: np.ndarray, processors: Chain, cache: KVCache, options: BeamOptions) -> dict: ...
 
 class Sampler:
     @property
@@ -110,10 +106,36 @@ class Chain(Sampler):
     def trace(self, logits: np.ndarray, context: Sequence[int] = ..., n_prompt: int = 0, step: int = 0,
               sequence: int = 0) -> List[Tuple[str, np.ndarray]]: ...
 
+WEIGHT_DTYPES: Tuple[str, ...]
+KV_DTYPES: Tuple[str, ...]
+def weight_dtype(name: str) -> str: ...
+def kv_dtype(name: str) -> str: ...
+
+class DecodeOptions:
+    max_new_tokens: int
+    eos_ids: List[int]
+    sequence: int
+    logprobs: int
+    logprobs_processed: bool
+    trace: int
+    trace_top: int
+    def __init__(self) -> None: ...
+
+class BeamOptions:
+    num_beams: int
+    max_new_tokens: int
+    length_penalty: float
+    early_stopping: int
+    num_return_sequences: int
+    eos_ids: List[int]
+    do_sample: bool
+    seed: int
+    trace: bool
+    def __init__(self) -> None: ...
+
 class Decoder:
-    def __init__(self, engine: Engine, prompt: np.ndarray, chain: Chain, cache: KVCache, max_new_tokens: int,
-                 eos_ids: List[int], sequence: int = 0, logprobs: int = -1, logprobs_processed: bool = False,
-                 trace: int = 0, trace_top: int = 20) -> None: ...
+    def __init__(self, engine: Engine, prompt: np.ndarray, chain: Chain, cache: KVCache,
+                 options: DecodeOptions) -> None: ...
     def step(self) -> int: ...
     @property
     def finished(self) -> bool: ...

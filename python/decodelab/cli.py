@@ -6,6 +6,8 @@ import os
 import sys
 from typing import List, Optional
 
+from ._native import _core
+
 
 class CliError(Exception):
     """An error the CLI reports in one line, as ``decodelab: error: ...`` with exit status 2."""
@@ -102,9 +104,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=None, help="sampling seed (default: a fresh one, printed)")
     g.add_argument("--order", default=None, choices=["hf", "vllm", "llama.cpp"])
     g.add_argument("--threads", type=int, default=None)
-    g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "int8", "w8a8"],
+    g.add_argument("--dtype", default="float32", choices=list(_core.WEIGHT_DTYPES),
                    help="weights as load(dtype=...) keeps them (default float32)")
-    g.add_argument("--cache-dtype", dest="cache_dtype", default="float32", choices=["float32", "bfloat16", "int8"],
+    g.add_argument("--cache-dtype", dest="cache_dtype", default="float32", choices=list(_core.KV_DTYPES),
                    help="KV cache, as new_cache(dtype=...) (default float32)")
     g.set_defaults(func=_generate)
 

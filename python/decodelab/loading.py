@@ -93,9 +93,9 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
     False.
     """
     path = os.fspath(path)
-    dtype = {"fp32": "float32", "bf16": "bfloat16"}.get(dtype, dtype)
-    if dtype not in ("float32", "bfloat16", "int8", "w8a8"):
-        raise ValueError(f"dtype must be 'float32', 'bfloat16', 'int8' or 'w8a8', got {dtype!r}")
+    if not isinstance(dtype, str):
+        raise ValueError(f"dtype must be one of {', '.join(map(repr, _core.WEIGHT_DTYPES))}, got {dtype!r}")
+    dtype = _core.weight_dtype(dtype)  # the names and their aliases are the engine's (dtypes.h)
     n_threads = _default_threads() if threads is None else options.integer("threads", threads, 1, 1024)
     if isinstance(kv_block_size, bool) or not isinstance(kv_block_size, (int, np.integer)):
         raise TypeError(f"kv_block_size must be an int, got {kv_block_size!r}")

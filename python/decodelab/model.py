@@ -1,12 +1,13 @@
 """The Model facade: a loaded model's forward / prefill / decode / generate / stream calls."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
-from . import options, samplers
+from . import options, samplers, streaming
 from ._native import _core
 from .beam import BeamTree
 from .config import ModelConfig
@@ -128,8 +129,8 @@ class Model:
         """
         ctx = self.config.max_position_embeddings
         cap = ctx if capacity is None else options.integer("capacity", capacity, 1, ctx)
-        if dtype is not None and not isinstance(dtype, str):  # the names themselves are the engine's rule
-            raise ValueError(f"cache dtype must be 'float32', 'bfloat16' or 'int8', got {dtype!r}")
+        if dtype is not None and not isinstance(dtype, str):  # the names themselves are the engine's (dtypes.h)
+            raise ValueError(f"cache dtype must be one of {', '.join(map(repr, _core.KV_DTYPES))}, got {dtype!r}")
         if not isinstance(grow, bool):
             raise ValueError(f"grow must be True or False, got {grow!r}")
         return self._engine.new_cache(cap, dtype or "float32", grow)
@@ -227,16 +228,15 @@ class Model:
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list, tuple, np.ndarray)):
             if cache is not None:
                 raise ValueError("cache= takes a single prompt, not a list")
-            chains = opts.pop("chains")
+            chains = opts.chains
             if len(chains) == 1:
                 chains = chains * len(prompt)
             elif len(chains) != len(prompt):
                 raise ValueError(f"got {len(chains)} samplers for {len(prompt)} prompts")
-            return [self._generate_one(p, None, chain=c, **opts) for p, c in zip(prompt, chains)]
-        chains = opts.pop("chains")
-        if len(chains) != 1:
+            return [self._generate_one(p, None, c, opts) for p, c in zip(prompt, chains)]
+        if len(opts.chains) != 1:
             raise ValueError("a list of samplers needs a list of prompts")
-        return self._generate_one(prompt, cache, chain=chains[0], **opts)
+        return self._generate_one(prompt, cache, opts.chains[0], opts)
 
     def stream(self, prompt: Prompt, **kwargs) -> Iterator[str]:
         """Yield the generated text in pieces as it is decoded; takes generate()'s options
@@ -247,25 +247,24 @@ class Model:
         cache = self._cache(kwargs.pop("cache", None))
         opts = self._options({k: v for k, v in kwargs.items() if k in _RUN_KEYS},
                              {k: v for k, v in kwargs.items() if k not in _RUN_KEYS})
-        if opts["num_beams"] > 1 or opts["n"] > 1:
+        if opts.num_beams > 1 or opts.n > 1:
             raise ValueError("stream() produces one sequence: num_beams and n must be 1")
-        chains = opts.pop("chains")
-        if len(chains) != 1:
+        if len(opts.chains) != 1:
             raise ValueError("stream() takes one sampler")
         ids = self._ids(prompt)
-        cache, reused = self._prepare_cache(ids, cache, opts["max_new_tokens"])
-        return self._stream(ids, cache, reused, chain=chains[0], **opts)
+        cache, reused = self._prepare_cache(ids, cache, opts.max_new_tokens)
+        return self._stream(ids, cache, reused, opts.chains[0], opts)
 
     # -- option handling ------------------------------------------------------------------
     def _fp32_block_bytes(self) -> int:
         c = self.config
         return 2 * c.n_layers * c.n_kv_heads * c.head_dim * self.kv_block_size * 4
 
-    def _options(self, run: dict, sampling: dict) -> dict:
+    def _options(self, run: dict, sampling: dict) -> options.RunOptions:
         opts = options.resolve(run, sampling, vocab_size=self.config.vocab_size,
                                block_bytes=self._fp32_block_bytes(), default_eos=self._default_eos(),
                                make_chain=self._sampler_chain)
-        if opts["stops"] and self.tokenizer is None:
+        if opts.stops and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer")
         return opts
 
@@ -282,19 +281,8 @@ class Model:
                 chain = samplers.Chain(chain.stages + [samplers.Dist(seed)])
             chain.reset()
             return chain
-        opts = {}
-        if preset is not None:
-            if preset not in samplers.PRESETS:
-                raise ValueError(f"preset must be one of {', '.join(map(repr, samplers.PRESETS))}, got {preset!r}")
-            opts.update(samplers.PRESETS[preset])
-        opts.update(given)
-        opts.setdefault("temperature", 0.0)
-        if opts["temperature"] == 0:
-            warpers = [k for k in ("top_k", "top_p", "min_p", "typical_p") if k in given]
-            if warpers:
-                raise ValueError(f"{', '.join(warpers)} has no effect with temperature=0 (greedy decoding); "
-                                 "set temperature > 0 to sample")
-        return samplers.build_chain(order=order or samplers.DEFAULT_ORDER, seed=seed, eos_token_ids=eos, **opts)
+        return samplers.build_chain(order=order or samplers.DEFAULT_ORDER, seed=seed, eos_token_ids=eos,
+                                    preset=preset, greedy_default=True, **given)
 
     def _prepare_cache(self, ids: List[int], cache, max_new_tokens: int):
         """The cache to decode into and how many prompt tokens it already holds."""
@@ -319,35 +307,30 @@ class Model:
         return self.tokenizer.decode(ids) if self.tokenizer is not None else ""
 
     # -- the decode paths --------------------------------------------------------------------
-    def _generate_one(self, prompt, cache, *, chain, max_new_tokens, eos, seed, logprobs, processed, trace, stops,
-                      include_stop, n, num_beams, length_penalty, early_stopping, num_return_sequences) -> Generation:
+    def _generate_one(self, prompt, cache, chain: samplers.Chain, opts: options.RunOptions) -> Generation:
         ids = self._ids(prompt)
-        if num_beams > 1:
-            return self._beam(ids, cache, chain, max_new_tokens, eos, seed, trace, num_beams, length_penalty,
-                              early_stopping, num_return_sequences, stops)
-        if n > 1:
-            return self._samples(ids, cache, chain, max_new_tokens, eos, seed, logprobs, processed, trace, stops,
-                                 include_stop, n)
-        cache, reused = self._prepare_cache(ids, cache, max_new_tokens)
-        kw = dict(chain=chain, max_new_tokens=max_new_tokens, eos=eos, seed=seed, logprobs=logprobs,
-                  processed=processed, trace=trace, stops=stops, include_stop=include_stop)
-        if stops:
+        if opts.num_beams > 1:
+            return self._beam(ids, cache, chain, opts)
+        if opts.n > 1:
+            return self._samples(ids, cache, chain, opts)
+        cache, reused = self._prepare_cache(ids, cache, opts.max_new_tokens)
+        if opts.stops:
             # Stop strings need the text after every token: run the stream and keep its result.
-            it = self._stream(ids, cache, reused, **kw)
+            it = self._stream(ids, cache, reused, chain, opts)
             while True:
                 try:
                     next(it)
                 except StopIteration as done:
                     return done.value
-        r = self._engine.generate(np.asarray(ids[reused:], dtype=np.int64), chain.clone()._core, max_new_tokens, eos,
-                                  cache, 0, logprobs, processed, trace, 20)
-        return self._generation(ids, reused, r, chain, seed, logprobs, trace, text=self._decode_text(r["token_ids"]))
+        r = self._engine.generate(np.asarray(ids[reused:], dtype=np.int64), chain.clone()._core, cache,
+                                  opts.decode_options())
+        return self._generation(ids, reused, r, chain, opts, text=self._decode_text(r["token_ids"]))
 
-    def _generation(self, ids, reused, r, chain, seed, logprobs, trace, *, text, finish_reason=None,
+    def _generation(self, ids, reused, r, chain, opts: options.RunOptions, *, text, finish_reason=None,
                     stop_reason=None) -> Generation:
         out = r["token_ids"]
         lp = None
-        if logprobs >= 0:
+        if opts.logprobs >= 0:
             lp = [TokenLogprob(token=t, logprob=l, top=list(zip(i, v)))
                   for t, l, i, v in zip(out, r["logprobs"], r["top_ids"], r["top_logprobs"])]
         fr = finish_reason or r["finish_reason"]
@@ -356,74 +339,27 @@ class Model:
         score = float(sum(r["logprobs"])) if r["logprobs"] else float("nan")
         return Generation(text=text, token_ids=out, finish_reason=fr, prompt_token_ids=ids,
                           prefill_seconds=r["prefill_seconds"], decode_seconds=r["decode_seconds"],
-                          first_token_seconds=r["first_token_seconds"], reused_prompt_tokens=reused, seed=seed,
-                          sampler=repr(chain), logprobs=lp, trace=Trace.from_core(r["trace"]) if trace else None,
+                          first_token_seconds=r["first_token_seconds"], reused_prompt_tokens=reused, seed=opts.seed,
+                          sampler=repr(chain), logprobs=lp, trace=Trace.from_core(r["trace"]) if opts.trace else None,
                           stop_reason=stop_reason,
                           sequences=[GeneratedSequence(token_ids=out, text=text, score=score, finish_reason=fr)])
 
-    def _stream(self, ids, cache, reused, *, chain, max_new_tokens, eos, seed, logprobs, processed, trace, stops,
-                include_stop, sequence: int = 0, **_):
-        """Generator of text pieces; its return value (StopIteration.value) is the Generation."""
+    def _stream(self, ids, cache, reused, chain: samplers.Chain, opts: options.RunOptions, *, sequence: int = 0,
+                logprobs: Optional[int] = None):
+        """Generator of text pieces; its return value (StopIteration.value) is the Generation.
+        sequence: which of n samples (keys the random stream); logprobs overrides opts.logprobs."""
         dec = _core.Decoder(self._engine, np.asarray(ids[reused:], dtype=np.int64), chain.clone()._core, cache,
-                            max_new_tokens, eos, sequence, logprobs, processed, trace, 20)
-        tokens: List[int] = []
-        emitted = 0
-        text = ""
-        stop_hit = None
-        longest = max((len(s) for s in stops), default=0)
-        # Incremental detokenisation: `done` is the text of tokens[:read], known complete; only
-        # the window tokens[prefix:] is decoded per step and the new text is what it adds to
-        # tokens[prefix:read]. (Decoding the whole list every step cost O(length) per token.)
-        done, prefix, read, prefix_text = "", 0, 0, ""
-        while True:
-            t = dec.step()
-            if t < 0:
-                break
-            tokens.append(t)
-            if self.tokenizer is None:
-                continue
-            window = self.tokenizer.decode(tokens[prefix:])
-            tail = window[len(prefix_text):] if window.startswith(prefix_text) else None
-            if tail is None:  # the new token changed earlier text: start over from the first token
-                done, prefix, read, prefix_text = "", 0, 0, ""
-                tail = self.tokenizer.decode(tokens)
-            if tail and not tail.endswith("\ufffd"):
-                done += tail
-                tail = ""
-                prefix, read = read, len(tokens)
-                prefix_text = self.tokenizer.decode(tokens[prefix:read])
-            text = done + tail
-            if stops:
-                start = max(0, emitted - longest)
-                hits = [(text.find(s, start), s) for s in stops]
-                hits = [(i, s) for i, s in hits if i >= 0]
-                if hits:
-                    i, s = min(hits)
-                    stop_hit = s
-                    text = text[:i + len(s)] if include_stop else text[:i]
-                    break
-            safe = len(text)
-            while safe > emitted and text[safe - 1] == "\ufffd":  # a character still incomplete
-                safe -= 1
-            for s in stops:  # a suffix that may grow into a stop string
-                for k in range(min(len(s) - 1, safe - emitted), 0, -1):
-                    if text[safe - k:safe] == s[:k]:
-                        safe -= k
-                        break
-            if safe > emitted:
-                yield text[emitted:safe]
-                emitted = safe
-        if len(text) > emitted:
-            yield text[emitted:]
+                            opts.decode_options(sequence=sequence, logprobs=logprobs))
+        end = yield from streaming.text_pieces(dec.step, self.tokenizer, opts.stops, opts.include_stop)
         r = dec.result()
-        r["token_ids"] = tokens
-        fr = "stop" if stop_hit is not None else r["finish_reason"]
-        return self._generation(ids, reused, r, chain, seed, logprobs, trace, text=text, finish_reason=fr,
-                                stop_reason=stop_hit)
+        r["token_ids"] = end.tokens
+        fr = "stop" if end.stop is not None else r["finish_reason"]
+        if logprobs is not None:
+            opts = dataclasses.replace(opts, logprobs=logprobs)
+        return self._generation(ids, reused, r, chain, opts, text=end.text, finish_reason=fr, stop_reason=end.stop)
 
-    def _samples(self, ids, cache, chain, max_new_tokens, eos, seed, logprobs, processed, trace, stops,
-                 include_stop, n) -> Generation:
-        base, reused = self._prepare_cache(ids, cache, max_new_tokens)
+    def _samples(self, ids, cache, chain: samplers.Chain, opts: options.RunOptions) -> Generation:
+        base, reused = self._prepare_cache(ids, cache, opts.max_new_tokens)
         # One prefill of all but the last prompt token; each sample forks it and runs that token.
         t0 = time.perf_counter()
         if len(ids) - 1 > reused:
@@ -431,11 +367,9 @@ class Model:
         prefill = time.perf_counter() - t0
         shared = len(ids) - 1
         results = []
-        for i in range(n):
-            c = base.fork()
-            kw = dict(chain=chain, max_new_tokens=max_new_tokens, eos=eos, seed=seed, logprobs=max(logprobs, 0),
-                      processed=processed, trace=trace, stops=stops, include_stop=include_stop, sequence=i)
-            it = self._stream(ids, c, shared, **kw)
+        for i in range(opts.n):
+            # Each sample's logprobs rank it, asked for or not.
+            it = self._stream(ids, base.fork(), shared, chain, opts, sequence=i, logprobs=max(opts.logprobs, 0))
             while True:
                 try:
                     next(it)
@@ -447,34 +381,32 @@ class Model:
         best.sequences = [g.sequences[0] for g in results]
         best.prefill_seconds += prefill
         best.reused_prompt_tokens = reused
-        if logprobs < 0:
+        if opts.logprobs < 0:
             best.logprobs = None
         return best
 
-    def _beam(self, ids, cache, chain, max_new_tokens, eos, seed, trace, num_beams, length_penalty, early_stopping,
-              num_return_sequences, stops) -> Generation:
-        if stops:
+    def _beam(self, ids, cache, chain: samplers.Chain, opts: options.RunOptions) -> Generation:
+        if opts.stops:
             raise ValueError("stop strings are not supported with beam search; use eos_token_id")
-        cache, reused = self._prepare_cache(ids, cache, max_new_tokens)
+        cache, reused = self._prepare_cache(ids, cache, opts.max_new_tokens)
         selector = chain.stages[-1]
         processors = samplers.Chain([s.clone() for s in chain.stages[:-1]])
         do_sample = not isinstance(selector, samplers.Greedy)
         if isinstance(selector, samplers.Mirostat):
             raise ValueError("Mirostat cannot drive beam search")
-        r = self._engine.beam_search(np.asarray(ids[reused:], dtype=np.int64), processors._core, cache, num_beams,
-                                     max_new_tokens, length_penalty, early_stopping, num_return_sequences, eos,
-                                     do_sample, seed, bool(trace))
+        r = self._engine.beam_search(np.asarray(ids[reused:], dtype=np.int64), processors._core, cache,
+                                     opts.beam_options(do_sample=do_sample))
         seqs = [GeneratedSequence(token_ids=h["token_ids"], text=self._decode_text(h["token_ids"]), score=h["score"],
                                   finish_reason=h["finish_reason"]) for h in r["hypotheses"]]
         best = seqs[0]
         return Generation(text=best.text, token_ids=best.token_ids, finish_reason=best.finish_reason,
                           prompt_token_ids=ids, prefill_seconds=r["prefill_seconds"],
                           decode_seconds=r["decode_seconds"], first_token_seconds=r["prefill_seconds"],
-                          reused_prompt_tokens=reused, seed=seed if do_sample else None,
-                          sampler=f"beam_search(num_beams={num_beams}, length_penalty={length_penalty}, "
-                                  f"early_stopping={ {1: True, 0: False, -1: 'never'}[early_stopping]!r}, "
+                          reused_prompt_tokens=reused, seed=opts.seed if do_sample else None,
+                          sampler=f"beam_search(num_beams={opts.num_beams}, length_penalty={opts.length_penalty}, "
+                                  f"early_stopping={ {1: True, 0: False, -1: 'never'}[opts.early_stopping]!r}, "
                                   f"processors={processors!r}, sample={do_sample})",
-                          sequences=seqs, beam_tree=BeamTree(r["events"], self.tokenizer) if trace else None,
+                          sequences=seqs, beam_tree=BeamTree(r["events"], self.tokenizer) if opts.trace else None,
                           stop_reason=best.token_ids[-1] if best.finish_reason == "stop" else None,
                           peak_cache_bytes=r["peak_cache_bytes"])
 

@@ -2,12 +2,15 @@
 C++ runs, with errors that name the parameter, the value and the limit."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import os
 from typing import List, Optional, Sequence
 
 import numpy as np
+
+from ._native import _core
 
 INT32_MAX = 2**31 - 1
 _FLOAT32_MAX = float(np.finfo(np.float32).max)  # larger magnitudes round to inf in float32
@@ -166,8 +169,57 @@ def resolve(run: dict, sampling: dict, *, vocab_size: int, block_bytes: int, def
         stages = max(len(c.stages) for c in chains) + 1
         check_budget(f"trace='full' over {max_new_tokens} steps x {stages} stages x {vocab_size} logits",
                      max(n, num_beams) * max_new_tokens * stages * vocab_size * 4)
-    return dict(max_new_tokens=max_new_tokens, eos=eos, chains=chains, seed=seed,
-                logprobs=-1 if logprobs is None else logprobs, processed=mode == "processed",
-                trace={False: 0, True: 1, "full": 2}[trace], stops=list(stops), include_stop=include_stop, n=n,
-                num_beams=num_beams, length_penalty=lp, early_stopping={True: 1, False: 0, "never": -1}[es],
-                num_return_sequences=nrs or 1)
+    return RunOptions(max_new_tokens=max_new_tokens, eos=eos, chains=chains, seed=seed,
+                      logprobs=-1 if logprobs is None else logprobs, processed=mode == "processed",
+                      trace={False: 0, True: 1, "full": 2}[trace], stops=list(stops), include_stop=include_stop, n=n,
+                      num_beams=num_beams, length_penalty=lp, early_stopping={True: 1, False: 0, "never": -1}[es],
+                      num_return_sequences=nrs or 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """generate()'s and stream()'s keywords, checked, in the engine's terms: what the decode paths
+    of Model take whole, and build the C++ options of each call shape from."""
+    max_new_tokens: int
+    eos: List[int]
+    chains: list             # one samplers.Chain per prompt (or one for all)
+    seed: int
+    logprobs: int            # -1: none
+    processed: bool          # logprobs under the processed distribution, not the raw one
+    trace: int               # 0 off, 1 per-stage summaries, 2 also the full logits
+    stops: List[str]
+    include_stop: bool
+    n: int
+    num_beams: int
+    length_penalty: float
+    early_stopping: int      # 1 True, 0 False, -1 "never"
+    num_return_sequences: int
+
+    # Most likely tokens each trace stage records.
+    TRACE_TOP = 20
+
+    def decode_options(self, *, sequence: int = 0, logprobs: Optional[int] = None) -> "_core.DecodeOptions":
+        """The options of one sequence's decode loop (generate, a stream, one of n samples)."""
+        o = _core.DecodeOptions()
+        o.max_new_tokens = self.max_new_tokens
+        o.eos_ids = self.eos
+        o.sequence = sequence
+        o.logprobs = self.logprobs if logprobs is None else logprobs
+        o.logprobs_processed = self.processed
+        o.trace = self.trace
+        o.trace_top = self.TRACE_TOP
+        return o
+
+    def beam_options(self, *, do_sample: bool) -> "_core.BeamOptions":
+        """The options of beam search; do_sample: the beams draw their continuations."""
+        o = _core.BeamOptions()
+        o.num_beams = self.num_beams
+        o.max_new_tokens = self.max_new_tokens
+        o.length_penalty = self.length_penalty
+        o.early_stopping = self.early_stopping
+        o.num_return_sequences = self.num_return_sequences
+        o.eos_ids = self.eos
+        o.do_sample = do_sample
+        o.seed = self.seed
+        o.trace = bool(self.trace)
+        return o

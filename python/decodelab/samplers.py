@@ -574,16 +574,34 @@ def _stage(key: str, v, eos_ids: Sequence[int]) -> Sampler:
 
 
 def build_chain(*, order: str = DEFAULT_ORDER, seed: int = 0, eos_token_ids: Sequence[int] = (),
-                **options) -> Chain:
-    """The Chain that keyword options describe, in the order of ``order``.
+                preset: Optional[str] = None, greedy_default: bool = False, **options) -> Chain:
+    """The Chain that keyword options describe, in the order of ``order``, starting from the named
+    ``preset`` (``PRESETS``) when given; the keywords override it.
 
-    ``temperature=0`` (or a temperature option left out of a greedy request) ends the chain in
-    Greedy: processors (penalties, bias, n-gram bans) still apply, the warpers do not, as in
-    transformers' greedy search. Otherwise the chain ends in Dist(seed). Options at their no-op
-    value add no stage.
+    The rule for ``temperature=0``, stated here alone: it is greedy decoding. The chain ends in
+    Greedy; processors (penalties, bias, n-gram bans) still apply and the warpers add no stage, as
+    in transformers' greedy search; a warper given as a keyword (not by the preset) is an error,
+    since it would do nothing. A temperature left out means 0 with ``greedy_default`` (generate()'s
+    default) and 1 otherwise. Any other temperature ends the chain in Dist(seed). Options at their
+    no-op value add no stage.
     """
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ValueError(f"preset must be one of {', '.join(map(repr, PRESETS))}, got {preset!r}")
+        given = options
+        options = {**PRESETS[preset], **options}
+    else:
+        given = options
+    if greedy_default and options.get("temperature") is None:
+        options = {**options, "temperature": 0.0}
     if order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(repr(o) for o in ORDERS)}, got {order!r}")
+    warpers = ("top_k", "top_p", "min_p", "typical_p")
+    if options.get("temperature") == 0:
+        useless = [k for k in warpers if given.get(k) is not None]
+        if useless:
+            raise ValueError(f"{', '.join(useless)} has no effect with temperature=0 (greedy decoding); "
+                             "set temperature > 0 to sample")
     for k, v in options.items():
         if k not in _NOOP and k != "logit_bias":
             raise ValueError(f"unknown sampling option {k!r}")
@@ -593,7 +611,7 @@ def build_chain(*, order: str = DEFAULT_ORDER, seed: int = 0, eos_token_ids: Seq
     active = {k: v for k, v in options.items() if v is not None and not (k in _NOOP and v == _NOOP[k])
               and not (k == "logit_bias" and not v)}
     greedy = options.get("temperature") == 0
-    warpers = {"temperature", "top_k", "top_p", "min_p", "typical_p"}
+    warpers = {"temperature", *warpers}
     missing = [k for k in active if k not in ORDERS[order] and not (greedy and k in warpers)]
     if missing:
         has = [o for o in ORDERS if all(k in ORDERS[o] for k in missing)]
