@@ -1,4 +1,4 @@
-// Engine (a loaded model) and Decoder (a stream's step-by-step loop): the calls that run the model.
+// Engine: a loaded model, its caches and the calls that run it (the decode loops: bind_decoding.cc).
 #include <Python.h>
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
@@ -40,25 +40,6 @@ py::dict pool_stats(const std::shared_ptr<BlockPool>& p) {
 }  // namespace
 
 void register_engine(py::module_& m) {
-  py::class_<Decoder>(m, "Decoder", "Decode one token per step() call; for streams.")
-      .def(py::init([](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& prompt,
-                       Chain& chain, KVCache& cache, const DecodeOptions& options) {
-             return std::make_unique<Decoder>(e, cache, to_ids(prompt), chain, options);
-           }),
-           py::arg("engine"), py::arg("prompt"), py::arg("chain"), py::arg("cache"), py::arg("options"),
-           // The decoder refers to the engine, chain and cache: keep them alive as long as it lives.
-           py::keep_alive<1, 2>(), py::keep_alive<1, 4>(), py::keep_alive<1, 5>())
-      .def(
-          "step",
-          [](Decoder& d) {
-            KVCache::Use use(d.cache());
-            Transformer::Activity busy(d.model());
-            return without_gil([&] { return d.step(); });
-          },
-          "Run the model and choose the next token; -1 once finished.")
-      .def_property_readonly("finished", &Decoder::finished)
-      .def("result", [](const Decoder& d) { return generate_result_dict(d.result()); });
-
   py::class_<Transformer, std::shared_ptr<Transformer>>(m, "Engine")
       .def(py::init([](const ModelConfig& cfg, const std::vector<std::string>& files,
                        const std::vector<TensorTuple>& tensors, int n_threads, const std::string& weight_dtype,
@@ -155,31 +136,7 @@ void register_engine(py::module_& m) {
             });
             return out;
           },
-          py::arg("tokens"), py::arg("caches"))
-      .def(
-          "beam_search",
-          [](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& prompt,
-             Chain& processors, KVCache& cache, const BeamOptions& options) {
-            std::vector<int32_t> ids = to_ids(prompt);
-            KVCache::Use use(cache);
-            Transformer::Activity busy(e);
-            e.check_tokens(ids.data(), static_cast<int>(ids.size()), cache);
-            const auto poll = signal_poll();
-            return beam_result_dict(without_gil([&] { return beam_search(e, cache, ids, processors, options, poll); }));
-          },
-          py::arg("prompt"), py::arg("processors"), py::arg("cache"), py::arg("options"))
-      .def(
-          "generate",
-          [](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& prompt,
-             Chain& chain, KVCache& cache, const DecodeOptions& options) {
-            std::vector<int32_t> ids = to_ids(prompt);
-            KVCache::Use use(cache);
-            Transformer::Activity busy(e);
-            e.check_tokens(ids.data(), static_cast<int>(ids.size()), cache);
-            const auto poll = signal_poll();
-            return generate_result_dict(without_gil([&] { return generate(e, cache, ids, chain, options, poll); }));
-          },
-          py::arg("prompt"), py::arg("chain"), py::arg("cache"), py::arg("options"));
+          py::arg("tokens"), py::arg("caches"));
 }
 
 }  // namespace decodelab

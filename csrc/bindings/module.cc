@@ -11,6 +11,7 @@ void register_kv_cache(py::module_& m);
 void register_sampling(py::module_& m);
 void register_options(py::module_& m);
 void register_engine(py::module_& m);
+void register_decoding(py::module_& m);
 void register_device(py::module_& m);
 void register_bench(py::module_& m);
 }  // namespace decodelab
@@ -24,6 +25,7 @@ PYBIND11_MODULE(_core, m) {
   decodelab::register_sampling(m);
   decodelab::register_options(m);
   decodelab::register_engine(m);
+  decodelab::register_decoding(m);  // adds to Engine
   decodelab::register_device(m);
   decodelab::register_bench(m);
 }

@@ -138,8 +138,8 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
   if (copy_f32) {
     // fp32 weights read on every decode step are copied once from the file mapping into one block
     // of huge pages (see HugePageAllocator), each layer at a 64-byte boundary, and their mapped
-    // pages leave the resident set. Through the mapping's 4 KiB pages the same decode ran 10-20 %
-    // slower (Llama 110M, context 1, five alternating pairs: 15.1-17.0 against 13.3-14.1 ms/token).
+    // pages leave the resident set: through the mapping's 4 KiB pages the same decode runs slower
+    // (benchmarks/results/kernel_tuning.md).
     // GPT-2's Conv1D weights are transposed to (out, in) on the way.
     if (W.in_place(head_name)) to_copy[lm_head_.w] = head_name;
     std::vector<Linear*> all;
@@ -178,9 +178,7 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     quantized_.resize(all.size());
     // The fp32 mapping of each quantized layer is not read again: it leaves the resident set as
     // soon as the layer is converted, so that load's peak holds one layer's source at a time (and
-    // those the trial runs above read) rather than the whole file next to its conversion. Peak
-    // RSS of a process that loads and runs a 100-token forward, before -> after: GPT-2 124M int8
-    // 679 -> 382 MiB, bf16 761 -> 524; Llama 110M int8 554 -> 281, bf16 626 -> 400. A tied head
+    // those the trial runs above read) rather than the whole file next to its conversion. A tied head
     // is also the embedding table, whose rows are then read one per token.
     source_of.emplace(lm_head_.w, head_name);
     for (size_t i = 0; i < all.size(); ++i) {

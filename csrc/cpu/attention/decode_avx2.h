@@ -163,10 +163,7 @@ void add_weighted_values(const typename Read::Elem* v, const float* p, int rows,
 // Grouped-query attention: G (1 to 4) of the query heads that share a key/value head, in one pass
 // over its slab instead of one pass each, so each key and value is loaded once for all of them.
 // Heads that have a key/value head to themselves (GPT-2) keep key_scores / add_weighted_values
-// above: routed through these with G = 1 (the same results bit for bit), GPT-2's attention at
-// context 960 ran 2-20 % slower (medians of six runs of 12-14 alternating rounds, fp32 and bf16
-// caches), also with the values loop given 4 independent chains and the next slab's prefetch
-// spread over its rows.
+// above, which ran faster for them than these with G = 1 (the same results bit for bit).
 // key_scores for G queries q[g] into s[g]; m[g] = max(m[g], the largest of s[g]).
 template <typename Read, int G>
 void key_scores_group(const typename Read::Elem* k, const float* const* q, int rows, int hd, float scale,

@@ -47,8 +47,7 @@ using StridedRowsOut = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
 // of 16 values, contiguous. NR x 16 outputs stay in 2 NR accumulators; each step broadcasts NR
 // values against two 8-wide loads: an outer product, so no horizontal sums and nothing packed.
 // The unroll pragmas keep the accumulators in registers: without them GCC 12 at -O3 kept the arrays
-// on the stack, storing every accumulator back after each FMA, at half the speed (512-token
-// prompts 6-8 % longer, GPT-2 and Llama).
+// on the stack, storing every accumulator back after each FMA.
 template <int NR>
 void panel_tile(const float* a, int64_t lda, const float* b, int K, float* out, int64_t ldo) {
   __m256 a0[NR], a1[NR];

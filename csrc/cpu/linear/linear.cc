@@ -126,8 +126,7 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
   if (path == Path::I8Rows) quantize_int16(x, T, layers[0]->in, xq_buf);
   if (path == Path::A8Rows) quantize_u7(x, T, layers[0]->in, xa_buf);
   if (path == Path::Bf16Row) split_even_odd(x, 1, layers[0]->in, xd_buf);
-  // Llama 110M bf16, batched decode, switched in one process (tok/s, widened -> in place): batch 2
-  // 134 -> 196, 3 189 -> 261, 4 236 -> 267, 6 305 -> 316; 8 331 -> 329, 12 417 -> 322, 16 406 -> 318.
+  // A few bf16 rows are multiplied in place; more are widened once (kBf16DirectRows).
   const bool direct_bf16 =
       path == Path::SmallRows && layers[0]->type == WeightType::BF16 && T <= kBf16DirectRows;
   if (direct_bf16) split_even_odd(x, T, layers[0]->in, xd_buf);
@@ -200,8 +199,7 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
     // chunk, so it reads its own weights as one stream, and takes from the other's range once its
     // own is done. A thread that finishes a chunk first goes on to the next without waiting, so a
     // thread slowed by a neighbour on the shared host is caught up with at the end of the call,
-    // not at every chunk. Interleaved in one process against a static split per chunk (512 rows,
-    // kernel alone): w8a8 +5-10 %, int8 +11 %; GPT-2 w8a8 prompts +5 %, int8 +8 %.
+    // not at every chunk.
     const int n_chunks = (T + chunk - 1) / chunk;
     thread_local std::vector<GroupRanges> ranges;  // the calling thread's; the team reads it by reference
     if (static_cast<int>(ranges.size()) < n_chunks) ranges.resize(n_chunks);

@@ -77,8 +77,8 @@ static void quantize_int16_row(const float* x, int n, int16_t* q, float* scale) 
 
 // dst[(u * w + j) * 4 ..] = the 4-byte unit u of row j (rows row_bytes apart from src), for w rows
 // of `units` units: per unit, the w rows' units side by side (RoundedRows' interleaved layout). A
-// full group of 16 rows moves 16 units at a time as a 16 x 16 transpose of 32-bit values (4-byte
-// copies one by one had been 3.2 % of a GPT-2 int8 prompt's perf samples).
+// full group of 16 rows moves 16 units at a time as a 16 x 16 transpose of 32-bit values, where
+// 4-byte copies one by one showed in an int8 prompt's profile.
 static void interleave_units(const char* src, size_t row_bytes, int w, int units, char* dst) {
   int u = 0;
 #if defined(DECODELAB_AVX512)

@@ -36,8 +36,7 @@ static void dot_RxN(const float* const* w, const float* x, int in, int ldx, floa
     for (int r = 0; r < R; ++r) {
       __m512 wv = _mm512_maskz_loadu_ps(m, w[r] + i0);
       // In a register, loaded once for the NT rows: left alone, GCC folds the load into each of
-      // the NT FMAs (15 loads per step instead of 7 at 3 rows). 2304x768 layer, GMAC/s, three
-      // alternating runs: 16 rows 38-42 -> 52-59, 32 rows 47-50 -> 71-89.
+      // the NT FMAs (15 loads per step instead of 7 at 3 rows).
       __asm__("" : "+v"(wv));
       for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
     }
@@ -127,8 +126,7 @@ static void dot_4xN_bf16(const uint16_t* p, const float* xd, int ld, int ldx, fl
         xv[t] = _mm256_load_ps(xd + static_cast<size_t>(t) * ldx + i + 8 * half);
         // In a register, not folded into each of the 4 rows' FMAs; but with 3 rows the 12
         // accumulators, 3 pinned rows and the weights need 17 registers, and GCC spilled
-        // accumulators: there the rows are loaded inside the FMAs (Llama batch 6 18.32 -> 16.07 ms
-        // per step, 9 of 10 alternating rounds; batch 3 unchanged).
+        // accumulators: there the rows are loaded inside the FMAs.
         if (NT < 3) __asm__("" : "+x"(xv[t]));
       }
       for (int r = 0; r < 4; ++r) {

@@ -92,12 +92,8 @@ class BlockPool {
   // Blocks are carved, one after another, from chunks from huge_alloc: the first spans at least
   // 2 MiB, each next one doubles, up to 32 MiB. A decode step reads every block of a sequence,
   // and from 2 MiB pages (as the weights are) instead of 4 KiB ones the hardware keeps fewer
-  // translations in flight. bench_attention --ctx 640, three alternating rounds against one
-  // 4 KiB-paged allocation per block, ms per step: GPT-2 fp32 cache 2.42/2.42/2.40 -> 2.19/1.97/2.06,
-  // bf16 1.28/1.21/1.35 -> 1.24/1.14/1.15; Llama fp32 0.90/0.88/0.85 -> 0.79/0.82/0.82, int8
-  // 0.40/0.36/0.44 -> 0.39/0.31/0.34. (A huge_alloc per block, each on a 2 MiB boundary with its
-  // tail in small pages, had measured slower.) A freed block goes back to the free list; chunks go
-  // with the pool.
+  // translations in flight (benchmarks/results/kernel_tuning.md). A freed block goes back to the
+  // free list; chunks go with the pool.
   struct Chunk {
     uint8_t* p;
     int blocks, used;

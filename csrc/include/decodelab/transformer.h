@@ -81,12 +81,10 @@ class Transformer {
   // The pool for `dtype`, or null if no cache of that dtype was made yet.
   std::shared_ptr<BlockPool> pool(KVDType dtype) const;
   // Tokens per cache block unless load() says otherwise. A decode step reads each block's keys and
-  // values of one layer and head as one contiguous slab; 64-token slabs (16 KiB fp32 at head size
-  // 64) against 16-token ones (vLLM's default), attention alone at context 960 (a step there less
-  // one at context 1, int8 weights, medians of 10 alternating rounds): Llama 110M fp32 cache 1.63
-  // -> 1.30 ms, bf16 cache 0.75 -> 0.53 ms, GPT-2 124M fp32 cache 3.44 -> 3.14 ms. The cost is at
-  // most 63 positions of unused cache per sequence, and a fork copies up to 63 rows on its first
-  // write.
+  // values of one layer and head as one contiguous slab: 64-token slabs (16 KiB fp32 at head size
+  // 64) make long-context attention faster than vLLM's 16 (benchmarks/results/kernel_tuning.md).
+  // The cost is at most 63 positions of unused cache per sequence, and a fork copies up to 63 rows
+  // on its first write.
   static constexpr int kDefaultBlockSize = 64;
   static constexpr int kMaxBlockSize = BlockPool::kMaxBlockSize;
   int block_size() const { return block_size_; }
