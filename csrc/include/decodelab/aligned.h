@@ -36,7 +36,7 @@ using FloatBuffer = std::vector<float, AlignedAllocator<float>>;
 // pages before the first write, so streaming them walks one page table entry per 2 MiB instead of
 // per 4 KiB.
 // Where huge pages are off (or the hint is refused) they are ordinary pages; nothing else changes.
-// Defined in loaders/weights.cc.
+// Defined in memory.cc.
 void* huge_alloc(std::size_t bytes);
 void huge_free(void* p, std::size_t bytes);
 
@@ -66,3 +66,11 @@ void grow(Buffer& buf, size_t n) {
 inline int aligned_stride(int n) { return (n + 15) / 16 * 16; }
 
 }  // namespace decodelab
+
+// The buffer types' code is compiled once, in memory.cc (see there).
+extern template class std::vector<float, decodelab::AlignedAllocator<float>>;
+extern template class std::vector<int16_t, decodelab::AlignedAllocator<int16_t>>;
+extern template class std::vector<uint8_t, decodelab::AlignedAllocator<uint8_t>>;
+extern template class std::vector<uint16_t, decodelab::AlignedAllocator<uint16_t>>;
+extern template class std::vector<uint8_t, decodelab::HugePageAllocator<uint8_t>>;
+extern template class std::vector<float, decodelab::HugePageAllocator<float>>;
