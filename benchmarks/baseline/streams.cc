@@ -4,7 +4,7 @@
 // panels of 12 KiB (GPT-2's 768 inputs), one panel or several adjacent panels per step, with and
 // without a software prefetch 2 KiB ahead. This is the measurement behind the int8 / w8a8 decode
 // kernel that reads four panels at once on AVX2 machines without VNNI (panels_row in
-// csrc/cpu/kernels.cc).
+// csrc/cpu/linear/int8.cc).
 //
 //   g++ -O3 -march=native -fopenmp benchmarks/baseline/streams.cc -o /tmp/streams && /tmp/streams
 //
