@@ -2,6 +2,7 @@
 
 #include "decodelab/aligned.h"
 #include "decodelab/bf16.h"
+#include "decodelab/dtypes.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -28,9 +29,8 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 }
 
 DType parse_dtype(const std::string& dtype, const std::string& tensor) {
-  if (dtype == "F32") return DType::F32;
-  if (dtype == "F16") return DType::F16;
-  if (dtype == "BF16") return DType::BF16;
+  DType d;
+  if (find_dtype(kStorageTypeNames, dtype, &d)) return d;
   throw std::invalid_argument("tensor '" + tensor + "' has dtype " + dtype +
                               "; supported dtypes are F32, F16 and BF16");
 }
@@ -77,8 +77,8 @@ WeightStore::WeightStore(const std::vector<std::string>& files, const std::vecto
                                   ", but there are " + std::to_string(files_.size()) + " files");
     // A dtype the engine cannot use is kept (the tensor may be unused, e.g. an int buffer) and
     // refused only if the model asks for it; its bounds are still checked here.
-    const bool supported = t.dtype == "F32" || t.dtype == "F16" || t.dtype == "BF16";
-    const DType dt = supported ? parse_dtype(t.dtype, t.name) : DType::F32;
+    DType dt = DType::F32;
+    const bool supported = find_dtype(kStorageTypeNames, t.dtype, &dt);
     uint64_t numel = 1;
     for (int64_t d : t.shape) {
       if (d < 0) throw std::invalid_argument(where + " has a negative dimension in shape " + shape_str(t.shape));

@@ -1,6 +1,6 @@
-// The names of the two dtype enums (linear-layer weights, KV cache): one table each, the one
-// parser and the one name lookup of each. Python reads the tables (decodelab._core.WEIGHT_DTYPES,
-// KV_DTYPES) instead of spelling the names again.
+// The names of the dtype enums (linear-layer weights, KV cache, tensors in a file): one table
+// each, the one parser and the one name lookup of each. Python reads the first two tables
+// (decodelab._core.WEIGHT_DTYPES, KV_DTYPES) instead of spelling the names again.
 #pragma once
 
 #include <stdexcept>
@@ -8,6 +8,7 @@
 
 #include "decodelab/kv_cache.h"
 #include "decodelab/linear.h"
+#include "decodelab/weights.h"
 
 namespace decodelab {
 
@@ -20,7 +21,9 @@ inline constexpr DTypeName<WeightType> kWeightTypeNames[] = {
     {WeightType::F32, "float32"}, {WeightType::BF16, "bfloat16"}, {WeightType::I8, "int8"}, {WeightType::I8A8, "w8a8"}};
 inline constexpr DTypeName<KVDType> kKVTypeNames[] = {
     {KVDType::F32, "float32"}, {KVDType::BF16, "bfloat16"}, {KVDType::I8, "int8"}};
-// Short spellings either parser also takes.
+// Tensors as a weight file stores them (safetensors spelling).
+inline constexpr DTypeName<DType> kStorageTypeNames[] = {{DType::F32, "F32"}, {DType::F16, "F16"}, {DType::BF16, "BF16"}};
+// Short spellings the weight and cache parsers also take.
 inline constexpr const char* kDTypeAliases[][2] = {{"fp32", "float32"}, {"bf16", "bfloat16"}};
 
 template <typename E, size_t N>
@@ -28,6 +31,17 @@ const char* dtype_name(const DTypeName<E> (&table)[N], E type) {
   for (const auto& e : table)
     if (e.type == type) return e.name;
   throw std::logic_error("a dtype without a name");
+}
+
+// Sets *out to the enum value named exactly s; false, leaving it alone, for any other name.
+template <typename E, size_t N>
+bool find_dtype(const DTypeName<E> (&table)[N], const std::string& s, E* out) {
+  for (const auto& e : table)
+    if (s == e.name) {
+      *out = e.type;
+      return true;
+    }
+  return false;
 }
 
 // The enum value named s (or an alias of its name); std::invalid_argument listing the names.
