@@ -7,7 +7,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from . import formats, options
+from . import formats, gguf_file, options
 from ._native import _core
 from .config import from_hf_dict
 from .model import Model
@@ -41,6 +41,12 @@ def _read_model_files(path: str):
         config = from_hf_dict(raw)
         files, tensors = formats.read_hf_weights(path, config)
         return config, files, tensors, path
+    if gguf_file.is_gguf(path):
+        with gguf_file.GGUFFile(path) as g:  # checked whole, so a malformed file says what is wrong
+            arch = g.metadata.get("general.architecture")
+            raise ValueError(f"{path} is a GGUF file (version {g.version}, architecture {arch!r}, "
+                             f"{len(g.tensors)} tensors); loading GGUF weights into the engine is not built yet: "
+                             "decodelab.gguf_file reads it and decodelab.gguf_quants decodes its tensors")
     config, tensors = formats.read_llama2c(path)
     return config, [path], tensors, os.path.dirname(os.path.abspath(path))
 

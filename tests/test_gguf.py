@@ -1,0 +1,209 @@
+"""GGUF files read as untrusted input (decodelab.gguf_file) and their tensors decoded
+(decodelab.gguf_quants): the shared SmolLM2 file against the gguf package's reader and
+dequantizers, bit for bit; each malformed-file class a crafted file; a seeded mutator."""
+import os
+import struct
+
+import numpy as np
+import pytest
+
+import decodelab
+from decodelab import gguf_file, gguf_quants
+from decodelab.gguf_file import GGUFFile
+
+from conftest import MODELS, _need
+
+gguf = pytest.importorskip("gguf", reason="the gguf package (a test extra) is the reference reader")
+from gguf import GGMLQuantizationType as QT  # noqa: E402
+from gguf import quants  # noqa: E402
+
+SMOLLM = os.path.join(MODELS, "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+# --- a small GGUF writer, so that every field can be set to what a hostile file would hold ------
+
+
+def _s(text) -> bytes:
+    b = text.encode() if isinstance(text, str) else text
+    return struct.pack("<Q", len(b)) + b
+
+
+def _kv(key, vtype, payload: bytes) -> bytes:
+    return _s(key) + struct.pack("<I", vtype) + payload
+
+
+def _u32(key, v):
+    return _kv(key, 4, struct.pack("<I", v))
+
+
+def _str(key, v):
+    return _kv(key, 8, _s(v))
+
+
+def _tensor(name, dims, type_id, offset) -> bytes:
+    return _s(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims) + \
+        struct.pack("<II", type_id, 0)[:4] + struct.pack("<Q", offset)
+
+
+def make(kvs=(), tensors=(), data=b"", *, version=3, n_tensors=None, n_kv=None, alignment=32) -> bytes:
+    head = b"GGUF" + struct.pack("<IQQ", version, len(tensors) if n_tensors is None else n_tensors,
+                                 len(kvs) if n_kv is None else n_kv)
+    body = head + b"".join(kvs) + b"".join(tensors)
+    pad = -len(body) % alignment
+    return body + b"\0" * pad + data
+
+
+def valid() -> bytes:
+    """Two tensors (F32 (4, 2), Q8_0 (32,)) and a little metadata."""
+    f32 = np.arange(8, dtype=np.float32).tobytes()
+    q8 = np.float16(0.5).tobytes() + bytes(range(32))
+    return make([_str("general.architecture", "llama"), _u32("llama.block_count", 1),
+                 _kv("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 2) + _s("a") + _s("b"))],
+                [_tensor("w", (4, 2), 0, 0), _tensor("q", (32,), 8, 32)],
+                f32 + b"\0" * 0 + q8)
+
+
+def _write(tmp_path, data: bytes, name="m.gguf") -> str:
+    p = tmp_path / name
+    p.write_bytes(data)
+    return str(p)
+
+
+def test_a_small_file_reads_back(tmp_path):
+    with GGUFFile(_write(tmp_path, valid())) as g:
+        assert g.version == 3 and g.alignment == 32
+        assert g.metadata["general.architecture"] == "llama" and g.metadata["llama.block_count"] == 1
+        assert g.metadata["tokenizer.ggml.tokens"] == ["a", "b"]
+        w = gguf_quants.dequantize_tensor(g, g.tensors["w"])
+        assert w.shape == (2, 4) and w.ravel().tolist() == list(range(8))
+        q = gguf_quants.dequantize_tensor(g, g.tensors["q"])
+        assert q.tolist() == [0.5 * v for v in np.arange(32, dtype=np.int8)]
+
+
+def test_the_shared_file_agrees_with_the_gguf_package():
+    _need(SMOLLM)
+    ref = gguf.GGUFReader(SMOLLM)
+    with GGUFFile(SMOLLM) as g:
+        assert (g.version, len(g.tensors), len(g.metadata)) == (3, 272, 33)
+        assert g.metadata["general.architecture"] == "llama"
+        assert g.metadata["llama.attention.head_count_kv"] == 3
+        assert len(g.metadata["tokenizer.ggml.tokens"]) == 49152
+        assert g.metadata["tokenizer.ggml.tokens"][:3] == ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+        for t in ref.tensors:
+            mine = g.tensors[t.name]
+            assert (mine.offset, mine.nbytes, list(mine.shape), mine.type.name) == \
+                (t.data_offset, t.n_bytes, t.shape.tolist(), t.tensor_type.name)
+            raw = g.data(t.name)
+            got = gguf_quants.dequantize(raw, mine.type.name, mine.shape)
+            want = np.asarray(quants.dequantize(raw.view(np.float32) if mine.type.name == "F32" else raw,
+                                                QT[mine.type.name]), dtype=np.float32).reshape(got.shape)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), t.name
+
+
+@pytest.mark.parametrize("type_name", ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K",
+                                       "Q6_K"])
+def test_dequantization_equals_the_reference_bit_for_bit(type_name):
+    block, block_bytes = quants.GGML_QUANT_SIZES[QT[type_name]]
+    rng = np.random.default_rng(7)
+    raw = rng.integers(0, 256, size=(256, block_bytes), dtype=np.uint8)  # every f16 scale: tiny, huge, inf, NaN
+    if block_bytes >= 4 and block > 1:  # and some blocks with ordinary scales
+        raw[:64, :2] = np.frombuffer(np.float16([0.01] * 64).tobytes(), np.uint8).reshape(64, 2)
+    got = gguf_quants.dequantize(raw.ravel(), type_name, (block * 256,))
+    with np.errstate(invalid="ignore", over="ignore"):  # the reference warns on inf and NaN scales
+        want = np.asarray(quants.dequantize(raw, QT[type_name]), dtype=np.float32).ravel()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_an_unsupported_type_is_named():
+    with pytest.raises(ValueError, match="tensor type IQ2_XXS is not supported"):
+        gguf_quants.dequantize(np.zeros(66, np.uint8), "IQ2_XXS", (256,))
+
+
+HUGE = 1 << 63
+MALFORMED = {
+    "bad magic": (b"GGUX" + valid()[4:], "not a GGUF file"),
+    "version 1": (make(version=1), "GGUF version 1 is not supported"),
+    "tensor count 2^63": (make(n_tensors=HUGE), "tensor count 9223372036854775808 is more than the limit"),
+    "metadata count 2^64-1": (make(n_kv=(1 << 64) - 1), "metadata count .* is more than the limit"),
+    "key length 2^63": (make([struct.pack("<Q", HUGE) + b"k"], n_kv=1), "metadata key #0 is 9223372036854775808 bytes"),
+    "string length wraps to 0": (make([_kv("s", 8, struct.pack("<Q", (1 << 64) - 1))]), "is 18446744073709551615 bytes"),
+    "string past the end": (make([_kv("s", 8, struct.pack("<Q", 100) + b"abc")]), "past the end of the file"),
+    "array count 2^63": (make([_kv("a", 9, struct.pack("<IQ", 4, HUGE))]), "has 9223372036854775808 elements"),
+    "array past the end": (make([_kv("a", 9, struct.pack("<IQ", 4, 1 << 20))]), "past the end of the file"),
+    "array element type 13": (make([_kv("a", 9, struct.pack("<IQ", 13, 1) + b"\0" * 8)]), "array element type 13"),
+    "array of arrays": (make([_kv("a", 9, struct.pack("<IQ", 9, 1) + struct.pack("<IQ", 4, 0))]), "array of arrays"),
+    "value type 99": (make([_kv("v", 99, b"")]), "value type 99"),
+    "bool of 2": (make([_kv("b", 7, b"\x02")]), "is a bool of value 2"),
+    "duplicate key": (make([_u32("k", 1), _u32("k", 2)]), "metadata key 'k' appears twice"),
+    "alignment 48": (make([_u32("general.alignment", 48)]), "general.alignment 48 is not a power of two"),
+    "alignment 0": (make([_u32("general.alignment", 0)]), "general.alignment 0 is not a power of two"),
+    "duplicate tensor": (make([], [_tensor("t", (4,), 0, 0), _tensor("t", (4,), 0, 32)], b"\0" * 64),
+                         "tensor 't' appears twice"),
+    "0 dimensions": (make([], [_tensor("t", (), 0, 0)], b"\0" * 32), "has 0 dimensions"),
+    "5 dimensions": (make([], [_tensor("t", (1, 1, 1, 1, 1), 0, 0)], b"\0" * 32), "has 5 dimensions"),
+    "a dimension of 0": (make([], [_tensor("t", (4, 0), 0, 0)], b"\0" * 32), "has a dimension of 0"),
+    "element count overflows": (make([], [_tensor("t", (1 << 32, 1 << 32), 0, 0)], b"\0" * 32),
+                                "has more than 281474976710656 elements"),
+    "size wraps to 0": (make([], [_tensor("t", (1 << 62, 4), 0, 0)], b"\0" * 32), "has more than"),
+    "unknown type": (make([], [_tensor("t", (4,), 99, 0)], b"\0" * 32), "type id 99, not a known ggml type"),
+    "row not whole blocks": (make([], [_tensor("t", (33,), 2, 0)], b"\0" * 64), "not a multiple of its block of 32"),
+    "offset not aligned": (make([], [_tensor("t", (4,), 0, 4)], b"\0" * 64), "offset 4 is not a multiple"),
+    "offset past the end": (make([], [_tensor("t", (4,), 0, 1 << 40)], b"\0" * 32), "runs past the end"),
+    "offset 2^64 - 32": (make([], [_tensor("t", (4,), 0, (1 << 64) - 32)], b"\0" * 32), "runs past the end"),
+    "data past the end": (make([], [_tensor("t", (1024,), 0, 0)], b"\0" * 32), "runs past the end"),
+    "overlapping tensors": (make([], [_tensor("a", (16,), 0, 0), _tensor("b", (16,), 0, 32)], b"\0" * 128),
+                            "tensors 'a' and 'b' overlap"),
+    "name past the limit": (make([], [_tensor("n" * 300, (4,), 0, 0)], b"\0" * 32), "is 300 bytes long"),
+    "not UTF-8": (make([_kv("s", 8, _s(b"\xff\xfe"))]), "not valid UTF-8"),
+    "header only": (b"GGUF\x03\x00\x00\x00" + b"\x00" * 10, "too short for a GGUF header"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_each_malformed_class_is_a_value_error(tmp_path, case):
+    data, msg = MALFORMED[case]
+    path = _write(tmp_path, data)
+    with pytest.raises(ValueError, match=msg):
+        GGUFFile(path).close()
+    with pytest.raises(ValueError):  # load() says so too, and nothing else
+        decodelab.load(path)
+
+
+def test_every_truncation_and_a_seeded_mutator_raise_only_value_errors(tmp_path):
+    base = valid()
+    path = str(tmp_path / "f.gguf")
+    rng = np.random.default_rng(1234)
+    cases = [base[:n] for n in range(len(base))]
+    for _ in range(1500):
+        b = bytearray(base)
+        for _ in range(int(rng.integers(1, 4))):
+            kind = rng.integers(0, 3)
+            at = int(rng.integers(0, len(b)))
+            if kind == 0:
+                b[at] = int(rng.integers(0, 256))
+            elif kind == 1:  # a large or boundary integer over a length, count, dimension or offset
+                vals = [0, 1, 2**31, 2**32 - 1, 2**32, 2**63, 2**64 - 1, int(rng.integers(0, 2**20))]
+                v = vals[int(rng.integers(0, len(vals)))]
+                b[at:at + 8] = struct.pack("<Q", v)[:len(b) - at]
+            else:
+                del b[at:at + int(rng.integers(1, 16))]
+        cases.append(bytes(b))
+    parsed = 0
+    for data in cases:
+        with open(path, "wb") as f:
+            f.write(data)
+        try:
+            with GGUFFile(path) as g:
+                for t in g.tensors.values():
+                    if t.type.name in gguf_quants.DEQUANTIZERS:
+                        gguf_quants.dequantize_tensor(g, t)
+            parsed += 1
+        except ValueError:
+            pass
+    assert parsed < len(cases)  # most mutations break the file, and every break is a ValueError
+
+
+def test_load_names_a_gguf_file_instead_of_misreading_it():
+    _need(SMOLLM)
+    with pytest.raises(ValueError, match=r"is a GGUF file \(version 3, architecture 'llama', 272 tensors\)"):
+        decodelab.load(SMOLLM)
+    assert gguf_file.is_gguf(SMOLLM) and not gguf_file.is_gguf(os.path.join(MODELS, "stories260K", "stories260K.bin"))
