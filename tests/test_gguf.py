@@ -202,8 +202,6 @@ def test_every_truncation_and_a_seeded_mutator_raise_only_value_errors(tmp_path)
     assert parsed < len(cases)  # most mutations break the file, and every break is a ValueError
 
 
-def test_load_names_a_gguf_file_instead_of_misreading_it():
+def test_is_gguf_tells_the_formats_apart():
     _need(SMOLLM)
-    with pytest.raises(ValueError, match=r"is a GGUF file \(version 3, architecture 'llama', 272 tensors\)"):
-        decodelab.load(SMOLLM)
     assert gguf_file.is_gguf(SMOLLM) and not gguf_file.is_gguf(os.path.join(MODELS, "stories260K", "stories260K.bin"))

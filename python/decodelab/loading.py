@@ -1,4 +1,4 @@
-"""load(): a model path (Hugging Face folder or llama2.c .bin) to a Model."""
+"""load(): a model path (Hugging Face folder, GGUF file or llama2.c .bin) to a Model."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from . import formats, gguf_file, options
+from . import formats, gguf_file, gguf_model, options
 from ._native import _core
 from .config import from_hf_dict
 from .model import Model
@@ -27,7 +27,8 @@ _MALFORMED = (TypeError, AttributeError, KeyError, IndexError, OverflowError, Re
 
 
 def _read_model_files(path: str):
-    """(config, weight files, tensor table, folder to look for a tokenizer in) of a model path."""
+    """(config, weight files, tensor table, the tokenizer or a folder to look for one in, a scratch
+    file to remove once the engine is built, whether the weights are block-quantized)."""
     if os.path.isdir(path):
         cfg_path = os.path.join(path, "config.json")
         if not os.path.exists(cfg_path):
@@ -40,21 +41,23 @@ def _read_model_files(path: str):
                 raw = dict(raw, eos_token_id=gen["eos_token_id"])
         config = from_hf_dict(raw)
         files, tensors = formats.read_hf_weights(path, config)
-        return config, files, tensors, path
+        return config, files, tensors, path, None, False
     if gguf_file.is_gguf(path):
         with gguf_file.GGUFFile(path) as g:  # checked whole, so a malformed file says what is wrong
-            arch = g.metadata.get("general.architecture")
-            raise ValueError(f"{path} is a GGUF file (version {g.version}, architecture {arch!r}, "
-                             f"{len(g.tensors)} tensors); loading GGUF weights into the engine is not built yet: "
-                             "decodelab.gguf_file reads it and decodelab.gguf_quants decodes its tensors")
+            config = gguf_model.config_from_gguf(g)
+            tok = gguf_model.tokenizer_from_gguf(g)
+            files, tensors, scratch = gguf_model.weight_table(g, config)
+            return config, files, tensors, tok, scratch, gguf_model.is_quantized(g)
     config, tensors = formats.read_llama2c(path)
-    return config, [path], tensors, os.path.dirname(os.path.abspath(path))
+    return config, [path], tensors, os.path.dirname(os.path.abspath(path)), None, False
 
 
-def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Optional[int] = None,
+def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads: Optional[int] = None,
          tokenizer: Union[None, str, os.PathLike, Tokenizer] = None, zero_copy: bool = False,
          kv_block_size: int = _core.default_kv_block_size, bf16_matmul: bool = True) -> Model:
-    """Load a Hugging Face folder (config.json + safetensors) or a llama2.c ``.bin`` checkpoint.
+    """Load a Hugging Face folder (config.json + safetensors), a GGUF file (llama architecture;
+    F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K tensors, its byte-level BPE
+    tokenizer) or a llama2.c ``.bin`` checkpoint.
 
     Weights are memory-mapped; fp32, bf16 and f16 stored weights load. ``dtype`` is the precision
     the linear layers and the output head are kept and read in: "float32" (exact), "bfloat16"
@@ -62,7 +65,9 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
     quarter of the bytes), or "w8a8" (the int8 weights, and each linear layer's input rounded to
     7-bit integers, a scale per 256 values, error at most 1/126 of the block's largest value:
     faster prompts at a measured cost in accuracy; see benchmarks/bench_speed.py and
-    benchmarks/bench_accuracy.py). Activations, norms, attention and accumulation stay fp32, except
+    benchmarks/bench_accuracy.py). The default (None) is "float32", and "int8" for a GGUF file with
+    block-quantized tensors (decoded exactly, then rounded per output row), so that it stays near its
+    size in memory; "float32" gives exactly the values such a file encodes. Activations, norms, attention and accumulation stay fp32, except
     that int8 layers round their input to 16-bit fixed point (a scale per 256 values; error at most
     1/65534 of the block's largest value) to sum the products exactly in int32, and bfloat16
     and int8 prompts on a CPU with native bf16 products round theirs to bf16 (``bf16_matmul``).
@@ -99,9 +104,10 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
     False.
     """
     path = os.fspath(path)
-    if not isinstance(dtype, str):
+    if dtype is not None and not isinstance(dtype, str):
         raise ValueError(f"dtype must be one of {', '.join(map(repr, _core.WEIGHT_DTYPES))}, got {dtype!r}")
-    dtype = _core.weight_dtype(dtype)  # the names and their aliases are the engine's (dtypes.h)
+    if dtype is not None:
+        dtype = _core.weight_dtype(dtype)  # the names and their aliases are the engine's (dtypes.h)
     n_threads = _default_threads() if threads is None else options.integer("threads", threads, 1, 1024)
     if isinstance(kv_block_size, bool) or not isinstance(kv_block_size, (int, np.integer)):
         raise TypeError(f"kv_block_size must be an int, got {kv_block_size!r}")
@@ -115,19 +121,25 @@ def load(path: Union[str, os.PathLike], *, dtype: str = "float32", threads: Opti
     if not isinstance(bf16_matmul, bool):
         raise TypeError(f"bf16_matmul must be True or False, got {bf16_matmul!r}")
     try:
-        config, files, tensors, tok_dir = _read_model_files(path)
+        config, files, tensors, tok_source, scratch, quantized = _read_model_files(path)
         core_config = config.to_core()
     except _MALFORMED as e:
         # The readers check what they expect; anything else a mutated file can provoke (a JSON value
         # of the wrong type, nesting past the recursion limit, bytes that are not UTF-8) is the
         # file's fault too.
         raise ValueError(f"{path}: malformed model files ({type(e).__name__}: {e})") from None
-    engine = _core.Engine(core_config, files, tensors, n_threads, dtype, zero_copy, int(kv_block_size),
-                          bf16_matmul)
+    if dtype is None:  # a block-quantized file keeps its memory small: int8 until 4-bit kernels exist
+        dtype = "int8" if quantized else "float32"
+    try:
+        engine = _core.Engine(core_config, files, tensors, n_threads, dtype, zero_copy, int(kv_block_size),
+                              bf16_matmul)
+    finally:
+        if scratch is not None:  # the engine maps what it still reads; the name can go
+            os.unlink(scratch)
     engine.auto_threads = threads is None
     try:
         if tokenizer is None:
-            tok = find_tokenizer(tok_dir, config.vocab_size)
+            tok = tok_source if not isinstance(tok_source, str) else find_tokenizer(tok_source, config.vocab_size)
         elif isinstance(tokenizer, Tokenizer):
             tok = tokenizer
         else:

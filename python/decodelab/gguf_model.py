@@ -1,0 +1,193 @@
+"""A GGUF file as a model: its metadata as the engine's config, its tensors under the engine's
+(Hugging Face) names, and its byte-level BPE tokenizer, for load(). The `llama` architecture;
+others are refused by name.
+
+Tensors the engine reads as they are (F32, F16, BF16) stay in the file's memory map; block-quantized
+ones are decoded to float32 (gguf_quants) into one scratch file that the engine maps, which load()
+removes once the engine holds its own converted weights. llama.cpp's converter stores Llama's Q and
+K rows in Meta's interleaved RoPE order, so the config says rope_interleaved, as for llama2.c files.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from . import gguf_quants
+from .config import ModelConfig
+from .gguf_file import GGUFFile
+
+ARCHITECTURES = ("llama",)
+_DIRECT = {"F32": "F32", "F16": "F16", "BF16": "BF16"}  # types the engine maps in place
+
+# GGUF tensor names (llama.cpp's llama-arch.cpp) -> the engine's.
+_GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+           "output.weight": "lm_head.weight"}
+_LAYER = {"attn_norm.weight": "input_layernorm.weight", "attn_q.weight": "self_attn.q_proj.weight",
+          "attn_k.weight": "self_attn.k_proj.weight", "attn_v.weight": "self_attn.v_proj.weight",
+          "attn_output.weight": "self_attn.o_proj.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
+          "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
+          "ffn_down.weight": "mlp.down_proj.weight"}
+
+
+def _engine_name(name: str, n_layers: int) -> Optional[str]:
+    if name in _GLOBAL:
+        return _GLOBAL[name]
+    parts = name.split(".", 2)
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and int(parts[1]) < n_layers \
+            and parts[2] in _LAYER:
+        return f"model.layers.{int(parts[1])}.{_LAYER[parts[2]]}"
+    return None
+
+
+def _int(g: GGUFFile, key: str, default=None, lo: int = 1, hi: int = 1 << 24) -> int:
+    v = g.metadata.get(key, default)
+    if v is None:
+        raise ValueError(f"{g.path}: GGUF metadata {key!r} is missing")
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not lo <= int(v) <= hi:
+        raise ValueError(f"{g.path}: GGUF metadata {key!r} must be an integer in [{lo}, {hi}], got {v!r}")
+    return int(v)
+
+
+def _float(g: GGUFFile, key: str, default: float, lo: float, hi: float) -> float:
+    v = g.metadata.get(key, default)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) \
+            or not lo <= float(v) <= hi:
+        raise ValueError(f"{g.path}: GGUF metadata {key!r} must be a number in [{lo}, {hi}], got {v!r}")
+    return float(v)
+
+
+def config_from_gguf(g: GGUFFile) -> ModelConfig:
+    """The model's shape from its metadata; ValueError naming the key for a missing or bad value."""
+    arch = g.metadata.get("general.architecture")
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"{g.path}: GGUF architecture {arch!r} is not supported yet (supported: "
+                         f"{', '.join(ARCHITECTURES)})")
+    hidden = _int(g, f"{arch}.embedding_length", hi=1 << 16)
+    heads = _int(g, f"{arch}.attention.head_count", hi=1024)
+    kv = _int(g, f"{arch}.attention.head_count_kv", heads, hi=1024)
+    if hidden % heads or heads % kv:
+        raise ValueError(f"{g.path}: embedding_length {hidden}, head_count {heads} and head_count_kv {kv} do not "
+                         "divide evenly")
+    head_dim = hidden // heads
+    rot = _int(g, f"{arch}.rope.dimension_count", head_dim, hi=1 << 16)
+    if rot != head_dim:
+        raise ValueError(f"{g.path}: {arch}.rope.dimension_count {rot} differs from the head size {head_dim}; "
+                         "partial rotary embeddings are not supported")
+    if "token_embd.weight" not in g.tensors:
+        raise ValueError(f"{g.path}: GGUF tensor 'token_embd.weight' is missing")
+    emb = g.tensors["token_embd.weight"]
+    if len(emb.shape) != 2 or emb.shape[0] != hidden:
+        raise ValueError(f"{g.path}: token_embd.weight has shape {list(emb.shape)}, expected [{hidden}, vocab]")
+    vocab = emb.shape[1]
+    tokens = g.metadata.get("tokenizer.ggml.tokens")
+    if tokens is not None and len(tokens) != vocab:
+        raise ValueError(f"{g.path}: tokenizer.ggml.tokens has {len(tokens)} tokens but token_embd.weight "
+                         f"has {vocab} rows")
+    if f"{arch}.vocab_size" in g.metadata and _int(g, f"{arch}.vocab_size", hi=1 << 24) != vocab:
+        raise ValueError(f"{g.path}: {arch}.vocab_size {g.metadata[f'{arch}.vocab_size']} differs from the "
+                         f"{vocab} rows of token_embd.weight")
+    eos = [_int(g, k, lo=0, hi=vocab - 1) for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id")
+           if k in g.metadata]
+    bos = _int(g, "tokenizer.ggml.bos_token_id", lo=0, hi=vocab - 1) \
+        if "tokenizer.ggml.bos_token_id" in g.metadata else None
+    return ModelConfig(arch="llama", n_layers=_int(g, f"{arch}.block_count", hi=1024), hidden_size=hidden,
+                       n_heads=heads, n_kv_heads=kv, head_dim=head_dim,
+                       intermediate_size=_int(g, f"{arch}.feed_forward_length", hi=1 << 20), vocab_size=vocab,
+                       max_position_embeddings=_int(g, f"{arch}.context_length", hi=1 << 22),
+                       norm_eps=_float(g, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5, 1e-12, 1.0),
+                       rope_theta=_float(g, f"{arch}.rope.freq_base", 10000.0, 1.0, 1e12), rope_interleaved=True,
+                       tie_word_embeddings="output.weight" not in g.tensors, bos_token_id=bos,
+                       eos_token_id=sorted(set(eos)) or None, source="gguf")
+
+
+def is_quantized(g: GGUFFile) -> bool:
+    """Whether any of the model's tensors is block-quantized (not F32, F16 or BF16)."""
+    return any(t.type.name not in _DIRECT for t in g.tensors.values())
+
+
+def weight_table(g: GGUFFile, config: ModelConfig) -> Tuple[List[str], list, Optional[str]]:
+    """(files, tensor table, scratch file to remove after the engine is built) for the engine: the
+    file's own tensors in place, block-quantized ones decoded into a scratch file."""
+    tensors = []
+    scratch_path = None
+    scratch = None
+    offset = 0
+    try:
+        for name, t in g.tensors.items():
+            target = _engine_name(name, config.n_layers)
+            if target is None:
+                continue  # a tensor the engine does not read (rope_freqs, ...)
+            shape = [int(d) for d in t.shape[::-1]]
+            if t.type.name in _DIRECT:
+                tensors.append((target, _DIRECT[t.type.name], shape, 0, t.offset, t.nbytes))
+                continue
+            if t.type.name not in gguf_quants.DEQUANTIZERS:
+                raise ValueError(f"{g.path}: tensor {name!r} has type {t.type.name}, which decodelab cannot read "
+                                 f"yet (it reads {', '.join(gguf_quants.DEQUANTIZERS)})")
+            if scratch is None:
+                fd, scratch_path = tempfile.mkstemp(prefix="decodelab-gguf-", suffix=".f32")
+                scratch = os.fdopen(fd, "wb")
+            values = gguf_quants.dequantize_tensor(g, t)
+            pad = -offset % 64  # each tensor on a cache line, as the engine reads in place
+            scratch.write(b"\0" * pad)
+            offset += pad
+            scratch.write(values.tobytes())
+            tensors.append((target, "F32", shape, 1, offset, values.nbytes))
+            offset += values.nbytes
+        if scratch is not None:
+            scratch.close()
+    except BaseException:
+        if scratch is not None:
+            scratch.close()
+            os.unlink(scratch_path)
+        raise
+    files = [g.path] + ([scratch_path] if scratch_path else [])
+    return files, tensors, scratch_path
+
+
+def tokenizer_from_gguf(g: GGUFFile):
+    """The file's tokenizer as a decodelab HFTokenizer: `gpt2`-type byte-level BPE with its merges,
+    pre-tokenized as `tokenizer.ggml.pre` says; control and user-defined tokens are special.
+    None when the file has no tokenizer; ValueError for a kind not supported yet."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    from .tokenizer import HFTokenizer
+
+    kind = g.metadata.get("tokenizer.ggml.model")
+    if kind is None:
+        return None
+    tokens = g.metadata.get("tokenizer.ggml.tokens")
+    if kind != "gpt2" or not isinstance(tokens, list):
+        raise ValueError(f"{g.path}: GGUF tokenizer model {kind!r} is not supported yet (supported: 'gpt2')")
+    pre = g.metadata.get("tokenizer.ggml.pre", "gpt2")
+    # llama.cpp's pre-tokenizers (llama-vocab.cpp): smollm splits every digit, then GPT-2's regex.
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if pre == "gpt2":
+        pre_tok = byte_level
+    elif pre == "smollm":
+        pre_tok = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+    else:
+        raise ValueError(f"{g.path}: GGUF pre-tokenizer {pre!r} is not supported yet (supported: 'gpt2', 'smollm')")
+    merges_raw = g.metadata.get("tokenizer.ggml.merges", [])
+    merges = []
+    for m in merges_raw:
+        a, sep, b = m.partition(" ")
+        if not sep:
+            raise ValueError(f"{g.path}: GGUF merge {m!r} is not two tokens separated by a space")
+        merges.append((a, b))
+    vocab: Dict[str, int] = {}
+    for i, t in enumerate(tokens):
+        vocab.setdefault(t, i)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
+    tok.pre_tokenizer = pre_tok
+    tok.decoder = decoders.ByteLevel()
+    types = g.metadata.get("tokenizer.ggml.token_type")
+    if types is not None and len(types) == len(tokens):
+        special = [tokens[i] for i in np.flatnonzero((np.asarray(types) == 3) | (np.asarray(types) == 4))]
+        tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
+    ids = {k: g.metadata.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "bos")}
+    name = {k: tokens[v] if isinstance(v, int) and 0 <= v < len(tokens) else None for k, v in ids.items()}
+    return HFTokenizer(tok, eos_token=name["eos"], bos_token=name["bos"])
