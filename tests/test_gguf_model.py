@@ -139,3 +139,58 @@ def test_other_architectures_and_bad_shapes_are_refused_by_name(tmp_path):
     path = _with_metadata(tmp_path, "tokenizer.ggml.pre", 8, struct.pack("<Q", 6) + b"qwen2x")
     with pytest.raises(ValueError, match="GGUF pre-tokenizer 'qwen2x' is not supported yet"):
         decodelab.load(path)
+
+
+MESSAGES = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+
+
+def test_chat_answers_paris_and_streams_the_same_text(ours):
+    g = ours.chat(MESSAGES, max_new_tokens=30)
+    assert "Paris" in g.text and g.finish_reason == "stop"
+    assert "".join(ours.chat_stream(MESSAGES, max_new_tokens=30)) == g.text
+
+
+@pytest.mark.reference
+def test_chat_template_renders_as_transformers_does(ours):
+    ref = transformers.AutoTokenizer.from_pretrained(FOLDER, gguf_file=NAME)
+    convs = [MESSAGES,
+             [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+              {"role": "assistant", "content": "Hello! 😀"}, {"role": "user", "content": "日本語で?"}]]
+    for msgs in convs:
+        for gen in (False, True):
+            text = ours.tokenizer.apply_chat_template(msgs, add_generation_prompt=gen)
+            assert text == ref.apply_chat_template(msgs, add_generation_prompt=gen, tokenize=False)
+            assert ours.tokenizer.apply_chat_template(msgs, add_generation_prompt=gen, tokenize=True) == \
+                ref.encode(text, add_special_tokens=False)
+
+
+def test_chat_templates_are_untrusted_input(ours):
+    tok = ours.tokenizer
+    with pytest.raises(ValueError, match=r"messages\[0\] must be a dict with str 'role' and 'content'"):
+        tok.apply_chat_template([{"role": "user"}])
+    with pytest.raises(ValueError, match="messages must be a list"):
+        tok.apply_chat_template("hi")
+    from decodelab import chat
+    with pytest.raises(ValueError, match="chat template error: no system role"):
+        chat.render("{{ raise_exception('no system role') }}", MESSAGES)
+    with pytest.raises(ValueError, match="chat template error"):  # the sandbox refuses internals
+        chat.render("{{ messages.__class__.__mro__[1].__subclasses__() }}", MESSAGES)
+    with pytest.raises(ValueError, match="rendered more than"):
+        chat.render("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}", MESSAGES)
+    with pytest.raises(ValueError, match="chat template error: .*Range too big"):
+        chat.render("{% for i in range(100000000) %}x{% endfor %}", MESSAGES)
+    assert chat.render("{{ extra }}|{{ messages[0].role }}", MESSAGES, extra=3) == "3|user"
+
+
+def test_a_folder_chat_template_comes_from_tokenizer_config(tmp_path):
+    import json
+
+    from decodelab import testing
+    folder = testing.write_checkpoint(str(tmp_path / "m"), "llama-tiny", byte_tokenizer=True)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"}, f)
+    m = decodelab.load(folder)
+    assert m.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}]) == "<user>hi"
+    with open(os.path.join(folder, "chat_template.jinja"), "w") as f:
+        f.write("J{{ messages|length }}")
+    assert decodelab.load(folder).tokenizer.apply_chat_template(MESSAGES) == "J1"

@@ -190,4 +190,10 @@ def tokenizer_from_gguf(g: GGUFFile):
         tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
     ids = {k: g.metadata.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "bos")}
     name = {k: tokens[v] if isinstance(v, int) and 0 <= v < len(tokens) else None for k, v in ids.items()}
-    return HFTokenizer(tok, eos_token=name["eos"], bos_token=name["bos"])
+    out = HFTokenizer(tok, eos_token=name["eos"], bos_token=name["bos"])
+    template = g.metadata.get("tokenizer.chat_template")
+    if template is not None:
+        if not isinstance(template, str):
+            raise ValueError(f"{g.path}: GGUF metadata 'tokenizer.chat_template' must be a string")
+        out.chat_template = template
+    return out

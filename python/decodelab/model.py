@@ -255,6 +255,21 @@ class Model:
         cache, reused = self._prepare_cache(ids, cache, opts.max_new_tokens)
         return self._stream(ids, cache, reused, opts.chains[0], opts)
 
+    def chat(self, messages, **options) -> Generation:
+        """The assistant's reply to ``messages`` ([{"role": "user", "content": ...}, ...]): the
+        tokenizer's chat template rendered with the generation prompt, then generate() with the
+        same ``options``, stopping at the end-of-turn token (the model's EOS)."""
+        return self.generate(self._chat_prompt(messages), **options)
+
+    def chat_stream(self, messages, **options) -> Iterator[str]:
+        """chat() as a stream of text pieces, as stream() yields them."""
+        return self.stream(self._chat_prompt(messages), **options)
+
+    def _chat_prompt(self, messages) -> List[int]:
+        if self.tokenizer is None:
+            raise ValueError("chat needs a tokenizer with a chat template")
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+
     # -- option handling ------------------------------------------------------------------
     def _fp32_block_bytes(self) -> int:
         c = self.config

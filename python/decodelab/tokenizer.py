@@ -32,6 +32,25 @@ class Tokenizer:
     def id_to_piece(self, token_id: int) -> str:
         raise NotImplementedError
 
+    # The model's Jinja chat template (GGUF tokenizer.chat_template, or tokenizer_config.json), or None.
+    chat_template: Optional[str] = None
+
+    def apply_chat_template(self, messages, add_generation_prompt: bool = False, tokenize: bool = False,
+                            **variables):
+        """The chat template rendered over messages ([{"role": ..., "content": ...}, ...]): the text,
+        or with ``tokenize=True`` its token ids (special tokens in the text are matched, and no BOS
+        is added twice: the template writes what the model expects). Extra keyword variables pass
+        through to the template; bos_token and eos_token are set from the tokenizer."""
+        from . import chat
+
+        if self.chat_template is None:
+            raise ValueError("this tokenizer has no chat template (none in the GGUF metadata or tokenizer_config.json)")
+        names = {k: self.id_to_piece(i) for k, i in (("bos_token", self.bos_token_id), ("eos_token", self.eos_token_id))
+                 if i is not None}
+        text = chat.render(self.chat_template, messages, add_generation_prompt=add_generation_prompt,
+                           **{**names, **variables})
+        return self.encode(text, add_special_tokens=False) if tokenize else text
+
 
 class HFTokenizer(Tokenizer):
     """A `tokenizers.Tokenizer`, from tokenizer.json or from GPT-2's vocab.json + merges.txt."""
@@ -225,12 +244,35 @@ class Llama2cTokenizer(Tokenizer):
         return self.pieces[token_id].decode("utf-8", errors="replace")
 
 
+def _folder_chat_template(folder: str) -> Optional[str]:
+    """A Hugging Face folder's chat template: chat_template.jinja, else tokenizer_config.json's
+    "chat_template" (a string, or a list of named templates, of which "default")."""
+    from .formats import load_json
+
+    jinja = os.path.join(folder, "chat_template.jinja")
+    if os.path.exists(jinja):
+        with open(jinja, encoding="utf-8") as f:
+            return f.read()
+    cfg_path = os.path.join(folder, "tokenizer_config.json")
+    if not os.path.exists(cfg_path):
+        return None
+    tpl = load_json(cfg_path).get("chat_template")
+    if isinstance(tpl, list):
+        named = {d.get("name"): d.get("template") for d in tpl if isinstance(d, dict)}
+        tpl = named.get("default")
+    if tpl is not None and not isinstance(tpl, str):
+        raise ValueError(f"{cfg_path}: chat_template must be a string or a list of named templates")
+    return tpl
+
+
 def find_tokenizer(folder: str, vocab_size: int) -> Optional[Tokenizer]:
     """The tokenizer files of a model folder: tokenizer.json, else vocab.json + merges.txt,
     else a llama2.c tokenizer.bin (or tok<vocab_size>.bin)."""
     tj = os.path.join(folder, "tokenizer.json")
     if os.path.exists(tj):
-        return HFTokenizer.from_file(tj)
+        tok = HFTokenizer.from_file(tj)
+        tok.chat_template = _folder_chat_template(folder)
+        return tok
     vj, mt = os.path.join(folder, "vocab.json"), os.path.join(folder, "merges.txt")
     if os.path.exists(vj) and os.path.exists(mt):
         return HFTokenizer.from_gpt2_files(vj, mt)
