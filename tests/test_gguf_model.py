@@ -194,3 +194,32 @@ def test_a_folder_chat_template_comes_from_tokenizer_config(tmp_path):
     with open(os.path.join(folder, "chat_template.jinja"), "w") as f:
         f.write("J{{ messages|length }}")
     assert decodelab.load(folder).tokenizer.apply_chat_template(MESSAGES) == "J1"
+
+
+def test_cli_chat_in_a_terminal():
+    """decodelab chat through a pseudo-terminal: a streamed answer, /reset, Ctrl-C ending a reply
+    (not the program), Ctrl-D quitting."""
+    _need(PATH)
+    pexpect = pytest.importorskip("pexpect", reason="drives the CLI through a pseudo-terminal")
+    import sys
+    child = pexpect.spawn(sys.executable, ["-m", "decodelab", "chat", PATH, "--threads", "2"], encoding="utf-8",
+                          timeout=120, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        child.expect("Ctrl-D quits")
+        child.expect("> ")
+        child.sendline("What is the capital of France? Answer in one word.")
+        child.expect("Paris")
+        child.expect("> ")
+        child.sendline("/reset")
+        child.expect(r"\[conversation reset\]")
+        child.expect("> ")
+        child.sendline("Write a very long story about a dragon who learns to bake bread.")
+        child.expect(r"\w+ \w+ \w+")  # the reply has started
+        child.sendintr()
+        child.expect(r"\[reply stopped\]")
+        child.expect("> ")  # still running, ready for the next message
+        child.sendeof()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0

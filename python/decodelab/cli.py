@@ -51,10 +51,63 @@ def _generate(args) -> int:
     out.write("\n")
     sampling = f"seed {seed}" if args.temperature > 0 else "greedy"
     print(f"[{g.prompt_tokens} prompt tokens, {g.generated_tokens} generated, finish_reason={g.finish_reason}; "
-          f"{sampling}; weights {args.dtype}, cache {args.cache_dtype}; "
+          f"{sampling}; weights {model.dtype}, cache {args.cache_dtype}; "
           f"prefill {g.prefill_tokens_per_second:.1f} tok/s, decode {g.decode_tokens_per_second:.1f} tok/s]",
           file=sys.stderr)
     return 0
+
+
+def _chat(args) -> int:
+    """An interactive chat: each reply streamed; /reset starts over; Ctrl-C ends the reply, Ctrl-D
+    (or /quit) the program."""
+    from .loading import load
+
+    model_path = args.model or args.model_pos
+    if model_path is None:
+        raise CliError("give a model: decodelab chat MODEL (or --model MODEL)")
+    model = load(model_path, threads=args.threads, tokenizer=args.tokenizer, dtype=args.dtype)
+    if model.tokenizer is None or model.tokenizer.chat_template is None:
+        raise CliError(f"{model_path} has no chat template; chat needs an instruct model's tokenizer")
+    seed = args.seed
+    if seed is None and args.temperature > 0:
+        seed = int.from_bytes(os.urandom(4), "little")
+    start = [{"role": "system", "content": args.system}] if args.system else []
+    history = list(start)
+    cache = model.new_cache()  # the conversation so far stays cached; each turn prefills only its new text
+    print(f"[{model_path}: {model.dtype} weights; /reset starts over, Ctrl-C ends a reply, Ctrl-D quits]",
+          file=sys.stderr)
+    while True:
+        try:
+            line = input("> ")
+        except EOFError:
+            print()
+            return 0
+        except KeyboardInterrupt:
+            print("\n[Ctrl-D or /quit to leave]", file=sys.stderr)
+            continue
+        text = line.strip()
+        if text in ("/quit", "/exit"):
+            return 0
+        if text == "/reset":
+            history = list(start)
+            print("[conversation reset]", file=sys.stderr)
+            continue
+        if not text:
+            continue
+        history.append({"role": "user", "content": text})
+        reply = []
+        pieces = model.chat_stream(history, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                                   seed=seed, cache=cache)
+        try:
+            for piece in pieces:
+                reply.append(piece)
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+            print()
+        except KeyboardInterrupt:
+            pieces.close()
+            print("\n[reply stopped]", file=sys.stderr)
+        history.append({"role": "assistant", "content": "".join(reply)})
 
 
 def _fresh_folder(out: str, force: bool) -> None:
@@ -91,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("generate", help="generate a continuation of a prompt, printed as it is decoded")
-    g.add_argument("model_pos", nargs="?", metavar="MODEL", help="Hugging Face folder or llama2.c .bin")
+    g.add_argument("model_pos", nargs="?", metavar="MODEL", help="Hugging Face folder, GGUF file or llama2.c .bin")
     g.add_argument("prompt")
     g.add_argument("--model", default=None, help="the model, instead of MODEL")
     g.add_argument("--tokenizer", default=None, help="tokenizer path (default: found beside the model)")
@@ -104,11 +157,24 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=None, help="sampling seed (default: a fresh one, printed)")
     g.add_argument("--order", default=None, choices=["hf", "vllm", "llama.cpp"])
     g.add_argument("--threads", type=int, default=None)
-    g.add_argument("--dtype", default="float32", choices=list(_core.WEIGHT_DTYPES),
-                   help="weights as load(dtype=...) keeps them (default float32)")
+    g.add_argument("--dtype", default=None, choices=list(_core.WEIGHT_DTYPES),
+                   help="weights as load(dtype=...) keeps them (default: float32; int8 for a block-quantized GGUF)")
     g.add_argument("--cache-dtype", dest="cache_dtype", default="float32", choices=list(_core.KV_DTYPES),
                    help="KV cache, as new_cache(dtype=...) (default float32)")
     g.set_defaults(func=_generate)
+
+    ch = sub.add_parser("chat", help="chat with an instruct model in the terminal, replies streamed")
+    ch.add_argument("model_pos", nargs="?", metavar="MODEL", help="GGUF file or Hugging Face folder with a chat template")
+    ch.add_argument("--model", default=None, help="the model, instead of MODEL")
+    ch.add_argument("--tokenizer", default=None, help="tokenizer path (default: the model's own)")
+    ch.add_argument("--system", default=None, help="a system message to start every conversation with")
+    ch.add_argument("--max-new-tokens", type=int, default=512)
+    ch.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    ch.add_argument("--seed", type=int, default=None)
+    ch.add_argument("--threads", type=int, default=None)
+    ch.add_argument("--dtype", default=None, choices=list(_core.WEIGHT_DTYPES),
+                    help="weights as load(dtype=...) keeps them (default: load()'s)")
+    ch.set_defaults(func=_chat)
 
     c = sub.add_parser("convert-llama2c", help="convert a llama2.c checkpoint to a Hugging Face folder")
     c.add_argument("checkpoint")
@@ -133,7 +199,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     p = _parser()
     args = p.parse_args(argv)
-    if args.command == "generate" and args.model and args.model_pos:
+    if args.command in ("generate", "chat") and args.model and args.model_pos:
         p.error("give the model once: as MODEL or as --model")
     try:
         return args.func(args)
