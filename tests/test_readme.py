@@ -14,7 +14,7 @@ def _commands():
 def test_readme_starts_with_two_commands_and_ci_runs_the_test_one():
     cmds = _commands()
     assert len(cmds) == 2
-    assert "stories260K" in cmds[0] and "generate" in cmds[0]
+    assert "generate" in cmds[0] and "../shared" not in cmds[0]  # the built-in model: no files needed
     assert "pytest" in cmds[1]
     with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as f:
         ci = f.read()

@@ -16,9 +16,7 @@ class CliError(Exception):
 def _generate(args) -> int:
     from .loading import load
 
-    model_path = args.model or args.model_pos
-    if model_path is None:
-        raise CliError("give a model and a prompt: decodelab generate MODEL \"prompt\" (or --model MODEL)")
+    model_path = args.model or args.model_pos or "stories260K"  # the model inside the package
     model = load(model_path, threads=args.threads, tokenizer=args.tokenizer, dtype=args.dtype)
     if model.tokenizer is None:
         raise CliError(f"no tokenizer found beside {model_path}; pass --tokenizer PATH (a tokenizer.json, a folder "
@@ -144,7 +142,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("generate", help="generate a continuation of a prompt, printed as it is decoded")
-    g.add_argument("model_pos", nargs="?", metavar="MODEL", help="Hugging Face folder, GGUF file or llama2.c .bin")
+    g.add_argument("model_pos", nargs="?", metavar="MODEL", help="Hugging Face folder, GGUF file, llama2.c .bin, a built-in name or a hub id (default: "
+                        "stories260K, inside the package)")
     g.add_argument("prompt")
     g.add_argument("--model", default=None, help="the model, instead of MODEL")
     g.add_argument("--tokenizer", default=None, help="tokenizer path (default: found beside the model)")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import struct
 from typing import Optional, Union
 
@@ -50,6 +51,38 @@ def _read_model_files(path: str):
             return config, files, tensors, tok, scratch, gguf_model.is_quantized(g)
     config, tensors = formats.read_llama2c(path)
     return config, [path], tensors, os.path.dirname(os.path.abspath(path)), None, False
+
+
+# Models inside the package, by name: stories260K (llama2.c, MIT), the default of the CLI.
+BUILTIN = {"stories260K": os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "stories260K",
+                                       "stories260K.bin")}
+_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
+# The files of a Hugging Face repo that load() reads.
+_HUB_FILES = ["config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json",
+              "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "vocab.json", "merges.txt"]
+
+
+def _resolve(path: str) -> str:
+    """A model path as given, a built-in model's name (BUILTIN), or a Hugging Face repo id
+    ("org/name") through huggingface_hub, when installed and the files are reachable or cached. A
+    name that is also an existing path means the path."""
+    if os.path.exists(path):
+        return path
+    if path in BUILTIN:
+        return BUILTIN[path]
+    if _REPO_ID.fullmatch(path) and ".." not in path:
+        try:
+            import huggingface_hub
+        except ImportError:
+            raise FileNotFoundError(f"model path {path} does not exist; as a Hugging Face repo id it needs "
+                                    "huggingface_hub (pip install huggingface_hub), or pass a local folder") from None
+        try:
+            return huggingface_hub.snapshot_download(path, allow_patterns=_HUB_FILES)
+        except Exception as e:  # offline, not cached, no such repo: the hub's own exception types
+            raise FileNotFoundError(f"model path {path} does not exist, and the Hugging Face repo {path!r} could not "
+                                    f"be fetched or found in the cache ({type(e).__name__}); pass the path of a "
+                                    "local folder or file instead") from None
+    raise FileNotFoundError(f"model path {path} does not exist (built-in models: {', '.join(BUILTIN)})")
 
 
 def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads: Optional[int] = None,
@@ -114,8 +147,7 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
     kv_block_size = int(kv_block_size)
     if not -2**31 <= kv_block_size < 2**31:  # its range is the engine's rule (BlockPool); this only fits it in C++
         raise ValueError(f"kv_block_size must be in [1, {_core.max_kv_block_size}], got {kv_block_size}")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"model path {path} does not exist")
+    path = _resolve(path)
     if not isinstance(zero_copy, bool):
         raise TypeError(f"zero_copy must be True or False, got {zero_copy!r}")
     if not isinstance(bf16_matmul, bool):
