@@ -21,7 +21,7 @@ every row runs N times, the rounds interleaved over all rows, and each figure is
 round (the probe its largest), so a slow spell of this shared host does not land on one engine
 only; the JSON keeps every round. llama.cpp rows need
 llama-cpp-python (PyPI has only its source: `pip install llama-cpp-python gguf` builds llama.cpp,
-about 11 minutes on 2 cores); the GGUF files come from benchmarks/gguf_export.py and llama.cpp's
+about 11 minutes on 2 cores); the GGUF files come from decodelab/gguf_export.py and llama.cpp's
 own quantizer.
 """
 import argparse
@@ -207,7 +207,7 @@ def work_llamacpp(folder, dtype, a):
     import llama_cpp as lc
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import gguf_export
+    from decodelab import gguf_export
 
     f32 = folder + ".f32.gguf"
     if not os.path.exists(f32):
@@ -303,7 +303,7 @@ def work_llamacpp(folder, dtype, a):
 def llama2c_export(folder, out):
     """A Hugging Face Llama folder as a llama2.c "v0" checkpoint (interleaved RoPE rows)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from gguf_export import _tensors, _unpermute
+    from decodelab.gguf_export import _tensors, _unpermute
 
     cfg = json.load(open(os.path.join(folder, "config.json")))
     t = _tensors(folder)

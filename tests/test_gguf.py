@@ -205,3 +205,44 @@ def test_every_truncation_and_a_seeded_mutator_raise_only_value_errors(tmp_path)
 def test_is_gguf_tells_the_formats_apart():
     _need(SMOLLM)
     assert gguf_file.is_gguf(SMOLLM) and not gguf_file.is_gguf(os.path.join(MODELS, "stories260K", "stories260K.bin"))
+
+
+# The error each stored type allows on a weight of a block whose largest magnitude is amax: Q8_0
+# and Q4_0 round w / d to an integer (Q4_0 clamping the largest to 7 steps, a whole step off), with
+# d = amax / 127 or amax / 8, then store d in f16: up to 127 or 8 steps of d's rounding on top.
+def _bound(amax, tensor_type):
+    d = amax / (127 if tensor_type == "Q8_0" else 8)
+    steps = 127 if tensor_type == "Q8_0" else 8
+    return d * (0.5 if tensor_type == "Q8_0" else 1.0) + steps * d * 2**-11 + 1e-12
+
+
+@pytest.mark.parametrize("tensor_type", ["F32", "F16", "Q8_0", "Q4_0"])
+def test_exported_files_load_and_match_the_source(tmp_path, tensor_type):
+    from safetensors.numpy import load_file
+
+    from decodelab import gguf_export, testing
+    folder = testing.write_checkpoint(str(tmp_path / "hf"), "llama-tiny", byte_tokenizer=True)
+    out = gguf_export.export(folder, str(tmp_path / f"m.{tensor_type}.gguf"), tensor_type)
+    src = load_file(os.path.join(folder, "model.safetensors"))
+    with GGUFFile(out) as g:
+        for name, t in g.tensors.items():
+            target = decodelab.gguf_model._engine_name(name, 2)
+            w = src[target].astype(np.float32)
+            got = gguf_quants.dequantize_tensor(g, t)
+            if name.endswith(("attn_q.weight", "attn_k.weight")):  # stored in interleaved RoPE order
+                heads = 4 if "attn_q" in name else 2
+                w = gguf_export._unpermute(w, heads)
+            assert got.shape == w.shape, name
+            if tensor_type == "F16" and w.ndim == 2:
+                assert np.all(np.abs(got - w) <= np.abs(w) * 2**-11 + 6e-8), name
+            elif w.ndim == 2 and tensor_type != "F32":
+                amax = np.abs(w.reshape(-1, 32)).max(axis=1, keepdims=True)
+                assert np.all(np.abs(got - w).reshape(-1, 32) <= _bound(amax, tensor_type)), name
+            else:
+                assert np.array_equal(got, w), name
+    ours = decodelab.load(out, dtype="float32")
+    assert ours.tokenizer is None and ours.config.rope_interleaved
+    ref = decodelab.load(folder)
+    ids = list(range(3, 40))
+    tol = {"F32": 1e-4, "F16": 2e-3, "Q8_0": 2e-2, "Q4_0": 0.3}[tensor_type]
+    np.testing.assert_allclose(ours.forward(ids), ref.forward(ids), atol=tol, rtol=0)

@@ -157,7 +157,7 @@ def tokenizer_from_gguf(g: GGUFFile):
     from .tokenizer import HFTokenizer
 
     kind = g.metadata.get("tokenizer.ggml.model")
-    if kind is None:
+    if kind is None or kind == "none":  # no vocabulary: the caller feeds token ids
         return None
     tokens = g.metadata.get("tokenizer.ggml.tokens")
     if kind != "gpt2" or not isinstance(tokens, list):

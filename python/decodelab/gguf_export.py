@@ -1,14 +1,15 @@
-"""Write a Hugging Face GPT-2 or Llama folder as a GGUF file that llama.cpp runs, so the speed
-benchmark can put llama.cpp beside decodelab on the same weights.
+"""Write a Hugging Face GPT-2 or Llama folder as a GGUF file that llama.cpp runs: for the speed
+benchmark (llama.cpp beside decodelab on the same weights) and for tests that need GGUF files of
+any shape and type. Needs the gguf package (a test extra).
 
-    python benchmarks/gguf_export.py FOLDER OUT.gguf [--check]
+    python -m decodelab.gguf_export FOLDER OUT.gguf [--type F32|F16|Q8_0|Q4_0] [--check]
 
 --check compares llama.cpp's logits on the file with decodelab's on the folder (needs
 llama-cpp-python): 2.6e-3 at most on the Llama 110M and GPT-2 124M shapes, llama.cpp keeping its
 KV cache in f16 by default.
 
-The file holds fp32 tensors and no tokenizer (llama.cpp's "none" vocabulary: the benchmark feeds
-token ids); llama.cpp's own quantizer makes the f16 / q8_0 variants from it. Tensor names and
+The matrices are stored as --type (F32 by default; F16, Q8_0 and Q4_0 through gguf.quants), norms
+and biases as F32, and no tokenizer (llama.cpp's "none" vocabulary: the benchmark feeds token ids). Tensor names and
 layouts follow llama.cpp's converter: GGUF matrices are (out, in), so GPT-2's Conv1D weights are
 transposed, and Llama's q/k rows go back to the interleaved RoPE order llama.cpp's "llama"
 architecture uses (the inverse of the Meta-to-HF permutation).
@@ -36,10 +37,18 @@ def _tensors(folder):
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in t.items()}
 
 
-def export(folder, out):
+TYPES = ("F32", "F16", "Q8_0", "Q4_0")
+
+
+def export(folder, out, tensor_type="F32"):
+    """Writes FOLDER's weights to OUT as GGUF, the matrices as tensor_type; returns OUT."""
     import gguf
 
-    cfg = json.load(open(os.path.join(folder, "config.json")))
+    if tensor_type not in TYPES:
+        raise ValueError(f"tensor_type must be one of {', '.join(TYPES)}, got {tensor_type!r}")
+
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
     t = _tensors(folder)
     if cfg["model_type"] == "gpt2":
         arch = "gpt2"
@@ -98,11 +107,18 @@ def export(folder, out):
             names[f"blk.{i}.ffn_down.weight"] = t[h + "mlp.down_proj.weight"]
     else:
         raise ValueError(f"model_type {cfg['model_type']!r}: only gpt2 and llama are exported")
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
+                     "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}[tensor_type])
     w.add_tokenizer_model("none")
     w.add_vocab_size(cfg["vocab_size"])
     for name, arr in names.items():
-        w.add_tensor(name, arr)
+        if arr.ndim < 2 or tensor_type == "F32":
+            w.add_tensor(name, arr)
+        elif tensor_type == "F16":
+            w.add_tensor(name, arr.astype(np.float16))
+        else:
+            qtype = gguf.GGMLQuantizationType[tensor_type]
+            w.add_tensor(name, gguf.quants.quantize(arr, qtype), raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -142,7 +158,14 @@ def check(folder, gguf_path, n_tokens=24):
 
 
 if __name__ == "__main__":
-    export(sys.argv[1], sys.argv[2])
-    if "--check" in sys.argv[3:]:
-        print(f"max |logit difference| llama.cpp vs decodelab: {check(sys.argv[1], sys.argv[2]):.3g}")
+    import argparse
 
+    ap = argparse.ArgumentParser(description="Write a Hugging Face GPT-2 or Llama folder as GGUF.")
+    ap.add_argument("folder")
+    ap.add_argument("out")
+    ap.add_argument("--type", default="F32", choices=TYPES, help="how the matrices are stored")
+    ap.add_argument("--check", action="store_true", help="compare with llama.cpp (llama-cpp-python)")
+    a = ap.parse_args()
+    export(a.folder, a.out, a.type)
+    if a.check:
+        print(f"max |logit difference| llama.cpp vs decodelab: {check(a.folder, a.out):.3g}")
