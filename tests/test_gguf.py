@@ -246,3 +246,17 @@ def test_exported_files_load_and_match_the_source(tmp_path, tensor_type):
     ids = list(range(3, 40))
     tol = {"F32": 1e-4, "F16": 2e-3, "Q8_0": 2e-2, "Q4_0": 0.3}[tensor_type]
     np.testing.assert_allclose(ours.forward(ids), ref.forward(ids), atol=tol, rtol=0)
+
+
+@pytest.mark.parametrize("tensor_type", ["F32", "Q8_0"])
+def test_gpt2_gguf_files_load_as_the_source(tmp_path, tensor_type):
+    from decodelab import gguf_export, testing
+    folder = testing.write_checkpoint(str(tmp_path / "hf"), "gpt2-tiny", byte_tokenizer=True)
+    out = gguf_export.export(folder, str(tmp_path / "g.gguf"), tensor_type)
+    ours = decodelab.load(out, dtype="float32")
+    ref = decodelab.load(folder)
+    assert (ours.config.arch, ours.config.n_layers, ours.config.vocab_size) == \
+        (ref.config.arch, ref.config.n_layers, ref.config.vocab_size)
+    ids = list(range(3, 40))
+    np.testing.assert_allclose(ours.forward(ids), ref.forward(ids), atol={"F32": 1e-4, "Q8_0": 2e-2}[tensor_type],
+                               rtol=0)

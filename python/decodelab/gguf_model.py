@@ -1,11 +1,13 @@
 """A GGUF file as a model: its metadata as the engine's config, its tensors under the engine's
-(Hugging Face) names, and its byte-level BPE tokenizer, for load(). The `llama` architecture;
-others are refused by name.
+(Hugging Face) names, and its byte-level BPE tokenizer, for load(). The `llama` and `gpt2`
+architectures; others are refused by name.
 
 Tensors the engine reads as they are (F32, F16, BF16) stay in the file's memory map; block-quantized
 ones are decoded to float32 (gguf_quants) into one scratch file that the engine maps, which load()
 removes once the engine holds its own converted weights. llama.cpp's converter stores Llama's Q and
 K rows in Meta's interleaved RoPE order, so the config says rope_interleaved, as for llama2.c files.
+GGUF stores GPT-2's matrices (out, in); the engine reads GPT-2's as Hugging Face's Conv1D stores
+them, (in, out), so those go through the scratch file transposed.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from . import gguf_quants
 from .config import ModelConfig
 from .gguf_file import GGUFFile
 
-ARCHITECTURES = ("llama",)
+ARCHITECTURES = ("llama", "gpt2")
 _DIRECT = {"F32": "F32", "F16": "F16", "BF16": "BF16"}  # types the engine maps in place
 
 # GGUF tensor names (llama.cpp's llama-arch.cpp) -> the engine's.
@@ -32,13 +34,23 @@ _LAYER = {"attn_norm.weight": "input_layernorm.weight", "attn_q.weight": "self_a
           "ffn_down.weight": "mlp.down_proj.weight"}
 
 
-def _engine_name(name: str, n_layers: int) -> Optional[str]:
-    if name in _GLOBAL:
-        return _GLOBAL[name]
+_GPT2_GLOBAL = {"token_embd.weight": "transformer.wte.weight", "position_embd.weight": "transformer.wpe.weight",
+                "output_norm.weight": "transformer.ln_f.weight", "output_norm.bias": "transformer.ln_f.bias",
+                "output.weight": "lm_head.weight"}
+_GPT2_LAYER = {f"{src}.{kind}": f"{dst}.{kind}" for kind in ("weight", "bias") for src, dst in
+               (("attn_norm", "ln_1"), ("ffn_norm", "ln_2"), ("attn_qkv", "attn.c_attn"),
+                ("attn_output", "attn.c_proj"), ("ffn_up", "mlp.c_fc"), ("ffn_down", "mlp.c_proj"))}
+
+
+def _engine_name(name: str, n_layers: int, arch: str = "llama") -> Optional[str]:
+    top, layer, prefix = (_GLOBAL, _LAYER, "model.layers.") if arch == "llama" else \
+        (_GPT2_GLOBAL, _GPT2_LAYER, "transformer.h.")
+    if name in top:
+        return top[name]
     parts = name.split(".", 2)
     if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and int(parts[1]) < n_layers \
-            and parts[2] in _LAYER:
-        return f"model.layers.{int(parts[1])}.{_LAYER[parts[2]]}"
+            and parts[2] in layer:
+        return f"{prefix}{int(parts[1])}.{layer[parts[2]]}"
     return None
 
 
@@ -67,12 +79,12 @@ def config_from_gguf(g: GGUFFile) -> ModelConfig:
                          f"{', '.join(ARCHITECTURES)})")
     hidden = _int(g, f"{arch}.embedding_length", hi=1 << 16)
     heads = _int(g, f"{arch}.attention.head_count", hi=1024)
-    kv = _int(g, f"{arch}.attention.head_count_kv", heads, hi=1024)
+    kv = _int(g, f"{arch}.attention.head_count_kv", heads, hi=1024) if arch == "llama" else heads
     if hidden % heads or heads % kv:
         raise ValueError(f"{g.path}: embedding_length {hidden}, head_count {heads} and head_count_kv {kv} do not "
                          "divide evenly")
     head_dim = hidden // heads
-    rot = _int(g, f"{arch}.rope.dimension_count", head_dim, hi=1 << 16)
+    rot = _int(g, f"{arch}.rope.dimension_count", head_dim, hi=1 << 16) if arch == "llama" else head_dim
     if rot != head_dim:
         raise ValueError(f"{g.path}: {arch}.rope.dimension_count {rot} differs from the head size {head_dim}; "
                          "partial rotary embeddings are not supported")
@@ -93,6 +105,14 @@ def config_from_gguf(g: GGUFFile) -> ModelConfig:
            if k in g.metadata]
     bos = _int(g, "tokenizer.ggml.bos_token_id", lo=0, hi=vocab - 1) \
         if "tokenizer.ggml.bos_token_id" in g.metadata else None
+    if arch == "gpt2":
+        return ModelConfig(arch="gpt2", n_layers=_int(g, "gpt2.block_count", hi=1024), hidden_size=hidden,
+                           n_heads=heads, n_kv_heads=heads, head_dim=head_dim,
+                           intermediate_size=_int(g, "gpt2.feed_forward_length", 4 * hidden, hi=1 << 20),
+                           vocab_size=vocab, max_position_embeddings=_int(g, "gpt2.context_length", hi=1 << 22),
+                           norm_eps=_float(g, "gpt2.attention.layer_norm_epsilon", 1e-5, 1e-12, 1.0),
+                           tie_word_embeddings="output.weight" not in g.tensors, bos_token_id=bos,
+                           eos_token_id=sorted(set(eos)) or None, source="gguf")
     return ModelConfig(arch="llama", n_layers=_int(g, f"{arch}.block_count", hi=1024), hidden_size=hidden,
                        n_heads=heads, n_kv_heads=kv, head_dim=head_dim,
                        intermediate_size=_int(g, f"{arch}.feed_forward_length", hi=1 << 20), vocab_size=vocab,
@@ -117,11 +137,13 @@ def weight_table(g: GGUFFile, config: ModelConfig) -> Tuple[List[str], list, Opt
     offset = 0
     try:
         for name, t in g.tensors.items():
-            target = _engine_name(name, config.n_layers)
+            target = _engine_name(name, config.n_layers, config.arch)
             if target is None:
                 continue  # a tensor the engine does not read (rope_freqs, ...)
             shape = [int(d) for d in t.shape[::-1]]
-            if t.type.name in _DIRECT:
+            # GPT-2's layer matrices, (out, in) here, as Conv1D's (in, out).
+            conv1d = config.arch == "gpt2" and len(shape) == 2 and target.startswith("transformer.h.")
+            if t.type.name in _DIRECT and not conv1d:
                 tensors.append((target, _DIRECT[t.type.name], shape, 0, t.offset, t.nbytes))
                 continue
             if t.type.name not in gguf_quants.DEQUANTIZERS:
@@ -131,6 +153,9 @@ def weight_table(g: GGUFFile, config: ModelConfig) -> Tuple[List[str], list, Opt
                 fd, scratch_path = tempfile.mkstemp(prefix="decodelab-gguf-", suffix=".f32")
                 scratch = os.fdopen(fd, "wb")
             values = gguf_quants.dequantize_tensor(g, t)
+            if conv1d:
+                values = np.ascontiguousarray(values.T)
+                shape = shape[::-1]
             pad = -offset % 64  # each tensor on a cache line, as the engine reads in place
             scratch.write(b"\0" * pad)
             offset += pad

@@ -88,7 +88,7 @@ def _resolve(path: str) -> str:
 def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads: Optional[int] = None,
          tokenizer: Union[None, str, os.PathLike, Tokenizer] = None, zero_copy: bool = False,
          kv_block_size: int = _core.default_kv_block_size, bf16_matmul: bool = True) -> Model:
-    """Load a Hugging Face folder (config.json + safetensors), a GGUF file (llama architecture;
+    """Load a Hugging Face folder (config.json + safetensors), a GGUF file (llama or gpt2;
     F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K tensors, its byte-level BPE
     tokenizer) or a llama2.c ``.bin`` checkpoint.
 
