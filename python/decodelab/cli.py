@@ -16,6 +16,9 @@ class CliError(Exception):
 def _generate(args) -> int:
     from .loading import load
 
+    if not (args.model or args.model_pos) and os.path.exists(args.prompt):
+        raise CliError(f"give a model and a prompt: decodelab generate MODEL \"prompt\" ({args.prompt!r} is a path, "
+                       "not a prompt; with no model, the built-in stories260K runs)")
     model_path = args.model or args.model_pos or "stories260K"  # the model inside the package
     model = load(model_path, threads=args.threads, tokenizer=args.tokenizer, dtype=args.dtype)
     if model.tokenizer is None:
