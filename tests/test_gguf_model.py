@@ -214,6 +214,7 @@ def test_cli_chat_in_a_terminal():
         child.expect(r"\[conversation reset\]")
         child.expect("> ")
         child.sendline("Write a very long story about a dragon who learns to bake bread.")
+        child.expect("bake bread\\.\r\n")  # the terminal's echo of the line
         child.expect(r"\w+ \w+ \w+")  # the reply has started
         child.sendintr()
         child.expect(r"\[reply stopped\]")

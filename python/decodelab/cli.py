@@ -97,16 +97,18 @@ def _chat(args) -> int:
             continue
         history.append({"role": "user", "content": text})
         reply = []
-        pieces = model.chat_stream(history, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                                   seed=seed, cache=cache)
-        try:
+        pieces = None
+        try:  # Ctrl-C anywhere in the turn, the prompt's prefill included, ends the reply only
+            pieces = model.chat_stream(history, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                                       seed=seed, cache=cache)
             for piece in pieces:
                 reply.append(piece)
                 sys.stdout.write(piece)
                 sys.stdout.flush()
             print()
         except KeyboardInterrupt:
-            pieces.close()
+            if pieces is not None:
+                pieces.close()
             print("\n[reply stopped]", file=sys.stderr)
         history.append({"role": "assistant", "content": "".join(reply)})
 
