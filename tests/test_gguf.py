@@ -260,3 +260,40 @@ def test_gpt2_gguf_files_load_as_the_source(tmp_path, tensor_type):
     ids = list(range(3, 40))
     np.testing.assert_allclose(ours.forward(ids), ref.forward(ids), atol={"F32": 1e-4, "Q8_0": 2e-2}[tensor_type],
                                rtol=0)
+
+
+def _bpe_gguf(tmp_path, pre: str) -> str:
+    """A GGUF file holding only a byte-level BPE tokenizer: the 256 byte symbols, and merges whose
+    results depend on where the pre-tokenizer cuts: '3 4' first, then '1 2', '12 3', '4 5'."""
+    from tokenizers import pre_tokenizers
+    tokens = sorted(pre_tokenizers.ByteLevel.alphabet()) + ["34", "12", "123", "45"]
+    w = gguf.GGUFWriter(str(tmp_path / f"{pre}.gguf"), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_merges(["3 4", "1 2", "12 3", "4 5"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(tmp_path / f"{pre}.gguf")
+
+
+@pytest.mark.parametrize("pre,pieces", [
+    ("gpt2", ["12", "34", "5"]),          # one digit run: '3 4' merges first
+    ("smollm", ["1", "2", "3", "4", "5"]),  # every digit alone
+    ("llama-bpe", ["123", "45"]),         # runs of up to three digits: '123' | '45'
+    ("qwen2", ["1", "2", "3", "4", "5"]),   # one digit at a time
+])
+def test_pre_tokenizers_cut_where_llama_cpp_cuts(tmp_path, pre, pieces):
+    with GGUFFile(_bpe_gguf(tmp_path, pre)) as g:
+        tok = decodelab.gguf_model.tokenizer_from_gguf(g)
+    ids = tok.encode("12345")
+    assert [tok.id_to_piece(i) for i in ids] == pieces
+    assert tok.decode(tok.encode("(hello) 123\n\n  x")) == "(hello) 123\n\n  x"
+
+
+def test_an_unknown_pre_tokenizer_is_named(tmp_path):
+    with GGUFFile(_bpe_gguf(tmp_path, "deepseek-llm")) as g:
+        with pytest.raises(ValueError, match="GGUF pre-tokenizer 'deepseek-llm' is not supported yet"):
+            decodelab.gguf_model.tokenizer_from_gguf(g)

@@ -173,11 +173,20 @@ def weight_table(g: GGUFFile, config: ModelConfig) -> Tuple[List[str], list, Opt
     return files, tensors, scratch_path
 
 
+# llama.cpp's pre-tokenizer regexes (llama-vocab.cpp) for the names that are not GPT-2's own: the
+# text is split by the pattern, then mapped to byte-level symbols without GPT-2's regex. Llama 3
+# ("llama-bpe") keeps up to three digits together, Qwen2 one.
+_LLAMA3_SPLIT = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+SPLIT_PRE_TOKENIZERS = {"llama-bpe": _LLAMA3_SPLIT, "llama3": _LLAMA3_SPLIT,
+                        "qwen2": _LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")}
+
+
 def tokenizer_from_gguf(g: GGUFFile):
     """The file's tokenizer as a decodelab HFTokenizer: `gpt2`-type byte-level BPE with its merges,
     pre-tokenized as `tokenizer.ggml.pre` says; control and user-defined tokens are special.
     None when the file has no tokenizer; ValueError for a kind not supported yet."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
     from .tokenizer import HFTokenizer
 
@@ -194,8 +203,13 @@ def tokenizer_from_gguf(g: GGUFFile):
         pre_tok = byte_level
     elif pre == "smollm":
         pre_tok = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+    elif pre in SPLIT_PRE_TOKENIZERS:
+        pre_tok = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(SPLIT_PRE_TOKENIZERS[pre]), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     else:
-        raise ValueError(f"{g.path}: GGUF pre-tokenizer {pre!r} is not supported yet (supported: 'gpt2', 'smollm')")
+        names = ", ".join(repr(n) for n in ("gpt2", "smollm", *SPLIT_PRE_TOKENIZERS))
+        raise ValueError(f"{g.path}: GGUF pre-tokenizer {pre!r} is not supported yet (supported: {names})")
     merges_raw = g.metadata.get("tokenizer.ggml.merges", [])
     merges = []
     for m in merges_raw:
