@@ -9,7 +9,6 @@ Needs g++ and the Eigen headers the build uses (cmake/pydeps.py); takes a few mi
 import argparse
 import concurrent.futures
 import pathlib
-import re
 import subprocess
 import sys
 import tempfile
@@ -63,11 +62,10 @@ def main() -> int:
                             capture_output=True, text=True, check=True).stdout
         for line in nm.splitlines():
             parts = line.split(" ", 2)
-            if len(parts) < 3 or parts[1] in ("b", "d", "r", "t", "u") or "decodelab::" not in parts[2]:
+            if len(parts) < 3 or parts[1] in ("b", "d", "r", "t") or "decodelab::" not in parts[2]:
                 continue  # local symbols cannot collide
             name = parts[2]
-            if re.match(rf"^(\w+ )*decodelab::{isa}::", name.split("(")[0].replace("void ", "")) or \
-                    f"decodelab::{isa}::" in name.split("(")[0]:
+            if f"decodelab::{isa}::" in name.split("(")[0]:
                 continue
             owners.setdefault(name, set()).add(isa)
     shared = sorted(n for n, s in owners.items() if len(s) > 1)

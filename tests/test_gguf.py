@@ -41,7 +41,7 @@ def _str(key, v):
 
 def _tensor(name, dims, type_id, offset) -> bytes:
     return _s(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims) + \
-        struct.pack("<II", type_id, 0)[:4] + struct.pack("<Q", offset)
+        struct.pack("<IQ", type_id, offset)
 
 
 def make(kvs=(), tensors=(), data=b"", *, version=3, n_tensors=None, n_kv=None, alignment=32) -> bytes:

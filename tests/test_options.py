@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import decodelab
-from decodelab import _core, options
+from decodelab import _core
 from decodelab import samplers as S
 
 
@@ -18,7 +18,7 @@ def test_run_options_build_each_call_shape(stories):
                  seed=11)
     d = o.decode_options(sequence=4)
     assert (d.max_new_tokens, d.eos_ids, d.sequence, d.logprobs, d.logprobs_processed, d.trace, d.trace_top) == \
-        (7, [3, 5], 4, 2, True, 2, options.RunOptions.TRACE_TOP)
+        (7, [3, 5], 4, 2, True, 2, _core.DecodeOptions().trace_top)
     assert o.decode_options(logprobs=0).logprobs == 0
     b = _resolve(m, max_new_tokens=5, num_beams=3, num_return_sequences=2, length_penalty=0.5,
                  early_stopping="never", seed=9, trace=True).beam_options(do_sample=True)

@@ -3,17 +3,13 @@
 
 #include <omp.h>
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <vector>
 
+#include "cpu/eigen_maps.h"
 #include "decodelab/aligned.h"
 
 namespace decodelab {
-
-namespace {
-using ConstVec = Eigen::Map<const Eigen::VectorXf>;
-}  // namespace
 
 float read_pass(const float* p, size_t n, int n_threads) {
   float total = 0.0f;

@@ -1,17 +1,12 @@
 // Elementwise activations and residual adds, on Eigen, in chunks spread over the threads.
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 
+#include "cpu/eigen_maps.h"
 #include "cpu/kernels.h"
 
 namespace decodelab {
 namespace DECODELAB_ISA {
-
-namespace {
-using ConstVec = Eigen::Map<const Eigen::VectorXf>;
-using Vec = Eigen::Map<Eigen::VectorXf>;
-}  // namespace
 
 // Elementwise activations through Eigen's vectorised tanh / exp, in chunks spread over threads.
 void gelu_tanh_inplace(float* x, size_t n) {

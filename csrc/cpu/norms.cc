@@ -1,16 +1,11 @@
 // RMSNorm and LayerNorm over rows, on Eigen.
-#include <Eigen/Core>
 #include <cmath>
 
+#include "cpu/eigen_maps.h"
 #include "cpu/kernels.h"
 
 namespace decodelab {
 namespace DECODELAB_ISA {
-
-namespace {
-using ConstVec = Eigen::Map<const Eigen::VectorXf>;
-using Vec = Eigen::Map<Eigen::VectorXf>;
-}  // namespace
 
 // Row-wise work spreads over the threads only for a prompt's many rows: for a few rows waking the
 // other thread costs more than it saves.

@@ -159,7 +159,7 @@ def weight_table(g: GGUFFile, config: ModelConfig) -> Tuple[List[str], list, Opt
             pad = -offset % 64  # each tensor on a cache line, as the engine reads in place
             scratch.write(b"\0" * pad)
             offset += pad
-            scratch.write(values.tobytes())
+            scratch.write(memoryview(np.ascontiguousarray(values)).cast("B"))  # no bytes copy
             tensors.append((target, "F32", shape, 1, offset, values.nbytes))
             offset += values.nbytes
         if scratch is not None:

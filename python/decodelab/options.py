@@ -195,9 +195,6 @@ class RunOptions:
     early_stopping: int      # 1 True, 0 False, -1 "never"
     num_return_sequences: int
 
-    # Most likely tokens each trace stage records.
-    TRACE_TOP = 20
-
     def decode_options(self, *, sequence: int = 0, logprobs: Optional[int] = None) -> "_core.DecodeOptions":
         """The options of one sequence's decode loop (generate, a stream, one of n samples)."""
         o = _core.DecodeOptions()
@@ -206,8 +203,7 @@ class RunOptions:
         o.sequence = sequence
         o.logprobs = self.logprobs if logprobs is None else logprobs
         o.logprobs_processed = self.processed
-        o.trace = self.trace
-        o.trace_top = self.TRACE_TOP
+        o.trace = self.trace  # trace_top keeps DecodeOptions' default (decoder.h)
         return o
 
     def beam_options(self, *, do_sample: bool) -> "_core.BeamOptions":

@@ -585,13 +585,11 @@ def build_chain(*, order: str = DEFAULT_ORDER, seed: int = 0, eos_token_ids: Seq
     default) and 1 otherwise. Any other temperature ends the chain in Dist(seed). Options at their
     no-op value add no stage.
     """
+    given = options  # the keywords themselves, without the preset's
     if preset is not None:
         if preset not in PRESETS:
             raise ValueError(f"preset must be one of {', '.join(map(repr, PRESETS))}, got {preset!r}")
-        given = options
         options = {**PRESETS[preset], **options}
-    else:
-        given = options
     if greedy_default and options.get("temperature") is None:
         options = {**options, "temperature": 0.0}
     if order not in ORDERS:

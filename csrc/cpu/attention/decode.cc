@@ -2,7 +2,6 @@
 // block by block, the grouped-query heads of a KV head sharing each slab.
 #include <omp.h>
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -12,6 +11,7 @@
 #include "cpu/attention/decode_int8_avx512.h"
 #include "cpu/attention/kernels.h"
 #include "cpu/convert.h"
+#include "cpu/eigen_maps.h"
 #include "decodelab/aligned.h"
 #include "decodelab/bf16.h"
 
@@ -19,9 +19,6 @@ namespace decodelab {
 namespace DECODELAB_ISA {
 
 namespace {
-using ConstVec = Eigen::Map<const Eigen::VectorXf>;
-using Vec = Eigen::Map<Eigen::VectorXf>;
-
 inline float load(const float* p, int i) { return p[i]; }
 inline float load(const uint16_t* p, int i) { return bf16_to_f32(p[i]); }
 inline float load(const int8_t* p, int i) { return static_cast<float>(p[i]); }  // before its row's scale

@@ -3,7 +3,6 @@
 #include <immintrin.h>
 #include <omp.h>
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,13 +10,13 @@
 
 #include "cpu/attention/kernels.h"
 #include "cpu/convert.h"
+#include "cpu/eigen_maps.h"
 #include "decodelab/aligned.h"
 
 namespace decodelab {
 namespace DECODELAB_ISA {
 
 namespace {
-using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 // Rows [0, nb) of one slab (layer, K or V, KV head) of a cache block as fp32, hd values each: a
 // copy, bf16 widened, or int8 times each row's scale.
 template <typename E>

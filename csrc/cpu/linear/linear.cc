@@ -2,7 +2,6 @@
 // its groups of output rows are shared among the threads.
 #include <omp.h>
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <atomic>
 #include <limits>
@@ -11,15 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "cpu/eigen_maps.h"
 #include "cpu/linear/kernels.h"
 
 namespace decodelab {
 namespace DECODELAB_ISA {
-
-namespace {
-using ConstVec = Eigen::Map<const Eigen::VectorXf>;
-using Vec = Eigen::Map<Eigen::VectorXf>;
-}  // namespace
 
 namespace {
 // Group indices [0, n) split over a team for one pass: each thread owns an equal contiguous range

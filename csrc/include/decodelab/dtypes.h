@@ -46,7 +46,7 @@ bool find_dtype(const DTypeName<E> (&table)[N], const std::string& s, E* out) {
 
 // The enum value named s (or an alias of its name); std::invalid_argument listing the names.
 template <typename E, size_t N>
-E parse_dtype(const DTypeName<E> (&table)[N], const std::string& s, const char* what) {
+E parse_dtype_name(const DTypeName<E> (&table)[N], const std::string& s, const char* what) {
   std::string name = s;
   for (const auto& a : kDTypeAliases)
     if (s == a[0]) name = a[1];
@@ -60,7 +60,7 @@ E parse_dtype(const DTypeName<E> (&table)[N], const std::string& s, const char* 
 
 inline const char* weight_type_name(WeightType t) { return dtype_name(kWeightTypeNames, t); }
 inline const char* kv_type_name(KVDType t) { return dtype_name(kKVTypeNames, t); }
-inline WeightType parse_weight_type(const std::string& s) { return parse_dtype(kWeightTypeNames, s, "dtype"); }
-inline KVDType parse_kv_type(const std::string& s) { return parse_dtype(kKVTypeNames, s, "cache dtype"); }
+inline WeightType parse_weight_type(const std::string& s) { return parse_dtype_name(kWeightTypeNames, s, "dtype"); }
+inline KVDType parse_kv_type(const std::string& s) { return parse_dtype_name(kKVTypeNames, s, "cache dtype"); }
 
 }  // namespace decodelab
