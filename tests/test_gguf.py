@@ -287,7 +287,7 @@ def _bpe_gguf(tmp_path, pre: str) -> str:
 ])
 def test_pre_tokenizers_cut_where_llama_cpp_cuts(tmp_path, pre, pieces):
     with GGUFFile(_bpe_gguf(tmp_path, pre)) as g:
-        tok = decodelab.gguf_model.tokenizer_from_gguf(g)
+        tok = decodelab.gguf_tokenizer.tokenizer_from_gguf(g)
     ids = tok.encode("12345")
     assert [tok.id_to_piece(i) for i in ids] == pieces
     assert tok.decode(tok.encode("(hello) 123\n\n  x")) == "(hello) 123\n\n  x"
@@ -296,4 +296,4 @@ def test_pre_tokenizers_cut_where_llama_cpp_cuts(tmp_path, pre, pieces):
 def test_an_unknown_pre_tokenizer_is_named(tmp_path):
     with GGUFFile(_bpe_gguf(tmp_path, "deepseek-llm")) as g:
         with pytest.raises(ValueError, match="GGUF pre-tokenizer 'deepseek-llm' is not supported yet"):
-            decodelab.gguf_model.tokenizer_from_gguf(g)
+            decodelab.gguf_tokenizer.tokenizer_from_gguf(g)

@@ -9,7 +9,10 @@ llama-cpp-python): 2.6e-3 at most on the Llama 110M and GPT-2 124M shapes, llama
 KV cache in f16 by default.
 
 The matrices are stored as --type (F32 by default; F16, Q8_0 and Q4_0 through gguf.quants), norms
-and biases as F32, and no tokenizer (llama.cpp's "none" vocabulary: the benchmark feeds token ids). Tensor names and
+and biases as F32. The folder's tokenizer goes along when it is one GGUF can hold: a llama2.c
+tokenizer.bin as a `llama` SentencePiece vocabulary (pieces with "▁" for spaces, scores, byte and
+control tokens), GPT-2's vocab.json + merges.txt as a `gpt2` one; otherwise none (llama.cpp's "none"
+vocabulary: the benchmark feeds token ids). Tensor names and
 layouts follow llama.cpp's converter: GGUF matrices are (out, in), so GPT-2's Conv1D weights are
 transposed, and Llama's q/k rows go back to the interleaved RoPE order llama.cpp's "llama"
 architecture uses (the inverse of the Meta-to-HF permutation).
@@ -38,6 +41,63 @@ def _tensors(folder):
 
 
 TYPES = ("F32", "F16", "Q8_0", "Q4_0")
+
+
+def _add_tokenizer(w, folder, vocab_size):
+    """Writes the folder's tokenizer as GGUF metadata (llama.cpp's keys), or the "none" model."""
+    from .tokenizer import HFTokenizer, Llama2cTokenizer, _BYTE_PIECE
+
+    bin_path = os.path.join(folder, "tokenizer.bin")
+    vj, mt = os.path.join(folder, "vocab.json"), os.path.join(folder, "merges.txt")
+    if os.path.exists(bin_path):
+        tok = Llama2cTokenizer(bin_path, vocab_size)
+        # llama2.c's export writes BOS and EOS as "\n<s>\n" and "\n</s>\n" and spaces as " ".
+        tokens, types = [], []
+        for i, piece in enumerate(tok.pieces):
+            text = piece.decode("utf-8")
+            if i in (tok.bos_token_id, tok.eos_token_id):
+                text, kind = text.strip("\n"), 3
+            elif i == 0:
+                kind = 2
+            elif _BYTE_PIECE.match(piece):
+                kind = 6
+            else:
+                text, kind = text.replace(" ", "\u2581"), 1
+            tokens.append(text)
+            types.append(kind)
+        w.add_tokenizer_model("llama")
+        w.add_tokenizer_pre("default")
+        w.add_token_list(tokens)
+        w.add_token_scores([float(x) for x in tok.scores])
+        w.add_token_types(types)
+        w.add_unk_token_id(0)
+        w.add_bos_token_id(tok.bos_token_id)
+        w.add_eos_token_id(tok.eos_token_id)
+        w.add_add_bos_token(True)
+        w.add_add_eos_token(False)
+        w.add_add_space_prefix(True)
+    elif os.path.exists(vj) and os.path.exists(mt):
+        with open(vj, encoding="utf-8") as f:
+            vocab = json.load(f)
+        tokens = [None] * len(vocab)
+        for t, i in vocab.items():
+            tokens[i] = t
+        tok = HFTokenizer.from_gpt2_files(vj, mt)
+        with open(mt, encoding="utf-8") as f:
+            merges = [ln.rstrip("\n") for ln in f if ln.strip() and not ln.startswith("#version")]
+        if None in tokens:
+            raise ValueError(f"{vj}: token ids are not 0..{len(tokens) - 1}")
+        if len(tokens) != vocab_size:
+            raise ValueError(f"{vj} has {len(tokens)} tokens but the model's vocabulary is {vocab_size}")
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("gpt2")
+        w.add_token_list(tokens)
+        w.add_token_types([3 if t == "<|endoftext|>" else 1 for t in tokens])
+        w.add_token_merges(merges)
+        w.add_bos_token_id(tok.bos_token_id)
+        w.add_eos_token_id(tok.eos_token_id)
+    else:
+        w.add_tokenizer_model("none")
 
 
 def export(folder, out, tensor_type="F32"):
@@ -109,7 +169,7 @@ def export(folder, out, tensor_type="F32"):
         raise ValueError(f"model_type {cfg['model_type']!r}: only gpt2 and llama are exported")
     w.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
                      "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}[tensor_type])
-    w.add_tokenizer_model("none")
+    _add_tokenizer(w, folder, cfg["vocab_size"])
     w.add_vocab_size(cfg["vocab_size"])
     for name, arr in names.items():
         if arr.ndim < 2 or tensor_type == "F32":

@@ -1,5 +1,5 @@
 """A GGUF file as a model: its metadata as the engine's config, its tensors under the engine's
-(Hugging Face) names, and its byte-level BPE tokenizer, for load(). The `llama` and `gpt2`
+(Hugging Face) names, for load() (its tokenizer: gguf_tokenizer). The `llama` and `gpt2`
 architectures; others are refused by name.
 
 Tensors the engine reads as they are (F32, F16, BF16) stay in the file's memory map; block-quantized
@@ -171,68 +171,3 @@ def weight_table(g: GGUFFile, config: ModelConfig) -> Tuple[List[str], list, Opt
         raise
     files = [g.path] + ([scratch_path] if scratch_path else [])
     return files, tensors, scratch_path
-
-
-# llama.cpp's pre-tokenizer regexes (llama-vocab.cpp) for the names that are not GPT-2's own: the
-# text is split by the pattern, then mapped to byte-level symbols without GPT-2's regex. Llama 3
-# ("llama-bpe") keeps up to three digits together, Qwen2 one.
-_LLAMA3_SPLIT = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
-                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-SPLIT_PRE_TOKENIZERS = {"llama-bpe": _LLAMA3_SPLIT, "llama3": _LLAMA3_SPLIT,
-                        "qwen2": _LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")}
-
-
-def tokenizer_from_gguf(g: GGUFFile):
-    """The file's tokenizer as a decodelab HFTokenizer: `gpt2`-type byte-level BPE with its merges,
-    pre-tokenized as `tokenizer.ggml.pre` says; control and user-defined tokens are special.
-    None when the file has no tokenizer; ValueError for a kind not supported yet."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
-
-    from .tokenizer import HFTokenizer
-
-    kind = g.metadata.get("tokenizer.ggml.model")
-    if kind is None or kind == "none":  # no vocabulary: the caller feeds token ids
-        return None
-    tokens = g.metadata.get("tokenizer.ggml.tokens")
-    if kind != "gpt2" or not isinstance(tokens, list):
-        raise ValueError(f"{g.path}: GGUF tokenizer model {kind!r} is not supported yet (supported: 'gpt2')")
-    pre = g.metadata.get("tokenizer.ggml.pre", "gpt2")
-    # llama.cpp's pre-tokenizers (llama-vocab.cpp): smollm splits every digit, then GPT-2's regex.
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if pre == "gpt2":
-        pre_tok = byte_level
-    elif pre == "smollm":
-        pre_tok = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-    elif pre in SPLIT_PRE_TOKENIZERS:
-        pre_tok = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(SPLIT_PRE_TOKENIZERS[pre]), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    else:
-        names = ", ".join(repr(n) for n in ("gpt2", "smollm", *SPLIT_PRE_TOKENIZERS))
-        raise ValueError(f"{g.path}: GGUF pre-tokenizer {pre!r} is not supported yet (supported: {names})")
-    merges_raw = g.metadata.get("tokenizer.ggml.merges", [])
-    merges = []
-    for m in merges_raw:
-        a, sep, b = m.partition(" ")
-        if not sep:
-            raise ValueError(f"{g.path}: GGUF merge {m!r} is not two tokens separated by a space")
-        merges.append((a, b))
-    vocab: Dict[str, int] = {}
-    for i, t in enumerate(tokens):
-        vocab.setdefault(t, i)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
-    tok.pre_tokenizer = pre_tok
-    tok.decoder = decoders.ByteLevel()
-    types = g.metadata.get("tokenizer.ggml.token_type")
-    if types is not None and len(types) == len(tokens):
-        special = [tokens[i] for i in np.flatnonzero((np.asarray(types) == 3) | (np.asarray(types) == 4))]
-        tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
-    ids = {k: g.metadata.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "bos")}
-    name = {k: tokens[v] if isinstance(v, int) and 0 <= v < len(tokens) else None for k, v in ids.items()}
-    out = HFTokenizer(tok, eos_token=name["eos"], bos_token=name["bos"])
-    template = g.metadata.get("tokenizer.chat_template")
-    if template is not None:
-        if not isinstance(template, str):
-            raise ValueError(f"{g.path}: GGUF metadata 'tokenizer.chat_template' must be a string")
-        out.chat_template = template
-    return out

@@ -8,7 +8,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from . import formats, gguf_file, gguf_model, options
+from . import formats, gguf_file, gguf_model, gguf_tokenizer, options
 from ._native import _core
 from .config import from_hf_dict
 from .model import Model
@@ -46,7 +46,7 @@ def _read_model_files(path: str):
     if gguf_file.is_gguf(path):
         with gguf_file.GGUFFile(path) as g:  # checked whole, so a malformed file says what is wrong
             config = gguf_model.config_from_gguf(g)
-            tok = gguf_model.tokenizer_from_gguf(g)
+            tok = gguf_tokenizer.tokenizer_from_gguf(g)
             files, tensors, scratch = gguf_model.weight_table(g, config)
             return config, files, tensors, tok, scratch, gguf_model.is_quantized(g)
     config, tensors = formats.read_llama2c(path)
