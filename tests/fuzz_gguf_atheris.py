@@ -1,11 +1,13 @@
-"""Coverage-guided fuzzing of the GGUF reader and dequantizers with atheris (not part of the test
-run; tests/test_gguf.py runs a seeded mutator in CI):
+"""Coverage-guided fuzzing of the GGUF reader, dequantizers, config and tokenizer with atheris
+(not part of the test run; tests/test_gguf.py and test_gguf_tokenizer.py run seeded mutators in CI):
 
-    pip install atheris && python tests/fuzz_gguf_atheris.py -max_total_time=1800
+    pip install atheris && python tests/fuzz_gguf_atheris.py CORPUS_DIR -max_total_time=1800
 
-Inputs are whole files, seeded with the small valid file of test_gguf.py and the header of the
-shared SmolLM2 file. GGUFFile must raise ValueError or read a file whose every supported tensor
-then decodes; any other exception or a crash stops the run with the input saved by libFuzzer.
+Inputs are whole files; CORPUS_DIR holds the seeds: the small valid file of test_gguf.py, its
+tokenizer-only BPE files, test_gguf_tokenizer.py's SentencePiece file and stories260K's vocabulary
+as GGUF. GGUFFile must raise ValueError or read a file whose every supported tensor then decodes and
+whose config and tokenizer then build (or raise ValueError); any other exception or a crash stops
+the run with the input saved by libFuzzer.
 """
 import os
 import sys
@@ -16,7 +18,7 @@ import atheris
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 with atheris.instrument_imports():
-    from decodelab import gguf_quants
+    from decodelab import gguf_model, gguf_quants, gguf_tokenizer
     from decodelab.gguf_file import GGUFFile
 
 PATH = os.path.join(tempfile.mkdtemp(prefix="decodelab-gguf-fuzz-"), "f.gguf")
@@ -30,6 +32,13 @@ def one(data: bytes) -> None:
             for t in g.tensors.values():
                 if t.type.name in gguf_quants.DEQUANTIZERS and t.nbytes <= 1 << 20:
                     gguf_quants.dequantize_tensor(g, t)
+            try:
+                gguf_model.config_from_gguf(g)
+            except ValueError:
+                pass
+            tok = gguf_tokenizer.tokenizer_from_gguf(g)
+            if tok is not None:
+                tok.decode(tok.encode("Hello <s> world 123 😀"))
     except ValueError:
         pass
 

@@ -194,3 +194,46 @@ def test_exported_gpt2_vocabulary_tokenizes_as_the_folder(tmp_path):
         assert m.tokenizer.encode(text) == src.tokenizer.encode(text), text
     ids = src.tokenizer.encode("Hello, world! 12345")
     np.testing.assert_allclose(m.forward(ids), src.forward(ids), atol=1e-5, rtol=0)
+
+
+def test_random_tokenizer_metadata_gives_a_tokenizer_or_a_value_error(tmp_path):
+    """A seeded generator of small vocabularies, merges, types, scores and special ids, the cases
+    byte mutation seldom reaches: each builds a tokenizer that encodes and decodes, or is a ValueError."""
+    rng = np.random.default_rng(7)
+    alphabet = ["a", "b", "ab", "\u2581", "\u2581a", "<s>", "</s>", "<unk>", "", "  ", "<0x41>", "<0xZZ>",
+                "\u0120", "\u0120\u0120", "x y", "\u0000", "😀", "<|im_end|>", "a b", "ba"]
+    pick = lambda seq: seq[int(rng.integers(0, len(seq)))]  # noqa: E731
+    built = 0
+    for i in range(300):
+        p = str(tmp_path / f"{i}.gguf")
+        w = gguf.GGUFWriter(p, "llama")
+        w.add_tokenizer_model(pick(["gpt2", "llama"]))
+        w.add_tokenizer_pre(pick(["gpt2", "smollm", "llama-bpe", "qwen2"]))
+        n = int(rng.integers(1, 12))
+        toks = [pick(alphabet) for _ in range(n)]
+        w.add_token_list(toks)
+        if rng.random() < 0.8:
+            w.add_token_types([pick([0, 1, 2, 3, 4, 5, 6, 7, -1]) for _ in range(n + int(rng.random() < 0.1))])
+        if rng.random() < 0.8:
+            w.add_token_scores([pick([0.0, -1.0, 1e30, -1e30, 5.0]) for _ in range(n - int(rng.random() < 0.1))])
+        if rng.random() < 0.5:
+            w.add_token_merges([f"{pick(toks)} {pick(toks)}" for _ in range(int(rng.integers(0, 5)))])
+        for k in ("bos", "eos", "unk"):
+            if rng.random() < 0.5:
+                getattr(w, f"add_{k}_token_id")(int(rng.integers(0, n + 1)))
+        for k in ("add_bos_token", "add_eos_token", "add_space_prefix"):
+            if rng.random() < 0.3:
+                getattr(w, f"add_{k}")(bool(rng.random() < 0.5))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        with GGUFFile(p) as g:
+            try:
+                tok = gguf_tokenizer.tokenizer_from_gguf(g)
+            except ValueError:
+                continue
+        for text in ["ab a", "", "<s>x</s>", "😀 ab", "  a\n"]:
+            tok.decode(tok.encode(text))
+        built += 1
+    assert 0 < built < 300

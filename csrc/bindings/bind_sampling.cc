@@ -126,12 +126,12 @@ void register_sampling(py::module_& m) {
   m.def("counter_uniform", &counter_uniform, py::arg("seed"), py::arg("sequence"), py::arg("step"), py::arg("salt"));
 
   m.def("sampler_temperature", &make_temperature, py::arg("t"));
-  m.def("sampler_top_k", &make_top_k, py::arg("k"));
-  m.def("sampler_top_p", &make_top_p, py::arg("p"));
-  m.def("sampler_min_p", &make_min_p, py::arg("p"));
-  m.def("sampler_typical_p", &make_typical_p, py::arg("p"));
-  m.def("sampler_epsilon_cutoff", &make_epsilon_cutoff, py::arg("epsilon"));
-  m.def("sampler_eta_cutoff", &make_eta_cutoff, py::arg("eta"));
+  m.def("sampler_top_k", &make_top_k, py::arg("k"), py::arg("min_tokens_to_keep") = 1);
+  m.def("sampler_top_p", &make_top_p, py::arg("p"), py::arg("min_tokens_to_keep") = 1);
+  m.def("sampler_min_p", &make_min_p, py::arg("p"), py::arg("min_tokens_to_keep") = 1);
+  m.def("sampler_typical_p", &make_typical_p, py::arg("p"), py::arg("min_tokens_to_keep") = 1);
+  m.def("sampler_epsilon_cutoff", &make_epsilon_cutoff, py::arg("epsilon"), py::arg("min_tokens_to_keep") = 1);
+  m.def("sampler_eta_cutoff", &make_eta_cutoff, py::arg("eta"), py::arg("min_tokens_to_keep") = 1);
   m.def("sampler_top_n_sigma", &make_top_n_sigma, py::arg("n"));
   m.def("sampler_xtc", &make_xtc, py::arg("probability"), py::arg("threshold"), py::arg("seed"));
   m.def("sampler_repetition_penalty", &make_repetition_penalty, py::arg("penalty"), py::arg("last_n"));

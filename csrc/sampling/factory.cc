@@ -20,6 +20,19 @@ bool finite(double v) { return std::isfinite(v) && std::isfinite(static_cast<flo
 // The smallest temperature and the range of repetition penalties whose scaling keeps logits of
 // real models (magnitudes up to about 1e4) finite in float32.
 constexpr double kMinTemperature = 1e-6, kMinRepetition = 1e-3, kMaxRepetition = 1e3;
+void require_keep(int64_t keep, const char* what) {
+  require(keep >= 1, std::string(what) + " min_tokens_to_keep must be >= 1, got " + std::to_string(keep));
+}
+// A penalty window: -1 the whole context, n > 0 the last n tokens. 0 is refused: llama.cpp reads
+// it as "off", and a whole-context reading would silently differ for settings ported from it.
+void require_window(int64_t last_n, const char* what) {
+  require(last_n == -1 || last_n > 0,
+          std::string(what) + " last_n must be -1 (the whole context) or > 0 (the last n tokens), got " +
+              std::to_string(last_n) +
+              (last_n == 0 ? " (llama.cpp reads 0 as 'off': to turn the penalty off, leave it out or set it to "
+                             "its no-op value)"
+                           : ""));
+}
 }  // namespace
 
 SamplerPtr make_temperature(double t) {
@@ -28,29 +41,35 @@ SamplerPtr make_temperature(double t) {
               num(t));
   return sampling::new_temperature(t);
 }
-SamplerPtr make_top_k(int64_t k) {
+SamplerPtr make_top_k(int64_t k, int64_t min_keep) {
   require(k >= 0, "top_k must be >= 0 (0 disables it), got " + std::to_string(k));
-  return sampling::new_top_k(k);
+  require_keep(min_keep, "top_k");
+  return sampling::new_top_k(k, min_keep);
 }
-SamplerPtr make_top_p(double p) {
+SamplerPtr make_top_p(double p, int64_t min_keep) {
   require(finite(p) && p > 0.0 && p <= 1.0, "top_p must be in (0, 1], got " + num(p));
-  return sampling::new_top_p(p);
+  require_keep(min_keep, "top_p");
+  return sampling::new_top_p(p, min_keep);
 }
-SamplerPtr make_min_p(double p) {
+SamplerPtr make_min_p(double p, int64_t min_keep) {
   require(finite(p) && p >= 0.0 && p <= 1.0, "min_p must be in [0, 1], got " + num(p));
-  return sampling::new_min_p(p);
+  require_keep(min_keep, "min_p");
+  return sampling::new_min_p(p, min_keep);
 }
-SamplerPtr make_typical_p(double p) {
+SamplerPtr make_typical_p(double p, int64_t min_keep) {
   require(finite(p) && p > 0.0 && p <= 1.0, "typical_p must be in (0, 1], got " + num(p));
-  return sampling::new_typical_p(p);
+  require_keep(min_keep, "typical_p");
+  return sampling::new_typical_p(p, min_keep);
 }
-SamplerPtr make_epsilon_cutoff(double e) {
+SamplerPtr make_epsilon_cutoff(double e, int64_t min_keep) {
   require(finite(e) && e >= 0.0 && e < 1.0, "epsilon must be in [0, 1), got " + num(e));
-  return sampling::new_cutoff(e, false);
+  require_keep(min_keep, "epsilon_cutoff");
+  return sampling::new_cutoff(e, false, min_keep);
 }
-SamplerPtr make_eta_cutoff(double e) {
+SamplerPtr make_eta_cutoff(double e, int64_t min_keep) {
   require(finite(e) && e >= 0.0 && e < 1.0, "eta must be in [0, 1), got " + num(e));
-  return sampling::new_cutoff(e, true);
+  require_keep(min_keep, "eta_cutoff");
+  return sampling::new_cutoff(e, true, min_keep);
 }
 SamplerPtr make_top_n_sigma(double n) {
   require(finite(n) && n >= 0.0, "top_n_sigma n must be a finite number >= 0 (0 disables it), got " + num(n));
@@ -66,7 +85,7 @@ SamplerPtr make_xtc(double probability, double threshold, uint64_t seed) {
 SamplerPtr make_repetition_penalty(double r, int64_t last_n) {
   require(finite(r) && r >= kMinRepetition && r <= kMaxRepetition,
           "repetition_penalty must be in [0.001, 1000] (further from 1 it overflows float32 logits), got " + num(r));
-  require(last_n >= 0, "repetition_penalty last_n must be >= 0 (0: the whole context), got " + std::to_string(last_n));
+  require_window(last_n, "repetition_penalty");
   return sampling::new_repetition_penalty(r, last_n);
 }
 SamplerPtr make_presence_penalty(double v) {
@@ -102,7 +121,7 @@ SamplerPtr make_dry(double mult, double base, int64_t allowed, const std::vector
   require(finite(mult) && mult >= 0.0, "dry multiplier must be a finite number >= 0, got " + num(mult));
   require(finite(base) && base >= 1.0, "dry base must be a finite number >= 1, got " + num(base));
   require(allowed >= 1, "dry allowed_length must be >= 1, got " + std::to_string(allowed));
-  require(last_n >= 0, "dry last_n must be >= 0 (0: the whole context), got " + std::to_string(last_n));
+  require_window(last_n, "dry");
   return sampling::new_dry(mult, base, allowed, breakers, last_n);
 }
 SamplerPtr make_mirostat_v2(double tau, double eta, uint64_t seed) {

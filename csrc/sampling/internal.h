@@ -22,8 +22,15 @@ int first_at_least(const float* l, int n, float v);
 int argmax(const float* l, int n);
 // Every logit but l[keep] set to -inf.
 void keep_only(float* l, int n, int keep);
-// Remove every token whose probability is below thr, but never the most likely one.
-void remove_below(float* l, const float* probs, int n, float thr);
+// The k-th largest logit (NaN and -inf never count; k >= 1), or -inf if fewer than k are left.
+float kth_largest(const float* l, int n, int64_t k);
+// Remove every token whose probability is below thr, except those whose logit is at least
+// `spare` (transformers' cutoffs: kth_largest(min_tokens_to_keep), so ties with it stay).
+void remove_below(float* l, const float* probs, int n, float thr, float spare);
+// min_tokens_to_keep for samplers that rank by a sort: when fewer than k tokens of l are left,
+// restore the k largest of `orig` (the logits before the stage), equal logits ranked by id, the
+// higher first when `higher_id_first` (an ascending stable sort read from its end) else the lower.
+void keep_at_least(float* l, const float* orig, int n, int64_t k, bool higher_id_first);
 // The first token whose cumulative probability exceeds u x total (probabilities of 0 never), in
 // token-id order with fixed-order sums, so a draw is the same on every machine; -1 if none.
 int draw(const float* probs, int n, double u);
@@ -54,13 +61,13 @@ class Base : public Sampler {
 
 // Unchecked constructors, one family per file (factory.cc checks the arguments first).
 SamplerPtr new_temperature(double t);
-SamplerPtr new_top_k(int64_t k);
-SamplerPtr new_min_p(double p);
-SamplerPtr new_cutoff(double e, bool eta);
+SamplerPtr new_top_k(int64_t k, int64_t min_keep);
+SamplerPtr new_min_p(double p, int64_t min_keep);
+SamplerPtr new_cutoff(double e, bool eta, int64_t min_keep);
 SamplerPtr new_top_n_sigma(double n);
 SamplerPtr new_xtc(double probability, double threshold, uint64_t seed);
-SamplerPtr new_top_p(double p);
-SamplerPtr new_typical_p(double p);
+SamplerPtr new_top_p(double p, int64_t min_keep);
+SamplerPtr new_typical_p(double p, int64_t min_keep);
 SamplerPtr new_repetition_penalty(double r, int64_t last_n);
 SamplerPtr new_count_penalty(double v, bool presence);
 SamplerPtr new_no_repeat_ngram(int64_t n);

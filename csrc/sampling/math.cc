@@ -57,20 +57,46 @@ void keep_only(float* l, int n, int keep) {
   if (inside) l[keep] = v;
 }
 
-// Remove every token whose probability is below thr, but never the most likely one.
-void remove_below(float* l, const float* probs, int n, float thr) {
-  const int top = argmax(l, n);
+float kth_largest(const float* l, int n, int64_t k) {
+  if (k <= 1) return max_logit(l, n);
+  thread_local std::vector<float> kept;
+  kept.clear();
+  for (int i = 0; i < n; ++i)
+    if (l[i] > kNegInf) kept.push_back(l[i]);
+  if (static_cast<int64_t>(kept.size()) < k) return kNegInf;
+  std::nth_element(kept.begin(), kept.begin() + (k - 1), kept.end(), std::greater<float>());
+  return kept[k - 1];
+}
+
+void remove_below(float* l, const float* probs, int n, float thr, float spare) {
   int i = 0;
 #if defined(__AVX512F__)
-  const __m512 t = _mm512_set1_ps(thr), gone = _mm512_set1_ps(kNegInf);
+  const __m512 t = _mm512_set1_ps(thr), s = _mm512_set1_ps(spare), gone = _mm512_set1_ps(kNegInf);
   for (; i + 16 <= n; i += 16) {
-    __mmask16 m = _mm512_cmp_ps_mask(_mm512_loadu_ps(probs + i), t, _CMP_LT_OQ);
-    if (top >= i && top < i + 16) m &= static_cast<__mmask16>(~(1u << (top - i)));
+    const __mmask16 m = _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(_mm512_loadu_ps(probs + i), t, _CMP_LT_OQ),
+                                                _mm512_loadu_ps(l + i), s, _CMP_NGE_UQ);  // not >= spare
     _mm512_mask_storeu_ps(l + i, m, gone);
   }
 #endif
   for (; i < n; ++i)
-    if (probs[i] < thr && i != top) l[i] = kNegInf;
+    if (probs[i] < thr && !(l[i] >= spare)) l[i] = kNegInf;
+}
+
+void keep_at_least(float* l, const float* orig, int n, int64_t k, bool higher_id_first) {
+  if (k <= 1) return;  // every sampler keeps the top token by itself
+  int64_t left = 0;
+  for (int i = 0; i < n; ++i) left += l[i] > kNegInf;
+  if (left >= k) return;
+  thread_local std::vector<int> ids;
+  ids.clear();
+  for (int i = 0; i < n; ++i)
+    if (orig[i] > kNegInf) ids.push_back(i);
+  const size_t m = std::min<size_t>(ids.size(), static_cast<size_t>(k));
+  std::partial_sort(ids.begin(), ids.begin() + m, ids.end(), [&](int x, int y) {
+    if (orig[x] != orig[y]) return orig[x] > orig[y];
+    return higher_id_first ? x > y : x < y;
+  });
+  for (size_t j = 0; j < m; ++j) l[ids[j]] = orig[ids[j]];
 }
 
 std::string num(double v) {

@@ -19,8 +19,8 @@ namespace sampling {
 namespace {
 
 // CTRL repetition penalty (Keskar et al. 2019), transformers' semantics: every distinct token of
-// the context (prompt included; the last `last_n` tokens if last_n > 0): logit < 0 ? logit * r :
-// logit / r.
+// the context (prompt included; with last_n > 0 the last last_n tokens, with -1 all of them):
+// logit < 0 ? logit * r : logit / r.
 class RepetitionPenalty : public Base<RepetitionPenalty> {
  public:
   RepetitionPenalty(double r, int64_t last_n) : r_(r), last_n_(last_n) {}
@@ -28,7 +28,7 @@ class RepetitionPenalty : public Base<RepetitionPenalty> {
   void apply(float* l, int n, const SampleContext& ctx) override {
     if (r_ == 1.0) return;
     seen_.assign(n, 0);
-    const int start = last_n_ > 0 ? std::max<int64_t>(0, ctx.n_tokens - last_n_) : 0;
+    const int start = last_n_ > 0 ? std::max<int64_t>(0, ctx.n_tokens - last_n_) : 0;  // -1: all of it
     const float r = static_cast<float>(r_);
     for (int j = start; j < ctx.n_tokens; ++j) {
       const int t = ctx.tokens[j];
@@ -144,7 +144,8 @@ class MinNewTokens : public Base<MinNewTokens> {
 
 // DRY, "don't repeat yourself" (p-e-w, 2024; llama.cpp): if the context's last tokens repeat an
 // earlier run that was followed by token x, penalise x by multiplier * base^(len - allowed_length)
-// for a run of len >= allowed_length. Runs do not cross sequence-breaker tokens.
+// for a run of len >= allowed_length. Runs do not cross sequence-breaker tokens. As llama.cpp, the
+// exponent stops at floor(88.7228391 / ln base), where base^exponent would pass float32's range.
 class DRY : public Base<DRY> {
  public:
   DRY(double mult, double base, int64_t allowed, std::vector<int64_t> breakers, int64_t last_n)
@@ -152,7 +153,7 @@ class DRY : public Base<DRY> {
   std::string name() const override { return "dry(" + num(mult_) + ", " + num(base_) + ")"; }
   void apply(float* l, int n, const SampleContext& ctx) override {
     if (mult_ == 0.0 || ctx.n_tokens < 2) return;
-    const int start = last_n_ > 0 ? std::max<int64_t>(0, ctx.n_tokens - last_n_) : 0;
+    const int start = last_n_ > 0 ? std::max<int64_t>(0, ctx.n_tokens - last_n_) : 0;  // -1: all of it
     const int32_t* t = ctx.tokens + start;
     const int L = ctx.n_tokens - start;
     auto is_breaker = [&](int32_t x) { return std::find(breakers_.begin(), breakers_.end(), x) != breakers_.end(); };
@@ -165,9 +166,14 @@ class DRY : public Base<DRY> {
       const int32_t next = t[j + 1];
       if (len > 0 && next >= 0 && next < n && !is_breaker(next)) best_[next] = std::max(best_[next], len);
     }
+    const float base = static_cast<float>(base_), mult = static_cast<float>(mult_);
+    const int max_exponent = base > 1.000001f ? static_cast<int>(88.7228391f / std::log(base)) : 0;
     for (int i = 0; i < n; ++i)
-      if (best_[i] >= allowed_ && best_[i] > 0)
-        l[i] -= static_cast<float>(mult_ * std::pow(base_, static_cast<double>(best_[i] - allowed_)));
+      if (best_[i] >= allowed_ && best_[i] > 0) {
+        int e = static_cast<int>(best_[i] - allowed_);
+        if (max_exponent > 0 && e > max_exponent) e = max_exponent;
+        l[i] -= static_cast<float>(mult * std::pow(base, e));
+      }
   }
 
  private:

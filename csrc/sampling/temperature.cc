@@ -27,8 +27,9 @@ class Temperature : public Base<Temperature> {
       if (top >= 0) keep_only(l, n, top);
       return;
     }
-    const float inv = static_cast<float>(1.0 / t_);
-    for (int i = 0; i < n; ++i) l[i] *= inv;
+    // Divided, not multiplied by 1/T: the float32 quotient transformers, vLLM and llama.cpp compute.
+    const float t = static_cast<float>(t_);
+    for (int i = 0; i < n; ++i) l[i] /= t;
   }
 
  private:

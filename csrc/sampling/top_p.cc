@@ -18,19 +18,24 @@ namespace sampling {
 
 namespace {
 
-// transformers' TopPLogitsWarper: a token is removed when the probability mass of the tokens
-// ranked at or below it is <= 1 - p (compared in float32, as torch does), so the token that
-// crosses p is kept. The mass at or below a token is the total minus the mass ranked above it.
+// transformers' TopPLogitsWarper: tokens ranked by logit (an ascending stable sort: equal logits,
+// the higher id ranks first); a token is removed when the probability mass of the tokens ranked at
+// or below it is <= 1 - p (compared in float32, as torch does), so the token that crosses p is
+// kept, and so are the min_tokens_to_keep ranked first. The mass at or below a token is the total
+// minus the mass ranked above it.
 // No full sort: a histogram over the float bits of the probabilities (monotone for positive
 // floats) finds the one bucket where the cumulative mass crosses, and only that bucket is sorted.
 class TopP : public Base<TopP> {
  public:
-  explicit TopP(double p) : p_(p) {}
-  std::string name() const override { return "top_p(" + num(p_) + ")"; }
+  TopP(double p, int64_t keep) : p_(p), keep_(keep) {}
+  std::string name() const override {
+    return "top_p(" + num(p_) + (keep_ > 1 ? ", min_tokens_to_keep=" + std::to_string(keep_) : "") + ")";
+  }
   void apply(float* l, int n, const SampleContext&) override {
     if (p_ >= 1.0) return;
     probs_.resize(n);
     if (!softmax(l, n, probs_.data())) return;
+    if (keep_ > 1) orig_.assign(l, l + n);
     const float limit = static_cast<float>(1.0 - p_);
     // The total, and a floor the token where the mass crosses cannot lie below: the largest of
     // top x 2^-3k (k = 1..8) with at least the needed mass at or above it, summed in float with a
@@ -74,11 +79,12 @@ class TopP : public Base<TopP> {
       }
       cand_.swap(idx_);
     }
-    // Descending probability; among equal ones the higher id first, mirroring an ascending stable
-    // sort read backwards. Popped from a heap until the mass left at or below is <= 1 - p: a
-    // peaked distribution stops after a few tokens, where sorting all 512 of stories260K's
-    // candidates took 7 us.
-    auto lower = [&](int x, int y) { return probs_[x] < probs_[y] || (probs_[x] == probs_[y] && x < y); };
+    // Descending logit, among equal ones the higher id first, mirroring an ascending stable sort
+    // read backwards (the buckets above are by probability, which rises with the logit; two
+    // logits can round to one float32 probability, so the logit decides within a bucket). Popped
+    // from a heap until the mass left at or below is <= 1 - p: a peaked distribution stops after a
+    // few tokens, where sorting all 512 of stories260K's candidates took 7 us.
+    auto lower = [&](int x, int y) { return l[x] < l[y] || (l[x] == l[y] && x < y); };
     std::make_heap(cand_.begin(), cand_.end(), lower);
     auto end = cand_.end();
     bool any_kept = above > 0.0;
@@ -89,6 +95,7 @@ class TopP : public Base<TopP> {
       above += probs_[*end];
     }
     for (auto it = cand_.begin(); it != end; ++it) l[*it] = kNegInf;  // once the test holds it holds on
+    if (keep_ > 1) keep_at_least(l, orig_.data(), n, keep_, true);
   }
 
  private:
@@ -180,7 +187,8 @@ class TopP : public Base<TopP> {
     return b;
   }
   double p_;
-  std::vector<float> probs_;
+  int64_t keep_;
+  std::vector<float> probs_, orig_;
   std::vector<double> hist_, tables_;
   std::vector<int> idx_, cand_;
 };
@@ -193,8 +201,10 @@ class TopP : public Base<TopP> {
 // a second log per token took 5.5 ms).
 class TypicalP : public Base<TypicalP> {
  public:
-  explicit TypicalP(double p) : p_(p) {}
-  std::string name() const override { return "typical_p(" + num(p_) + ")"; }
+  TypicalP(double p, int64_t keep) : p_(p), keep_(keep) {}
+  std::string name() const override {
+    return "typical_p(" + num(p_) + (keep_ > 1 ? ", min_tokens_to_keep=" + std::to_string(keep_) : "") + ")";
+  }
   void apply(float* l, int n, const SampleContext&) override {
     if (p_ >= 1.0) return;
     probs_.resize(n);
@@ -206,9 +216,15 @@ class TypicalP : public Base<TypicalP> {
       shift_[i] = lp;
       if (probs_[i] > 0.0f) H -= probs_[i] * lp;
     }
+    // A token whose probability underflows to 0 still has a finite log-softmax, (l - max) + log
+    // p_top, and so a distance (transformers ranks it so for min_tokens_to_keep); removed ones none.
+    const int top = argmax(l, n);
+    const double top_l = l[top], log_top = std::log(static_cast<double>(probs_[top]));
     int typical = -1;  // the most typical token (smallest distance, lowest id): always kept
     for (int i = 0; i < n; ++i) {
-      shift_[i] = probs_[i] > 0.0f ? std::fabs(-shift_[i] - H) : std::numeric_limits<double>::infinity();
+      if (probs_[i] > 0.0f) shift_[i] = std::fabs(-shift_[i] - H);
+      else if (l[i] > kNegInf && std::isfinite(top_l)) shift_[i] = std::fabs(-((l[i] - top_l) + log_top) - H);
+      else shift_[i] = std::numeric_limits<double>::infinity();
       if (typical < 0 || shift_[i] < shift_[typical]) typical = i;
     }
     // Buckets from the smallest distance up: the mass before the bucket where it reaches p, then
@@ -248,8 +264,19 @@ class TypicalP : public Base<TypicalP> {
       }
       break;
     }
+    // min_tokens_to_keep: the first of a stable ascending sort by distance (the lower id first).
+    kept_.assign(n, 0);
+    if (keep_ > 1) {
+      idx_.clear();
+      for (int i = 0; i < n; ++i)
+        if (shift_[i] < std::numeric_limits<double>::infinity()) idx_.push_back(i);
+      const size_t m = std::min<size_t>(idx_.size(), static_cast<size_t>(keep_));
+      std::partial_sort(idx_.begin(), idx_.begin() + m, idx_.end(),
+                        [&](int x, int y) { return shift_[x] < shift_[y] || (shift_[x] == shift_[y] && x < y); });
+      for (size_t j = 0; j < m; ++j) kept_[idx_[j]] = 1;
+    }
     for (int i = 0; i < n; ++i)
-      if (shift_[i] > cutoff && i != typical) l[i] = kNegInf;
+      if (shift_[i] > cutoff && i != typical && !kept_[i]) l[i] = kNegInf;
   }
 
  private:
@@ -260,15 +287,17 @@ class TypicalP : public Base<TypicalP> {
     return static_cast<int>((u >> shift) & (kBuckets - 1));
   }
   double p_;
+  int64_t keep_;
   std::vector<float> probs_;
   std::vector<double> shift_, hist_, tables_;
   std::vector<int> idx_, cand_;
+  std::vector<char> kept_;
 };
 
 }  // namespace
 
-SamplerPtr new_top_p(double p) { return std::make_shared<TopP>(p); }
-SamplerPtr new_typical_p(double p) { return std::make_shared<TypicalP>(p); }
+SamplerPtr new_top_p(double p, int64_t min_keep) { return std::make_shared<TopP>(p, min_keep); }
+SamplerPtr new_typical_p(double p, int64_t min_keep) { return std::make_shared<TypicalP>(p, min_keep); }
 
 }  // namespace sampling
 }  // namespace decodelab

@@ -18,19 +18,27 @@ namespace sampling {
 
 namespace {
 
+// The name of a truncation sampler: its argument, and min_tokens_to_keep when it is not 1.
+std::string with_keep(const std::string& head, int64_t keep) {
+  return head + (keep > 1 ? ", min_tokens_to_keep=" + std::to_string(keep) : "") + ")";
+}
+
+// transformers' TopKLogitsWarper: k is at least min_tokens_to_keep.
 class TopK : public Base<TopK> {
  public:
-  explicit TopK(int64_t k) : k_(k) {}
-  std::string name() const override { return "top_k(" + std::to_string(k_) + ")"; }
+  TopK(int64_t k, int64_t keep) : k_(k), keep_(keep) {}
+  std::string name() const override { return with_keep("top_k(" + std::to_string(k_), keep_); }
   void apply(float* l, int n, const SampleContext&) override {
-    if (k_ <= 0 || k_ >= n) return;  // 0 disables, as in transformers
+    if (k_ <= 0) return;  // 0 disables, as in transformers
+    const int64_t k_eff = std::max(k_, keep_);
+    if (k_eff >= n) return;
     // A floor for the k-th largest candidate (neither NaN nor -inf): the smallest of the maxima of
     // k disjoint runs, k values at least that large when each run holds a candidate (else -inf,
     // and every candidate passes). The candidates above it are gathered in one vector pass, and
     // the k-th is selected among those few. GPT-2's 50,257 logits at k = 40 took 130 us through
     // a copy of every candidate and nth_element; a heap of the k largest, 20 us on random logits
     // but 4 us on stories260K's 512 (201 pushes: its vocabulary starts with rare tokens).
-    const int k = static_cast<int>(k_), run = n / k;
+    const int k = static_cast<int>(k_eff), run = n / k;
     float bar = std::numeric_limits<float>::infinity();
     for (int r = 0; r < k; ++r) bar = std::min(bar, max_logit(l + static_cast<size_t>(r) * run, run));
     buf_.resize(n);
@@ -60,46 +68,54 @@ class TopK : public Base<TopK> {
   }
 
  private:
-  int64_t k_;
+  int64_t k_, keep_;
   std::vector<float> buf_;
 };
 
+// transformers' MinPLogitsWarper: remove p < min_p x top; then the first min_tokens_to_keep of a
+// descending stable sort by logit (equal logits: the lower id first) are kept.
 class MinP : public Base<MinP> {
  public:
-  explicit MinP(double p) : p_(p) {}
-  std::string name() const override { return "min_p(" + num(p_) + ")"; }
+  MinP(double p, int64_t keep) : p_(p), keep_(keep) {}
+  std::string name() const override { return with_keep("min_p(" + num(p_), keep_); }
   void apply(float* l, int n, const SampleContext&) override {
     if (p_ <= 0.0) return;
     probs_.resize(n);
     if (!softmax(l, n, probs_.data())) return;
     const float top = max_logit(probs_.data(), n);
     const float thr = static_cast<float>(p_) * top;
-    remove_below(l, probs_.data(), n, thr);
+    if (keep_ > 1) orig_.assign(l, l + n);
+    // Ties with the top token have its probability, so p <= 1 never removes them.
+    remove_below(l, probs_.data(), n, thr, std::numeric_limits<float>::infinity());
+    if (keep_ > 1) keep_at_least(l, orig_.data(), n, keep_, false);
   }
 
  private:
   double p_;
-  std::vector<float> probs_;
+  int64_t keep_;
+  std::vector<float> probs_, orig_;
 };
 
 // Truncation sampling (Hewitt et al. 2022): epsilon removes p < epsilon; eta removes
-// p < min(eta, sqrt(eta) * exp(-H)). transformers' EpsilonLogitsWarper / EtaLogitsWarper.
+// p < min(eta, sqrt(eta) * exp(-H)). transformers' EpsilonLogitsWarper / EtaLogitsWarper: a token
+// whose logit is at least the min_tokens_to_keep-th largest is never removed, so a flat top stays whole.
 class Cutoff : public Base<Cutoff> {
  public:
-  Cutoff(double e, bool eta) : e_(e), eta_(eta) {}
-  std::string name() const override { return std::string(eta_ ? "eta_cutoff(" : "epsilon_cutoff(") + num(e_) + ")"; }
+  Cutoff(double e, bool eta, int64_t keep) : e_(e), eta_(eta), keep_(keep) {}
+  std::string name() const override { return with_keep(std::string(eta_ ? "eta_cutoff(" : "epsilon_cutoff(") + num(e_), keep_); }
   void apply(float* l, int n, const SampleContext&) override {
     if (e_ <= 0.0) return;
     probs_.resize(n);
     if (!softmax(l, n, probs_.data())) return;
     float thr = static_cast<float>(e_);  // compared in float32, as torch does
     if (eta_) thr = std::min(thr, static_cast<float>(std::sqrt(e_) * std::exp(-entropy_of(probs_.data(), n))));
-    remove_below(l, probs_.data(), n, thr);
+    remove_below(l, probs_.data(), n, thr, kth_largest(l, n, keep_));
   }
 
  private:
   double e_;
   bool eta_;
+  int64_t keep_;
   std::vector<float> probs_;
 };
 
@@ -192,9 +208,9 @@ class XTC : public Base<XTC> {
 
 }  // namespace
 
-SamplerPtr new_top_k(int64_t k) { return std::make_shared<TopK>(k); }
-SamplerPtr new_min_p(double p) { return std::make_shared<MinP>(p); }
-SamplerPtr new_cutoff(double e, bool eta) { return std::make_shared<Cutoff>(e, eta); }
+SamplerPtr new_top_k(int64_t k, int64_t min_keep) { return std::make_shared<TopK>(k, min_keep); }
+SamplerPtr new_min_p(double p, int64_t min_keep) { return std::make_shared<MinP>(p, min_keep); }
+SamplerPtr new_cutoff(double e, bool eta, int64_t min_keep) { return std::make_shared<Cutoff>(e, eta, min_keep); }
 SamplerPtr new_top_n_sigma(double n) { return std::make_shared<TopNSigma>(n); }
 SamplerPtr new_xtc(double probability, double threshold, uint64_t seed) {
   return std::make_shared<XTC>(probability, threshold, seed);

@@ -283,7 +283,7 @@ class Model:
             raise ValueError("stop strings need a tokenizer")
         return opts
 
-    def _sampler_chain(self, sampler, order, preset, seed, eos, options) -> samplers.Chain:
+    def _sampler_chain(self, sampler, order, preset, seed, eos, options, min_tokens_to_keep=1) -> samplers.Chain:
         given = {k: v for k, v in options.items() if v is not None}
         if sampler is not None:
             if given or preset is not None or order is not None:
@@ -297,7 +297,8 @@ class Model:
             chain.reset()
             return chain
         return samplers.build_chain(order=order or samplers.DEFAULT_ORDER, seed=seed, eos_token_ids=eos,
-                                    preset=preset, greedy_default=True, **given)
+                                    preset=preset, greedy_default=True, min_tokens_to_keep=min_tokens_to_keep,
+                                    **given)
 
     def _prepare_cache(self, ids: List[int], cache, max_new_tokens: int):
         """The cache to decode into and how many prompt tokens it already holds."""

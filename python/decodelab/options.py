@@ -117,7 +117,8 @@ _SAMPLE_BYTES_PER_TOKEN, _SAMPLE_BYTES = 256, 4096
 
 def resolve(run: dict, sampling: dict, *, vocab_size: int, block_bytes: int, default_eos, make_chain) -> dict:
     """Checks generate()'s run options and returns them in the engine's terms; ``make_chain(sampler,
-    order, preset, seed, eos, sampling)`` builds the sampler chain from the sampling keywords."""
+    order, preset, seed, eos, sampling, min_tokens_to_keep)`` builds the sampler chain from the
+    sampling keywords."""
     max_new_tokens = integer("max_new_tokens", run.get("max_new_tokens", 128), 0)
     logprobs, mode, trace = run.get("logprobs"), run.get("logprobs_mode", "raw"), run.get("trace", False)
     if mode not in ("raw", "processed"):
@@ -164,7 +165,9 @@ def resolve(run: dict, sampling: dict, *, vocab_size: int, block_bytes: int, def
         raise ValueError(f"include_stop_str_in_output must be True or False, got {include_stop!r}")
     sampler = run.get("sampler")
     samplers_in = sampler if isinstance(sampler, (list, tuple)) else [sampler]
-    chains = [make_chain(sm, run.get("order"), run.get("preset"), seed, eos, sampling) for sm in samplers_in]
+    # Sampling inside beams keeps one token more than there are EOS ids, so a beam can go on (transformers).
+    keep = len(eos) + 1 if num_beams > 1 else 1
+    chains = [make_chain(sm, run.get("order"), run.get("preset"), seed, eos, sampling, keep) for sm in samplers_in]
     if trace == "full":  # every stage's logits at every step
         stages = max(len(c.stages) for c in chains) + 1
         check_budget(f"trace='full' over {max_new_tokens} steps x {stages} stages x {vocab_size} logits",

@@ -51,6 +51,10 @@ def _float(name: str, v) -> float:
     return options.real(name, v)
 
 
+def _keep(v) -> int:
+    return _int("min_tokens_to_keep", v)  # its range is checked in the core, with the sampler's name
+
+
 def _logits(logits) -> np.ndarray:
     a = np.asarray(logits)
     if a.ndim != 1 or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
@@ -188,23 +192,25 @@ class Temperature(Sampler):
 class TopK(Sampler):
     """Keep the k most likely tokens; tokens tied with the k-th are kept too (as transformers).
 
-    Range: k >= 0. No-op: k = 0 or k >= vocabulary size.
-    Source: Fan et al. 2018; transformers ``TopKLogitsWarper``.
+    Range: k >= 0. No-op: k = 0 or k >= vocabulary size. ``min_tokens_to_keep`` raises k to at
+    least that many (transformers). Source: Fan et al. 2018; transformers ``TopKLogitsWarper``.
 
     >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
     >>> probs(TopK(2).apply(logits))
     [0.556, 0.222, 0.222, 0.0]
     """
 
-    def __init__(self, k: int):
+    def __init__(self, k: int, min_tokens_to_keep: int = 1):
         self.k = _int("top_k", k)
-        self._core = _core.sampler_top_k(self.k)
+        self.min_tokens_to_keep = _keep(min_tokens_to_keep)
+        self._core = _core.sampler_top_k(self.k, self.min_tokens_to_keep)
 
 
 class TopP(Sampler):
     """Nucleus sampling: keep the most likely tokens until their mass reaches p, including the
-    token that crosses p (transformers' rule; some code drops it). Among tokens of equal
-    probability the higher id ranks first, as in transformers' ascending stable sort.
+    token that crosses p (transformers' rule; some code drops it). Tokens rank by logit (two
+    logits can share one float32 probability); among equal logits the higher id ranks first, as
+    in transformers' ascending stable sort. The ``min_tokens_to_keep`` ranked first always stay.
 
     Range: 0 < p <= 1. No-op: p = 1.
     Source: Holtzman et al. 2020; transformers ``TopPLogitsWarper``.
@@ -214,13 +220,16 @@ class TopP(Sampler):
     [0.714, 0.0, 0.286, 0.0]
     """
 
-    def __init__(self, p: float):
+    def __init__(self, p: float, min_tokens_to_keep: int = 1):
         self.p = _float("top_p", p)
-        self._core = _core.sampler_top_p(self.p)
+        self.min_tokens_to_keep = _keep(min_tokens_to_keep)
+        self._core = _core.sampler_top_p(self.p, self.min_tokens_to_keep)
 
 
 class MinP(Sampler):
-    """Keep tokens whose probability is at least p times the top token's.
+    """Keep tokens whose probability is at least p times the top token's, and the
+    ``min_tokens_to_keep`` of highest logit (equal logits: the lower id first, as transformers'
+    stable descending sort).
 
     Range: 0 <= p <= 1. No-op: p = 0.
     Source: Nguyen et al. 2024; transformers ``MinPLogitsWarper``.
@@ -230,14 +239,15 @@ class MinP(Sampler):
     [0.556, 0.222, 0.222, 0.0]
     """
 
-    def __init__(self, p: float):
+    def __init__(self, p: float, min_tokens_to_keep: int = 1):
         self.p = _float("min_p", p)
-        self._core = _core.sampler_min_p(self.p)
+        self.min_tokens_to_keep = _keep(min_tokens_to_keep)
+        self._core = _core.sampler_min_p(self.p, self.min_tokens_to_keep)
 
 
 class TypicalP(Sampler):
     """Locally typical sampling: rank tokens by |-log p - H| and keep the smallest set whose
-    mass reaches p.
+    mass reaches p; the ``min_tokens_to_keep`` most typical always stay.
 
     Range: 0 < p <= 1. No-op: p = 1.
     Source: Meister et al. 2022; transformers ``TypicalLogitsWarper``. The entropy, the distances
@@ -249,13 +259,15 @@ class TypicalP(Sampler):
     [0.556, 0.222, 0.222, 0.0]
     """
 
-    def __init__(self, p: float):
+    def __init__(self, p: float, min_tokens_to_keep: int = 1):
         self.p = _float("typical_p", p)
-        self._core = _core.sampler_typical_p(self.p)
+        self.min_tokens_to_keep = _keep(min_tokens_to_keep)
+        self._core = _core.sampler_typical_p(self.p, self.min_tokens_to_keep)
 
 
 class EpsilonCutoff(Sampler):
-    """Remove tokens with probability below epsilon.
+    """Remove tokens with probability below epsilon, but never one whose logit is at least the
+    ``min_tokens_to_keep``-th largest: tokens tied with the top one all stay (transformers).
 
     Range: 0 <= epsilon < 1. No-op: epsilon = 0.
     Source: Hewitt et al. 2022; transformers ``EpsilonLogitsWarper``.
@@ -265,13 +277,15 @@ class EpsilonCutoff(Sampler):
     [0.556, 0.222, 0.222, 0.0]
     """
 
-    def __init__(self, epsilon: float):
+    def __init__(self, epsilon: float, min_tokens_to_keep: int = 1):
         self.epsilon = _float("epsilon", epsilon)
-        self._core = _core.sampler_epsilon_cutoff(self.epsilon)
+        self.min_tokens_to_keep = _keep(min_tokens_to_keep)
+        self._core = _core.sampler_epsilon_cutoff(self.epsilon, self.min_tokens_to_keep)
 
 
 class EtaCutoff(Sampler):
-    """Remove tokens with probability below min(eta, sqrt(eta) * exp(-entropy)).
+    """Remove tokens with probability below min(eta, sqrt(eta) * exp(-entropy)), with
+    ``min_tokens_to_keep`` as EpsilonCutoff's.
 
     Range: 0 <= eta < 1. No-op: eta = 0.
     Source: Hewitt et al. 2022; transformers ``EtaLogitsWarper``.
@@ -281,9 +295,10 @@ class EtaCutoff(Sampler):
     [0.556, 0.222, 0.222, 0.0]
     """
 
-    def __init__(self, eta: float):
+    def __init__(self, eta: float, min_tokens_to_keep: int = 1):
         self.eta = _float("eta", eta)
-        self._core = _core.sampler_eta_cutoff(self.eta)
+        self.min_tokens_to_keep = _keep(min_tokens_to_keep)
+        self._core = _core.sampler_eta_cutoff(self.eta, self.min_tokens_to_keep)
 
 
 class TopNSigma(Sampler):
@@ -324,8 +339,9 @@ class XTC(Sampler):
 
 class RepetitionPenalty(Sampler):
     """For each distinct token in the context: logit < 0 ? logit * r : logit / r. The context
-    is the prompt and the output (transformers); ``last_n`` > 0 looks only at the last n tokens
-    (llama.cpp's window).
+    is the prompt and the output (transformers; ``last_n=-1``, the default); ``last_n`` > 0
+    looks only at the last n tokens (llama.cpp's window). ``last_n=0`` is refused: llama.cpp
+    reads it as "off".
 
     Range: r > 0. No-op: r = 1. Source: Keskar et al. 2019 (CTRL);
     transformers ``RepetitionPenaltyLogitsProcessor``.
@@ -335,7 +351,7 @@ class RepetitionPenalty(Sampler):
     [0.333, 0.267, 0.267, 0.133]
     """
 
-    def __init__(self, penalty: float, last_n: int = 0):
+    def __init__(self, penalty: float, last_n: int = -1):
         self.penalty = _float("repetition_penalty", penalty)
         self.last_n = _int("last_n", last_n)
         self._core = _core.sampler_repetition_penalty(self.penalty, self.last_n)
@@ -448,7 +464,10 @@ class MinNewTokens(Sampler):
 class DRY(Sampler):
     """"Don't repeat yourself": when the context ends with a run that occurred before, followed by
     token x, subtract multiplier * base ** (run length - allowed_length) from x (for runs at least
-    allowed_length long). Runs stop at sequence-breaker tokens.
+    allowed_length long). Runs stop at sequence-breaker tokens. The exponent stops at
+    floor(88.7228391 / ln base), so the penalty stays finite (llama.cpp). ``last_n``: -1 (the
+    default) looks at the whole context, n > 0 at the last n tokens; 0 is refused, as llama.cpp
+    reads it as "off".
 
     Range: multiplier >= 0, base >= 1, allowed_length >= 1. No-op: multiplier = 0.
     Source: p-e-w 2024 (text-generation-webui); llama.cpp ``dry``.
@@ -459,7 +478,7 @@ class DRY(Sampler):
     """
 
     def __init__(self, multiplier: float, base: float = 1.75, allowed_length: int = 2,
-                 sequence_breakers: Iterable[int] = (), last_n: int = 0):
+                 sequence_breakers: Iterable[int] = (), last_n: int = -1):
         self.multiplier = _float("dry multiplier", multiplier)
         self.base = _float("dry base", base)
         self.allowed_length = _int("dry allowed_length", allowed_length)
@@ -547,17 +566,17 @@ _NOOP = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p"
          "presence_penalty": 0.0, "frequency_penalty": 0.0, "no_repeat_ngram_size": 0, "min_new_tokens": 0}
 
 
-def _stage(key: str, v, eos_ids: Sequence[int]) -> Sampler:
+def _stage(key: str, v, eos_ids: Sequence[int], keep: int = 1) -> Sampler:
     if key == "temperature":
         return Temperature(v)
     if key == "top_k":
-        return TopK(v)
+        return TopK(v, keep)
     if key == "top_p":
-        return TopP(v)
+        return TopP(v, keep)
     if key == "min_p":
-        return MinP(v)
+        return MinP(v, keep)
     if key == "typical_p":
-        return TypicalP(v)
+        return TypicalP(v, keep)
     if key == "repetition_penalty":
         return RepetitionPenalty(v)
     if key == "presence_penalty":
@@ -574,9 +593,11 @@ def _stage(key: str, v, eos_ids: Sequence[int]) -> Sampler:
 
 
 def build_chain(*, order: str = DEFAULT_ORDER, seed: int = 0, eos_token_ids: Sequence[int] = (),
-                preset: Optional[str] = None, greedy_default: bool = False, **options) -> Chain:
+                preset: Optional[str] = None, greedy_default: bool = False, min_tokens_to_keep: int = 1,
+                **options) -> Chain:
     """The Chain that keyword options describe, in the order of ``order``, starting from the named
-    ``preset`` (``PRESETS``) when given; the keywords override it.
+    ``preset`` (``PRESETS``) when given; the keywords override it. ``min_tokens_to_keep`` goes to
+    the truncation warpers (beam sampling passes the number of EOS ids + 1, as transformers does).
 
     The rule for ``temperature=0``, stated here alone: it is greedy decoding. The chain ends in
     Greedy; processors (penalties, bias, n-gram bans) still apply and the warpers add no stage, as
@@ -618,6 +639,6 @@ def build_chain(*, order: str = DEFAULT_ORDER, seed: int = 0, eos_token_ids: Seq
     stages = []
     for key in ORDERS[order]:
         if key in active and not (greedy and key in warpers):
-            stages.append(_stage(key, active[key], eos_token_ids))
+            stages.append(_stage(key, active[key], eos_token_ids, min_tokens_to_keep))
     stages.append(Greedy() if greedy else Dist(seed))
     return Chain(stages)

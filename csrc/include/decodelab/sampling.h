@@ -55,12 +55,12 @@ float max_logit(const float* logits, int n);
 int first_kept(const float* logits, int n);
 
 SamplerPtr make_temperature(double t);
-SamplerPtr make_top_k(int64_t k);
-SamplerPtr make_top_p(double p);
-SamplerPtr make_min_p(double p);
-SamplerPtr make_typical_p(double p);
-SamplerPtr make_epsilon_cutoff(double epsilon);
-SamplerPtr make_eta_cutoff(double epsilon);
+SamplerPtr make_top_k(int64_t k, int64_t min_tokens_to_keep = 1);
+SamplerPtr make_top_p(double p, int64_t min_tokens_to_keep = 1);
+SamplerPtr make_min_p(double p, int64_t min_tokens_to_keep = 1);
+SamplerPtr make_typical_p(double p, int64_t min_tokens_to_keep = 1);
+SamplerPtr make_epsilon_cutoff(double epsilon, int64_t min_tokens_to_keep = 1);
+SamplerPtr make_eta_cutoff(double epsilon, int64_t min_tokens_to_keep = 1);
 SamplerPtr make_top_n_sigma(double n);
 SamplerPtr make_xtc(double probability, double threshold, uint64_t seed);
 SamplerPtr make_repetition_penalty(double penalty, int64_t last_n);
