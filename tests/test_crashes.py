@@ -98,8 +98,14 @@ def test_one_cache_from_two_threads(slow_model):
         want = m.generate([1, 2, 3], max_new_tokens=800, eos_token_id=[]).token_ids
         cache = m.new_cache()
         out = {{}}
-        t = threading.Thread(target=lambda: out.update(g=m.generate([1, 2, 3], max_new_tokens=800,
-                                                                     eos_token_id=[], cache=cache)))
+
+        def run():  # the loop below may hold the cache when this starts: then it is refused too
+            while True:
+                try:
+                    return out.update(g=m.generate([1, 2, 3], max_new_tokens=800, eos_token_id=[], cache=cache))
+                except ValueError as e:
+                    assert "in use by another call" in str(e), e
+        t = threading.Thread(target=run)
         t.start()
         refused = 0
         while t.is_alive():

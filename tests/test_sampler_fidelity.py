@@ -193,3 +193,94 @@ def test_randomized_against_transformers_processors(seed):
             assert np.array_equal(got[m], want[m]), (label, ours)  # bit for bit
             checked += 1
     assert checked >= 280  # of 36 vectors x 9 samplers
+
+
+# --- the processors transformers has beyond the common ones -------------------------------------
+
+def test_sequence_bias_and_bad_words_match_transformers():
+    rng = np.random.default_rng(5)
+    for trial in range(40):
+        n = int(rng.integers(5, 60))
+        x = (rng.standard_normal(n) * 3).astype(np.float32)
+        ctx = rng.integers(0, 4, size=int(rng.integers(1, 12))).tolist()  # small alphabet: prefixes match
+        seqs = {tuple(int(t) for t in rng.integers(0, 4 if k > 1 else n, size=k)) for k in rng.integers(1, 4, size=6)}
+        bias = {s: float(rng.choice([-2.5, 0.5, 3.0, -np.inf])) for s in seqs}
+        got = S.SequenceBias(bias).apply(x, ctx)
+        want = _hf(hf.SequenceBiasLogitsProcessor([[list(s), b] for s, b in bias.items()]), x, ctx)
+        np.testing.assert_array_equal(got, want)
+        bad = [list(s) for s in seqs]
+        eos = int(rng.integers(0, n))
+        np.testing.assert_array_equal(S.BadWords(bad, eos_token_ids=[eos]).apply(x, ctx),
+                                      _hf(hf.NoBadWordsLogitsProcessor(bad, eos_token_id=eos), x, ctx))
+    with pytest.raises(ValueError, match="sequence_bias token id 7 is outside the vocabulary"):
+        S.SequenceBias({(7,): 1.0}).apply(np.zeros(4))
+    with pytest.raises(ValueError, match="bad_words_ids sequence 1 is empty"):
+        S.BadWords([[1], []])
+
+
+def test_length_and_forcing_processors_match_transformers():
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal(50) * 3).astype(np.float32)
+    x[7] = -np.inf
+    for length in range(1, 12):
+        ctx = rng.integers(0, 50, size=length).tolist()
+        for n_prompt in (0, 1, 3):
+            if n_prompt > length:
+                continue
+            got = S.ExponentialDecayLengthPenalty(2, 1.3, eos_token_ids=[3, 7, 9]).apply(x, ctx, n_prompt=n_prompt)
+            want = _hf(hf.ExponentialDecayLengthPenalty((2, 1.3), [3, 7, 9], n_prompt), x, ctx)
+            np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(S.ForcedBOS(4).apply(x, ctx), _hf(hf.ForcedBOSTokenLogitsProcessor(4), x, ctx))
+        np.testing.assert_array_equal(S.ForcedEOS(6, [2, 5]).apply(x, ctx),
+                                      _hf(hf.ForcedEOSTokenLogitsProcessor(6, [2, 5]), x, ctx))
+
+
+@pytest.mark.parametrize("h", [0.1, 0.4, 0.8, 0.95])
+def test_top_h_matches_transformers(h):
+    rng = np.random.default_rng(int(h * 100))
+    for n in (3, 100, 5000):
+        for scale in (0.3, 2.0, 10.0):
+            x = (rng.standard_normal(n) * scale).astype(np.float32)
+            np.testing.assert_array_equal(kept(S.TopH(h).apply(x)), kept(_hf(hf.TopHLogitsWarper(h), x)))
+
+
+@pytest.mark.parametrize("scheme,width", [("lefthash", 1), ("selfhash", 1), ("selfhash", 3)])
+def test_watermark_equals_transformers_bit_for_bit(scheme, width):
+    rng = np.random.default_rng(width)
+    vocab = 1000
+    theirs = hf.WatermarkLogitsProcessor(vocab, "cpu", greenlist_ratio=0.3, bias=1.5, seeding_scheme=scheme,
+                                         context_width=width)
+    ours = S.Watermark(vocab, greenlist_ratio=0.3, bias=1.5, seeding_scheme=scheme, context_width=width)
+    for _ in range(5):
+        x = (rng.standard_normal(vocab) * 2).astype(np.float32)
+        ctx = rng.integers(0, vocab, size=int(rng.integers(width, 8))).tolist()
+        np.testing.assert_array_equal(ours.apply(x, ctx), _hf(theirs, x, ctx))
+    # The detector's counts equal transformers' WatermarkDetector's.
+    from transformers import LlamaConfig
+    from transformers.generation import WatermarkDetector as HFDetector
+
+    from decodelab.watermark import WatermarkDetector
+
+    cfg = LlamaConfig(vocab_size=vocab, bos_token_id=1)
+    wcfg = dict(greenlist_ratio=0.3, bias=1.5, seeding_scheme=scheme, context_width=width, hashing_key=15485863)
+    for ignore in (False, True):
+        ref = HFDetector(cfg, "cpu", wcfg, ignore_repeated_ngrams=ignore)
+        det = WatermarkDetector(vocab, 0.3, seeding_scheme=scheme, context_width=width, bos_token_id=1,
+                                ignore_repeated_ngrams=ignore)
+        ids = [1] + rng.integers(0, 20, size=60).tolist()  # small alphabet: repeated n-grams
+        want = ref(torch.tensor([ids]), return_dict=True)
+        got = det(ids)
+        assert (got.num_tokens_scored, got.num_green_tokens) == (want.num_tokens_scored[0], want.num_green_tokens[0])
+        assert got.z_score == pytest.approx(float(want.z_score[0]), abs=1e-9)
+
+
+def test_watermark_settings_are_checked():
+    with pytest.raises(ValueError, match="watermark greenlist_ratio must be in \\(0, 1\\), got 1"):
+        S.Watermark(100, greenlist_ratio=1.0)
+    with pytest.raises(ValueError, match="seeding_scheme must be 'lefthash' or 'selfhash', got 'x'"):
+        S.Watermark(100, seeding_scheme="x")
+    with pytest.raises(ValueError, match="watermark vocab_size 100 differs from the model's 4 logits"):
+        S.Watermark(100).apply(np.zeros(4), [1])
+    from decodelab.watermark import WatermarkDetector
+    with pytest.raises(ValueError, match="need at least 2 tokens to score"):
+        WatermarkDetector(100)([5])

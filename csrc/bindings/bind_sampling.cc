@@ -144,6 +144,32 @@ void register_sampling(py::module_& m) {
   m.def("sampler_dry", &make_dry, py::arg("multiplier"), py::arg("base"), py::arg("allowed_length"),
         py::arg("breakers"), py::arg("last_n"));
   m.def("sampler_mirostat_v2", &make_mirostat_v2, py::arg("tau"), py::arg("eta"), py::arg("seed"));
+  m.def("sampler_top_h", &make_top_h, py::arg("top_h"));
+  m.def("sampler_sequence_bias", &make_sequence_bias, py::arg("sequences"), py::arg("biases"));
+  m.def("sampler_bad_words", &make_bad_words, py::arg("sequences"), py::arg("eos_ids"));
+  m.def("sampler_exponential_decay_length_penalty", &make_exponential_decay_length_penalty, py::arg("start"),
+        py::arg("factor"), py::arg("eos_ids"));
+  m.def("sampler_forced_bos", &make_forced_bos, py::arg("token_id"));
+  m.def("sampler_forced_eos", &make_forced_eos, py::arg("max_length"), py::arg("eos_ids"));
+  py::class_<WatermarkScheme>(m, "WatermarkScheme")
+      .def(py::init(&make_watermark_scheme), py::arg("vocab_size"), py::arg("greenlist_ratio"), py::arg("hashing_key"),
+           py::arg("seeding_scheme"), py::arg("context_width"))
+      .def("greenlist", [](const WatermarkScheme& w, const std::vector<int64_t>& prefix) {
+        std::vector<int32_t> ids = context_ids(prefix), out;
+        if (ids.empty()) throw std::invalid_argument("watermark greenlist needs a prefix of at least one token");
+        w.greenlist(ids.data(), static_cast<int>(ids.size()), out);
+        return out;
+      }, py::arg("prefix"))
+      .def("score", [](const WatermarkScheme& w, const std::vector<int64_t>& ids, bool ignore_repeated) {
+        std::vector<int32_t> v = context_ids(ids);
+        for (int32_t t : v)
+          if (t >= w.vocab())
+            throw std::invalid_argument("token id " + std::to_string(t) + " is outside the watermark's vocabulary [0, " +
+                                        std::to_string(w.vocab()) + ")");
+        py::gil_scoped_release nogil;
+        return watermark_score(w, v, ignore_repeated);
+      }, py::arg("ids"), py::arg("ignore_repeated_ngrams"));
+  m.def("sampler_watermark", &make_watermark, py::arg("scheme"), py::arg("bias"));
   m.def("sampler_greedy", &make_greedy);
   m.def("sampler_dist", &make_dist, py::arg("seed"));
 }

@@ -1,5 +1,6 @@
 // The samplers' factory: the one place each argument's range is checked, with a message that names
 // the value and the limit; then each family's constructor.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -128,6 +129,73 @@ SamplerPtr make_mirostat_v2(double tau, double eta, uint64_t seed) {
   require(finite(tau) && tau > 0.0, "mirostat tau must be a finite number > 0, got " + num(tau));
   require(finite(eta) && eta > 0.0 && eta <= 1.0, "mirostat eta must be in (0, 1], got " + num(eta));
   return sampling::new_mirostat_v2(tau, eta, seed);
+}
+SamplerPtr make_top_h(double h) {
+  require(finite(h) && h > 0.0 && h <= 1.0, "top_h must be in (0, 1], got " + num(h));
+  return sampling::new_top_h(h);
+}
+namespace {
+void require_sequences(const std::vector<std::vector<int64_t>>& seqs, const char* what) {
+  require(!seqs.empty(), std::string(what) + " needs at least one token sequence");
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    require(!seqs[i].empty(), std::string(what) + " sequence " + std::to_string(i) + " is empty");
+    for (int64_t t : seqs[i])
+      require(t >= 0, std::string(what) + " sequence " + std::to_string(i) + " holds token id " + std::to_string(t) +
+                          ", which is < 0");
+  }
+}
+void require_eos(const std::vector<int64_t>& eos, const char* what, bool nonempty) {
+  require(!nonempty || !eos.empty(), std::string(what) + " needs at least one EOS id");
+  for (int64_t t : eos) require(t >= 0, std::string(what) + " EOS id must be >= 0, got " + std::to_string(t));
+}
+}  // namespace
+SamplerPtr make_sequence_bias(const std::vector<std::vector<int64_t>>& seqs, const std::vector<double>& biases) {
+  require_sequences(seqs, "sequence_bias");
+  require(seqs.size() == biases.size(), "sequence_bias has " + std::to_string(seqs.size()) + " sequences but " +
+                                            std::to_string(biases.size()) + " biases");
+  for (size_t i = 0; i < biases.size(); ++i)
+    require(finite(biases[i]) || biases[i] == -std::numeric_limits<double>::infinity(),
+            "sequence_bias bias " + std::to_string(i) + " must be finite in float32 or -inf, got " + num(biases[i]));
+  return sampling::new_sequence_bias(seqs, biases, "sequence_bias");
+}
+SamplerPtr make_bad_words(const std::vector<std::vector<int64_t>>& seqs, const std::vector<int64_t>& eos) {
+  require_sequences(seqs, "bad_words_ids");
+  require_eos(eos, "bad_words_ids", false);
+  std::vector<std::vector<int64_t>> kept;  // a banned EOS alone would stop nothing: transformers drops it
+  for (const auto& s : seqs)
+    if (!(s.size() == 1 && std::find(eos.begin(), eos.end(), s[0]) != eos.end())) kept.push_back(s);
+  return sampling::new_sequence_bias(kept, std::vector<double>(kept.size(), -std::numeric_limits<double>::infinity()),
+                                     "bad_words");
+}
+SamplerPtr make_exponential_decay_length_penalty(int64_t start, double factor, const std::vector<int64_t>& eos) {
+  require(start >= 0, "exponential_decay_length_penalty start must be >= 0, got " + std::to_string(start));
+  require(finite(factor) && factor > 0.0,
+          "exponential_decay_length_penalty factor must be a finite number > 0, got " + num(factor));
+  require_eos(eos, "exponential_decay_length_penalty", true);
+  return sampling::new_exponential_decay_length(start, factor, eos);
+}
+SamplerPtr make_forced_bos(int64_t token_id) {
+  require(token_id >= 0, "forced_bos_token_id must be >= 0, got " + std::to_string(token_id));
+  return sampling::new_forced({token_id}, 1, "forced_bos(" + std::to_string(token_id) + ")");
+}
+SamplerPtr make_forced_eos(int64_t max_length, const std::vector<int64_t>& eos) {
+  require(max_length >= 2, "forced_eos max_length must be >= 2, got " + std::to_string(max_length));
+  require_eos(eos, "forced_eos", true);
+  return sampling::new_forced(eos, max_length - 1, "forced_eos(" + std::to_string(max_length) + ")");
+}
+WatermarkScheme make_watermark_scheme(int64_t vocab, double ratio, uint64_t key, const std::string& scheme,
+                                      int64_t width) {
+  require(vocab >= 1 && vocab <= (int64_t{1} << 24), "watermark vocab_size must be in [1, 16777216], got " +
+                                                         std::to_string(vocab));
+  require(finite(ratio) && ratio > 0.0 && ratio < 1.0, "watermark greenlist_ratio must be in (0, 1), got " + num(ratio));
+  require(scheme == "lefthash" || scheme == "selfhash",
+          "watermark seeding_scheme must be 'lefthash' or 'selfhash', got '" + scheme + "'");
+  require(width >= 1 && width <= 1024, "watermark context_width must be in [1, 1024], got " + std::to_string(width));
+  return WatermarkScheme(vocab, ratio, key, scheme == "selfhash", width);
+}
+SamplerPtr make_watermark(const WatermarkScheme& scheme, double bias) {
+  require(finite(bias), "watermark bias must be finite in float32, got " + num(bias));
+  return sampling::new_watermark(scheme, bias);
 }
 SamplerPtr make_greedy() { return sampling::new_greedy(); }
 SamplerPtr make_dist(uint64_t seed) { return sampling::new_dist(seed); }

@@ -78,6 +78,12 @@ SamplerPtr new_dry(double mult, double base, int64_t allowed, const std::vector<
 SamplerPtr new_greedy();
 SamplerPtr new_dist(uint64_t seed);
 SamplerPtr new_mirostat_v2(double tau, double eta, uint64_t seed);
+SamplerPtr new_top_h(double h);
+SamplerPtr new_sequence_bias(const std::vector<std::vector<int64_t>>& seqs, const std::vector<double>& biases,
+                             const std::string& label);
+SamplerPtr new_exponential_decay_length(int64_t start, double factor, const std::vector<int64_t>& eos);
+SamplerPtr new_forced(const std::vector<int64_t>& ids, int64_t at_length, const std::string& label);
+SamplerPtr new_watermark(const WatermarkScheme& scheme, double bias);
 
 }  // namespace sampling
 }  // namespace decodelab

@@ -206,8 +206,59 @@ class XTC : public Base<XTC> {
   std::vector<float> probs_;
 };
 
+// Top-H (transformers' TopHLogitsWarper): among the 100 highest logits (their own softmax), keep
+// tokens in rank order while the running sum of -p log p stays <= top_h x their entropy; the
+// first is always kept. Equal logits rank the lower id first.
+class TopH : public Base<TopH> {
+ public:
+  explicit TopH(double h) : h_(h) {}
+  std::string name() const override { return "top_h(" + num(h_) + ")"; }
+  void apply(float* l, int n, const SampleContext&) override {
+    const int m = std::min(n, kTopN);
+    idx_.resize(n);
+    std::iota(idx_.begin(), idx_.end(), 0);
+    auto higher = [&](int x, int y) {
+      const bool kx = l[x] > kNegInf, ky = l[y] > kNegInf;  // removed ones (NaN, -inf) last
+      if (kx != ky) return kx;
+      if (kx && l[x] != l[y]) return l[x] > l[y];
+      return x < y;
+    };
+    std::partial_sort(idx_.begin(), idx_.begin() + m, idx_.end(), higher);
+    top_.resize(m);
+    probs_.resize(m);
+    for (int j = 0; j < m; ++j) top_[j] = l[idx_[j]];
+    if (!softmax(top_.data(), m, probs_.data())) return;
+    const double mx = top_[0];
+    double sum = 0.0;
+    for (int j = 0; j < m; ++j) sum += top_[j] > kNegInf ? std::exp(static_cast<double>(top_[j]) - mx) : 0.0;
+    const double lse = mx + std::log(sum);
+    double H = 0.0;
+    for (int j = 0; j < m; ++j)
+      if (probs_[j] > 0.0f) H -= (static_cast<double>(top_[j]) - lse) * probs_[j];
+    const float tau = static_cast<float>(H * h_);
+    keep_.assign(n, 0);
+    keep_[idx_[0]] = 1;
+    double cum = 0.0;
+    for (int j = 0; j < m; ++j) {
+      if (!(probs_[j] > 0.0f)) break;  // transformers' 0 x log 0 is NaN: nothing after it is kept
+      cum += -probs_[j] * std::log(probs_[j]);
+      if (static_cast<float>(cum) <= tau) keep_[idx_[j]] = 1;
+    }
+    for (int i = 0; i < n; ++i)
+      if (!keep_[i]) l[i] = kNegInf;
+  }
+
+ private:
+  static constexpr int kTopN = 100;
+  double h_;
+  std::vector<int> idx_;
+  std::vector<float> top_, probs_;
+  std::vector<char> keep_;
+};
+
 }  // namespace
 
+SamplerPtr new_top_h(double h) { return std::make_shared<TopH>(h); }
 SamplerPtr new_top_k(int64_t k, int64_t min_keep) { return std::make_shared<TopK>(k, min_keep); }
 SamplerPtr new_min_p(double p, int64_t min_keep) { return std::make_shared<MinP>(p, min_keep); }
 SamplerPtr new_cutoff(double e, bool eta, int64_t min_keep) { return std::make_shared<Cutoff>(e, eta, min_keep); }

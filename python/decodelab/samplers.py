@@ -28,7 +28,8 @@ __all__ = [
     "Sampler", "Chain", "StageRecord", "probs", "softmax",
     "Temperature", "TopK", "TopP", "MinP", "TypicalP", "EpsilonCutoff", "EtaCutoff", "TopNSigma", "XTC",
     "RepetitionPenalty", "PresencePenalty", "FrequencyPenalty", "NoRepeatNGram", "LogitBias", "SuppressTokens",
-    "MinNewTokens", "DRY", "Mirostat", "Greedy", "Dist",
+    "MinNewTokens", "DRY", "SequenceBias", "BadWords", "ExponentialDecayLengthPenalty", "ForcedBOS", "ForcedEOS",
+    "TopH", "Watermark", "Mirostat", "Greedy", "Dist",
     "ORDERS", "DEFAULT_ORDER", "PRESETS", "build_chain",
 ]
 
@@ -486,6 +487,162 @@ class DRY(Sampler):
         self.last_n = _int("dry last_n", last_n)
         self._core = _core.sampler_dry(self.multiplier, self.base, self.allowed_length, self.sequence_breakers,
                                        self.last_n)
+
+
+def _sequences(name: str, seqs) -> List[List[int]]:
+    if isinstance(seqs, (str, bytes)) or not isinstance(seqs, Iterable):
+        raise ValueError(f"{name} must be a list of token-id lists, got {seqs!r:.80}")
+    out = []
+    for i, sq in enumerate(seqs):
+        if isinstance(sq, (str, bytes)) or not isinstance(sq, Iterable):
+            raise ValueError(f"{name}[{i}] must be a list of token ids, got {sq!r:.80}")
+        out.append([_int(f"{name}[{i}] token id", t) for t in sq])
+    return out
+
+
+class SequenceBias(Sampler):
+    """Add a bias to a token when it would complete a given sequence: a one-token sequence's bias
+    always applies; a longer one's applies to its last token when the context ends with the rest.
+    Biases of sequences ending in the same token add up; -inf bans.
+
+    Range: a dict {tuple of ids: bias} or a list of [ids, bias]; biases finite or -inf.
+    No-op: biases of 0. Source: transformers ``SequenceBiasLogitsProcessor``.
+
+    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+    >>> probs(SequenceBias({(1, 2): -math.inf, (3,): math.log(2)}).apply(logits, context=[0, 1]))
+    [0.556, 0.222, 0.0, 0.222]
+    """
+
+    def __init__(self, sequence_bias):
+        pairs = list(sequence_bias.items()) if isinstance(sequence_bias, Mapping) else sequence_bias
+        if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable):
+            raise ValueError(f"sequence_bias must be a dict of token-id tuples -> bias, got {sequence_bias!r:.80}")
+        pairs = list(pairs)
+        for i, pr in enumerate(pairs):
+            if isinstance(pr, (str, bytes)) or not isinstance(pr, Sequence) or len(pr) != 2:
+                raise ValueError(f"sequence_bias entry {i} must be (token ids, bias), got {pr!r:.80}")
+        self.sequences = _sequences("sequence_bias", [p[0] for p in pairs])
+        self.biases = [_bias(p[1]) for p in pairs]
+        self._core = _core.sampler_sequence_bias(self.sequences, self.biases)
+
+
+class BadWords(Sampler):
+    """Ban each token that would complete one of the given sequences (a one-token sequence: that
+    token always). A one-token sequence holding an EOS id is left out, as transformers does.
+
+    Range: a non-empty list of non-empty token-id lists. No-op: none (leave it out). Source: transformers ``NoBadWordsLogitsProcessor`` (``bad_words_ids``).
+
+    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+    >>> probs(BadWords([[1, 2], [3]]).apply(logits, context=[0, 1]))
+    [0.714, 0.286, 0.0, 0.0]
+    """
+
+    def __init__(self, bad_words_ids, eos_token_ids: Iterable[int] = ()):
+        self.bad_words_ids = _sequences("bad_words_ids", bad_words_ids)
+        self.eos_token_ids = [_int("eos token id", t) for t in eos_token_ids]
+        self._core = _core.sampler_bad_words(self.bad_words_ids, self.eos_token_ids)
+
+
+class ExponentialDecayLengthPenalty(Sampler):
+    """Once more than ``start`` tokens have been generated, raise each EOS logit by
+    |logit| x (factor ** (generated - start) - 1): longer outputs grow ever likelier to end.
+
+    Range: start >= 0, factor > 0 (above 1 favours ending). No-op: factor = 1. Source: transformers
+    ``ExponentialDecayLengthPenalty`` (``exponential_decay_length_penalty=(start, factor)``).
+
+    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+    >>> probs(ExponentialDecayLengthPenalty(1, 2.0, eos_token_ids=[3]).apply(logits, context=[0, 1, 2], n_prompt=0))
+    [0.005, 0.002, 0.002, 0.991]
+    """
+
+    def __init__(self, start: int, factor: float, eos_token_ids: Iterable[int]):
+        self.start = _int("exponential_decay_length_penalty start", start)
+        self.factor = _float("exponential_decay_length_penalty factor", factor)
+        self.eos_token_ids = [_int("eos token id", t) for t in eos_token_ids]
+        self._core = _core.sampler_exponential_decay_length_penalty(self.start, self.factor, self.eos_token_ids)
+
+
+class ForcedBOS(Sampler):
+    """When the context is one token long, only ``token_id`` may follow (transformers'
+    ``forced_bos_token_id``, meant for encoder-decoder models, whose decoder starts from one token).
+
+    Range: a token id. No-op: any context longer than one token. Source: transformers ``ForcedBOSTokenLogitsProcessor``.
+
+    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+    >>> probs(ForcedBOS(2).apply(logits, context=[0]))
+    [0.0, 0.0, 1.0, 0.0]
+    """
+
+    def __init__(self, token_id: int):
+        self.token_id = _int("forced_bos_token_id", token_id)
+        self._core = _core.sampler_forced_bos(self.token_id)
+
+
+class ForcedEOS(Sampler):
+    """When the context is ``max_length - 1`` tokens long (prompt included), only the EOS ids may
+    follow, so the output ends at max_length.
+
+    Range: max_length >= 2, EOS ids. No-op: any other context length. Source: transformers ``ForcedEOSTokenLogitsProcessor`` (``forced_eos_token_id``).
+
+    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+    >>> probs(ForcedEOS(4, eos_token_ids=[3]).apply(logits, context=[0, 1, 2]))
+    [0.0, 0.0, 0.0, 1.0]
+    """
+
+    def __init__(self, max_length: int, eos_token_ids: Iterable[int]):
+        self.max_length = _int("max_length", max_length)
+        self.eos_token_ids = [_int("eos token id", t) for t in eos_token_ids]
+        self._core = _core.sampler_forced_eos(self.max_length, self.eos_token_ids)
+
+
+class TopH(Sampler):
+    """Top-H: among the 100 highest logits, keep tokens in rank order while the running sum of
+    -p log p stays within ``top_h`` times their entropy (the first always stays).
+
+    Range: 0 < top_h <= 1. No-op: none (1 keeps the 100 most likely). Source: Potraghloo et al. 2025; transformers ``TopHLogitsWarper``.
+
+    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+    >>> probs(TopH(0.5).apply(logits))
+    [1.0, 0.0, 0.0, 0.0]
+    >>> probs(TopH(0.9).apply(logits))
+    [0.556, 0.222, 0.222, 0.0]
+    """
+
+    def __init__(self, top_h: float):
+        self.top_h = _float("top_h", top_h)
+        self._core = _core.sampler_top_h(self.top_h)
+
+
+class Watermark(Sampler):
+    """The green-list watermark (Kirchenbauer et al. 2023): seeded by the preceding token, a fixed
+    share of the vocabulary is "green" at each step and gets ``bias`` added; detect it with
+    ``decodelab.watermark.WatermarkDetector`` and the same settings. The green lists equal
+    transformers' bit for bit (its torch.randperm under the same seeds).
+
+    Range: greenlist_ratio in (0, 1), finite bias, seeding_scheme "lefthash" or "selfhash",
+    context_width >= 1. No-op: bias = 0. Source: transformers ``WatermarkLogitsProcessor``.
+
+    >>> w = Watermark(vocab_size=4, greenlist_ratio=0.5, bias=1.0)
+    >>> int(np.isclose(w.apply(np.zeros(4), context=[1]), 1.0).sum())
+    2
+    """
+
+    def __init__(self, vocab_size: int, greenlist_ratio: float = 0.25, bias: float = 2.0,
+                 hashing_key: int = 15485863, seeding_scheme: str = "lefthash", context_width: int = 1):
+        self.scheme = watermark_scheme(vocab_size, greenlist_ratio, hashing_key, seeding_scheme, context_width)
+        self.vocab_size, self.greenlist_ratio, self.hashing_key = vocab_size, greenlist_ratio, hashing_key
+        self.seeding_scheme, self.context_width = seeding_scheme, context_width
+        self.bias = _float("watermark bias", bias)
+        self._core = _core.sampler_watermark(self.scheme, self.bias)
+
+
+def watermark_scheme(vocab_size, greenlist_ratio, hashing_key, seeding_scheme, context_width):
+    """The core's WatermarkScheme for these settings, each checked."""
+    if not isinstance(seeding_scheme, str):
+        raise ValueError(f"watermark seeding_scheme must be 'lefthash' or 'selfhash', got {seeding_scheme!r}")
+    return _core.WatermarkScheme(_int("watermark vocab_size", vocab_size), _float("watermark greenlist_ratio",
+                                 greenlist_ratio), options.checked_seed(hashing_key), seeding_scheme,
+                                 _int("watermark context_width", context_width))
 
 
 class Mirostat(Sampler):

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace decodelab {
@@ -73,6 +74,39 @@ SamplerPtr make_min_new_tokens(int64_t min_new, const std::vector<int64_t>& eos_
 SamplerPtr make_dry(double multiplier, double base, int64_t allowed_length, const std::vector<int64_t>& breakers,
                     int64_t last_n);
 SamplerPtr make_mirostat_v2(double tau, double eta, uint64_t seed);
+SamplerPtr make_top_h(double top_h);
+// sequence_bias: each sequence's bias (finite or -inf); bad_words: -inf, one-token EOS sequences left out.
+SamplerPtr make_sequence_bias(const std::vector<std::vector<int64_t>>& sequences, const std::vector<double>& biases);
+SamplerPtr make_bad_words(const std::vector<std::vector<int64_t>>& sequences, const std::vector<int64_t>& eos_ids);
+SamplerPtr make_exponential_decay_length_penalty(int64_t start, double factor, const std::vector<int64_t>& eos_ids);
+SamplerPtr make_forced_bos(int64_t token_id);
+SamplerPtr make_forced_eos(int64_t max_length, const std::vector<int64_t>& eos_ids);
+
+// The green-list watermark's key (Kirchenbauer et al. 2023; transformers' WatermarkLogitsProcessor):
+// which ids are green after a prefix. Shared by the Watermark sampler and the detector.
+class WatermarkScheme {
+ public:
+  WatermarkScheme(int64_t vocab, double greenlist_ratio, uint64_t hashing_key, bool selfhash, int64_t context_width);
+  uint64_t seed(const int32_t* prefix, int len) const;  // the generator seed after prefix[0:len]
+  void greenlist(const int32_t* prefix, int len, std::vector<int32_t>& out) const;
+  bool is_green(const int32_t* prefix, int len, int32_t target) const;
+  int64_t vocab() const { return vocab_; }
+  int64_t width() const { return width_; }
+  bool selfhash() const { return selfhash_; }
+
+ private:
+  int64_t vocab_, green_;
+  uint64_t key_;
+  bool selfhash_;
+  int64_t width_;
+  std::vector<int32_t> table_;  // selfhash: torch.randperm(1_000_003) under the key
+};
+WatermarkScheme make_watermark_scheme(int64_t vocab, double greenlist_ratio, uint64_t hashing_key,
+                                      const std::string& seeding_scheme, int64_t context_width);
+SamplerPtr make_watermark(const WatermarkScheme& scheme, double bias);
+// (tokens scored, green tokens) of a passage, as transformers' WatermarkDetector counts them.
+std::pair<int64_t, int64_t> watermark_score(const WatermarkScheme& scheme, const std::vector<int32_t>& ids,
+                                            bool ignore_repeated_ngrams);
 SamplerPtr make_greedy();
 SamplerPtr make_dist(uint64_t seed);
 
