@@ -224,3 +224,36 @@ def test_cli_chat_in_a_terminal():
     finally:
         child.close()
     assert child.exitstatus == 0
+
+
+@pytest.mark.reference
+def test_a_chain_inside_transformers_generate_gives_decodelabs_tokens(ours, theirs):
+    from transformers import LogitsProcessorList
+
+    import decodelab.samplers as S
+    from decodelab.integrations.transformers import as_logits_processor
+
+    chain = S.Chain([S.RepetitionPenalty(1.3), S.PresencePenalty(0.5), S.TopK(20), S.MinP(0.1)])
+    for prompt in [CHAT, "Once upon a time"]:
+        ids = ours.tokenizer.encode(prompt)
+        want = ours.generate(ids, sampler=S.Chain(chain.stages + [S.Greedy()]), max_new_tokens=30,
+                             eos_token_id=[]).token_ids
+        with torch.no_grad():
+            out = theirs.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=30, min_new_tokens=30,
+                                  logits_processor=LogitsProcessorList([as_logits_processor(chain)]),
+                                  pad_token_id=0)
+        assert out[0, len(ids):].tolist() == want
+        plain = ours.generate(ids, max_new_tokens=30, eos_token_id=[]).token_ids
+        assert plain != want  # the penalties changed the continuation: the adapter did act
+
+
+def test_the_adapter_refuses_a_chain_that_picks_the_token():
+    import decodelab.samplers as S
+    from decodelab.integrations.transformers import as_logits_processor
+
+    with pytest.raises(ValueError, match="ends in Greedy, which picks the token itself"):
+        as_logits_processor(S.Chain([S.TopK(5), S.Greedy()]))
+    p = as_logits_processor(S.TopK(1))
+    scores = torch.tensor([[0.0, 2.0, 1.0], [3.0, 0.0, 1.0]])
+    out = p(torch.tensor([[0], [1]]), scores)
+    assert torch.isinf(out).sum() == 4 and out[0, 1] == 2.0 and out[1, 0] == 3.0

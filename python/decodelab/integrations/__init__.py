@@ -1,0 +1,1 @@
+"""Bridges from decodelab's samplers to other libraries (``integrations.transformers``)."""
