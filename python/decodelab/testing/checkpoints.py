@@ -15,7 +15,7 @@ from typing import Dict, Optional
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import formats
+from .. import formats
 
 SHAPES: Dict[str, dict] = {
     # GPT-2 small (124M parameters).
