@@ -284,3 +284,41 @@ def test_watermark_settings_are_checked():
     from decodelab.watermark import WatermarkDetector
     with pytest.raises(ValueError, match="need at least 2 tokens to score"):
         WatermarkDetector(100)([5])
+
+
+# --- classifier-free guidance -------------------------------------------------------------------
+
+@pytest.mark.reference
+@pytest.mark.parametrize("scale,negative", [(2.5, None), (3.0, "The sad dog"), (0.5, "Once")])
+def test_guidance_gives_transformers_greedy_tokens(stories, stories_hf, scale, negative):
+    from transformers import AutoModelForCausalLM
+
+    hfm = AutoModelForCausalLM.from_pretrained(stories_hf, dtype=torch.float32).eval()
+    prompt = stories.tokenizer.encode("Once upon a time, there was a little girl")
+    g = stories.generate(prompt, max_new_tokens=30, guidance_scale=scale, negative_prompt=negative, eos_token_id=[])
+    kw = {}
+    if negative is not None:
+        kw["negative_prompt_ids"] = torch.tensor([stories.tokenizer.encode(negative)])
+    with torch.no_grad():
+        out = hfm.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=30, min_new_tokens=30,
+                           guidance_scale=scale, pad_token_id=0, **kw)
+    assert g.token_ids == out[0, len(prompt):].tolist()
+    assert g.token_ids != stories.generate(prompt, max_new_tokens=30, eos_token_id=[]).token_ids
+
+
+def test_guidance_stage_is_traced_and_checked(stories):
+    g = stories.generate("Once upon a time", max_new_tokens=3, guidance_scale=2.0, negative_prompt="The end",
+                         trace=True)
+    assert g.trace[0].stages[1].name.startswith("classifier_free_guidance(2")
+    # Guidance 1 is the plain run; a stream guides as generate does.
+    plain = stories.generate("Once upon a time", max_new_tokens=12)
+    assert stories.generate("Once upon a time", max_new_tokens=12, guidance_scale=1.0).token_ids == plain.token_ids
+    guided = stories.generate("Once upon a time", max_new_tokens=12, guidance_scale=2.5, negative_prompt="Tom")
+    assert "".join(stories.stream("Once upon a time", max_new_tokens=12, guidance_scale=2.5,
+                                  negative_prompt="Tom")) == guided.text
+    with pytest.raises(ValueError, match="negative_prompt needs guidance_scale != 1"):
+        stories.generate("Once", negative_prompt="x")
+    with pytest.raises(ValueError, match="guidance_scale guides one sequence: num_beams and n must be 1"):
+        stories.generate("Once", guidance_scale=2.0, num_beams=2)
+    with pytest.raises(ValueError, match="token id 9999 at index 0 is outside the vocabulary"):
+        stories.generate("Once", guidance_scale=2.0, negative_prompt=[9999])

@@ -47,6 +47,9 @@ void register_options(py::module_& m) {
       .def_readwrite("logprobs_processed", &DecodeOptions::logprobs_processed)
       .def_readwrite("trace", &DecodeOptions::trace, "0 off, 1 per-stage summaries, 2 also the full logits.")
       .def_readwrite("trace_top", &DecodeOptions::trace_top)
+      .def_readwrite("guidance_scale", &DecodeOptions::guidance_scale, "Classifier-free guidance; 1: off.")
+      .def_readwrite("negative_prompt", &DecodeOptions::negative_prompt,
+                     "The unconditional sequence's prompt (empty: the input's last token).")
       .def("__repr__", [](const DecodeOptions& o) {
         return "DecodeOptions(max_new_tokens=" + std::to_string(o.max_new_tokens) + ", eos_ids=" + ids_repr(o.eos_ids) +
                ", sequence=" + std::to_string(o.sequence) + ", logprobs=" + std::to_string(o.logprobs) +

@@ -33,6 +33,23 @@ Decoder::Decoder(const Transformer& model, KVCache& cache, std::vector<int32_t> 
   check_context_window(model_, static_cast<int64_t>(cache_.length()) + static_cast<int64_t>(prompt_.size()),
                        opts_.max_new_tokens);
   model_.check_tokens(prompt_.data(), static_cast<int>(prompt_.size()), cache_);
+  if (!std::isfinite(opts_.guidance_scale))
+    throw std::invalid_argument("guidance_scale must be finite, got " + std::to_string(opts_.guidance_scale));
+  if (opts_.guidance_scale != 1.0f) {
+    // The unconditional sequence: the negative prompt, or the conditional input's last token.
+    uncond_prompt_ = opts_.negative_prompt;
+    if (uncond_prompt_.empty()) {
+      if (!prompt_.empty()) uncond_prompt_.push_back(prompt_.back());
+      else if (cache_.length() > 0) uncond_prompt_.push_back(cache_.token_ids().back());
+    }
+    if (uncond_prompt_.empty()) throw std::invalid_argument("guidance needs a prompt or a negative prompt");
+    check_context_window(model_, static_cast<int64_t>(uncond_prompt_.size()), opts_.max_new_tokens);
+    const int64_t cap = static_cast<int64_t>(uncond_prompt_.size()) + std::max(opts_.max_new_tokens - 1, 0);
+    uncond_cache_ = model_.new_cache(static_cast<int>(std::max<int64_t>(cap, 1)), cache_.pool().dtype(), false);
+    model_.check_tokens(uncond_prompt_.data(), static_cast<int>(uncond_prompt_.size()), *uncond_cache_);
+  } else if (!opts_.negative_prompt.empty()) {
+    throw std::invalid_argument("a negative prompt needs guidance_scale != 1");
+  }
   r_.finish_reason = "length";
 }
 
@@ -51,6 +68,11 @@ int32_t Decoder::step() {
     work_.resize(V);
     before_.resize(V);
     model_.forward(prompt_.data(), static_cast<int>(prompt_.size()), cache_, raw_.data(), false);
+    if (uncond_cache_) {
+      uraw_.resize(V);
+      model_.forward(uncond_prompt_.data(), static_cast<int>(uncond_prompt_.size()), *uncond_cache_, uraw_.data(),
+                     false);
+    }
     r_.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
     history_ = cache_.token_ids();  // prompt (with any reused prefix), then output
     history_.reserve(history_.size() + opts_.max_new_tokens);
@@ -58,7 +80,16 @@ int32_t Decoder::step() {
     ctx_.sequence = opts_.sequence;
     r_.token_ids.reserve(opts_.max_new_tokens);
   } else if (pending_ >= 0) {
-    model_.forward(&pending_, 1, cache_, raw_.data(), false);
+    if (uncond_cache_) {  // both sequences take the token in one batched step
+      const int32_t toks[2] = {pending_, pending_};
+      KVCache* caches[2] = {&cache_, uncond_cache_.get()};
+      both_.resize(2 * static_cast<size_t>(V));
+      model_.decode_batch(toks, 2, caches, both_.data());
+      std::copy(both_.begin(), both_.begin() + V, raw_.begin());
+      std::copy(both_.begin() + V, both_.end(), uraw_.begin());
+    } else {
+      model_.forward(&pending_, 1, cache_, raw_.data(), false);
+    }
     pending_ = -1;
   }
   const auto& stages = chain_.stages();
@@ -74,6 +105,16 @@ int32_t Decoder::step() {
     stage_stats(raw_.data(), raw_.data(), V, opts_.trace_top, s, pb_, pa_);
     if (opts_.trace == 2) s.logits = raw_;
     st.stages.push_back(std::move(s));
+  }
+  if (uncond_cache_) {  // guidance comes first, as in transformers' processor list
+    classifier_free_guidance(raw_.data(), uraw_.data(), V, opts_.guidance_scale, work_.data());
+    if (opts_.trace) {
+      StageStats s;
+      s.name = "classifier_free_guidance(" + std::to_string(opts_.guidance_scale) + ")";
+      stage_stats(raw_.data(), work_.data(), V, opts_.trace_top, s, pb_, pa_);
+      if (opts_.trace == 2) s.logits = work_;
+      st.stages.push_back(std::move(s));
+    }
   }
   // Every stage but the selector; `work_` then holds the processed distribution.
   for (size_t i = 0; i + 1 < stages.size(); ++i) {

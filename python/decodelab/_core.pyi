@@ -119,6 +119,8 @@ class DecodeOptions:
     logprobs_processed: bool
     trace: int
     trace_top: int
+    guidance_scale: float
+    negative_prompt: List[int]
     def __init__(self) -> None: ...
 
 class BeamOptions:

@@ -180,7 +180,8 @@ class Model:
                  include_stop_str_in_output: bool = False, n: int = 1, num_beams: int = 1,
                  length_penalty: float = 1.0, early_stopping: Union[bool, str] = False,
                  num_return_sequences: Optional[int] = None, cache=None, logprobs: Optional[int] = None,
-                 logprobs_mode: str = "raw", trace: Union[bool, str] = False):
+                 logprobs_mode: str = "raw", trace: Union[bool, str] = False,
+                 guidance_scale: Optional[float] = None, negative_prompt: Optional[Prompt] = None):
         """Generate a continuation of ``prompt`` (text or token ids), or of each prompt in a list
         (then a list of Generation comes back, equal to the one-by-one results).
 
@@ -207,6 +208,11 @@ class Model:
         prefill. ``Generation.sequences`` lists them best first; ``text`` and ``token_ids`` are the
         best one's. Beams and samples share the prompt's KV blocks through forked caches.
 
+        Guidance: ``guidance_scale`` (not 1) runs classifier-free guidance as transformers does: an
+        unconditional sequence, ``negative_prompt`` (text or ids) or else the prompt's last token,
+        advances beside this one with the same tokens in one batched step, and the scores become
+        scale x (log p(cond) - log p(uncond)) + log p(uncond), before every sampler.
+
         Looking inside: ``logprobs=N`` gives per token its logprob and the N most likely
         alternatives, under the raw distribution (``logprobs_mode="raw"``) or the processed one
         the token was drawn from ("processed"); ``trace=True`` records what every sampler stage
@@ -219,7 +225,8 @@ class Model:
             max_new_tokens=max_new_tokens, seed=seed, sampler=sampler, order=order, preset=preset,
             eos_token_id=eos_token_id, stop=stop, include_stop_str_in_output=include_stop_str_in_output, n=n,
             num_beams=num_beams, length_penalty=length_penalty, early_stopping=early_stopping,
-            num_return_sequences=num_return_sequences, logprobs=logprobs, logprobs_mode=logprobs_mode, trace=trace),
+            num_return_sequences=num_return_sequences, logprobs=logprobs, logprobs_mode=logprobs_mode, trace=trace,
+            guidance_scale=guidance_scale, negative_prompt=negative_prompt),
             dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
                  repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                  frequency_penalty=frequency_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
@@ -278,7 +285,7 @@ class Model:
     def _options(self, run: dict, sampling: dict) -> options.RunOptions:
         opts = options.resolve(run, sampling, vocab_size=self.config.vocab_size,
                                block_bytes=self._fp32_block_bytes(), default_eos=self._default_eos(),
-                               make_chain=self._sampler_chain)
+                               make_chain=self._sampler_chain, encode=self._ids)
         if opts.stops and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer")
         return opts
@@ -429,7 +436,7 @@ class Model:
 
 _RUN_KEYS = {"max_new_tokens", "seed", "sampler", "order", "preset", "eos_token_id", "stop",
              "include_stop_str_in_output", "n", "num_beams", "length_penalty", "early_stopping",
-             "num_return_sequences", "logprobs", "logprobs_mode", "trace"}
+             "num_return_sequences", "logprobs", "logprobs_mode", "trace", "guidance_scale", "negative_prompt"}
 
 
 from .loading import load  # noqa: E402  (load() builds a Model; kept importable from here)

@@ -115,10 +115,11 @@ _BEAM_BYTES_PER_TOKEN = 24
 _SAMPLE_BYTES_PER_TOKEN, _SAMPLE_BYTES = 256, 4096
 
 
-def resolve(run: dict, sampling: dict, *, vocab_size: int, block_bytes: int, default_eos, make_chain) -> dict:
+def resolve(run: dict, sampling: dict, *, vocab_size: int, block_bytes: int, default_eos, make_chain,
+            encode=None) -> dict:
     """Checks generate()'s run options and returns them in the engine's terms; ``make_chain(sampler,
     order, preset, seed, eos, sampling, min_tokens_to_keep)`` builds the sampler chain from the
-    sampling keywords."""
+    sampling keywords; ``encode(prompt)`` turns a negative prompt into token ids."""
     max_new_tokens = integer("max_new_tokens", run.get("max_new_tokens", 128), 0)
     logprobs, mode, trace = run.get("logprobs"), run.get("logprobs_mode", "raw"), run.get("trace", False)
     if mode not in ("raw", "processed"):
@@ -168,6 +169,15 @@ def resolve(run: dict, sampling: dict, *, vocab_size: int, block_bytes: int, def
     # Sampling inside beams keeps one token more than there are EOS ids, so a beam can go on (transformers).
     keep = len(eos) + 1 if num_beams > 1 else 1
     chains = [make_chain(sm, run.get("order"), run.get("preset"), seed, eos, sampling, keep) for sm in samplers_in]
+    # Classifier-free guidance: one sequence beside its unconditional twin (transformers' guidance_scale).
+    gs = run.get("guidance_scale")
+    gs = 1.0 if gs is None else real("guidance_scale", gs, -1e4, 1e4)
+    neg = run.get("negative_prompt")
+    if neg is not None and gs == 1.0:
+        raise ValueError("negative_prompt needs guidance_scale != 1 (1 turns guidance off)")
+    if gs != 1.0 and (num_beams > 1 or n > 1):
+        raise ValueError("guidance_scale guides one sequence: num_beams and n must be 1")
+    negative = [] if neg is None else list(encode(neg))
     if trace == "full":  # every stage's logits at every step
         stages = max(len(c.stages) for c in chains) + 1
         check_budget(f"trace='full' over {max_new_tokens} steps x {stages} stages x {vocab_size} logits",
@@ -176,7 +186,7 @@ def resolve(run: dict, sampling: dict, *, vocab_size: int, block_bytes: int, def
                       logprobs=-1 if logprobs is None else logprobs, processed=mode == "processed",
                       trace={False: 0, True: 1, "full": 2}[trace], stops=list(stops), include_stop=include_stop, n=n,
                       num_beams=num_beams, length_penalty=lp, early_stopping={True: 1, False: 0, "never": -1}[es],
-                      num_return_sequences=nrs or 1)
+                      num_return_sequences=nrs or 1, guidance_scale=gs, negative_prompt=negative)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,6 +207,8 @@ class RunOptions:
     length_penalty: float
     early_stopping: int      # 1 True, 0 False, -1 "never"
     num_return_sequences: int
+    guidance_scale: float = 1.0   # classifier-free guidance; 1: off
+    negative_prompt: List[int] = dataclasses.field(default_factory=list)  # [] : the prompt's last token
 
     def decode_options(self, *, sequence: int = 0, logprobs: Optional[int] = None) -> "_core.DecodeOptions":
         """The options of one sequence's decode loop (generate, a stream, one of n samples)."""
@@ -207,6 +219,8 @@ class RunOptions:
         o.logprobs = self.logprobs if logprobs is None else logprobs
         o.logprobs_processed = self.processed
         o.trace = self.trace  # trace_top keeps DecodeOptions' default (decoder.h)
+        o.guidance_scale = self.guidance_scale
+        o.negative_prompt = self.negative_prompt
         return o
 
     def beam_options(self, *, do_sample: bool) -> "_core.BeamOptions":

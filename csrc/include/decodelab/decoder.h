@@ -21,6 +21,11 @@ struct DecodeOptions {
   bool logprobs_processed = false;
   int trace = 0;             // 0 off, 1 per-stage summaries with the top tokens, 2 also full logits
   int trace_top = 20;
+  // Classifier-free guidance (transformers' guidance_scale): 1 off. A second, unconditional
+  // sequence (negative_prompt, or else the conditional input's last token) advances beside this
+  // one with the same tokens; see classifier_free_guidance().
+  float guidance_scale = 1.0f;
+  std::vector<int32_t> negative_prompt;
 };
 
 struct GenerateResult {
@@ -62,6 +67,9 @@ class Decoder {
   DecodeOptions opts_;
   GenerateResult r_;
   std::vector<float> raw_, work_, before_, pb_, pa_, praw_, pproc_;
+  std::shared_ptr<KVCache> uncond_cache_;  // guidance: the unconditional sequence
+  std::vector<int32_t> uncond_prompt_;
+  std::vector<float> uraw_, both_;
   std::vector<int32_t> history_;
   SampleContext ctx_;
   bool started_ = false;

@@ -104,6 +104,10 @@ class WatermarkScheme {
 WatermarkScheme make_watermark_scheme(int64_t vocab, double greenlist_ratio, uint64_t hashing_key,
                                       const std::string& seeding_scheme, int64_t context_width);
 SamplerPtr make_watermark(const WatermarkScheme& scheme, double bias);
+// Classifier-free guidance: out = scale x (log_softmax(cond) - log_softmax(uncond)) +
+// log_softmax(uncond), as transformers computes it (out = log_softmax(cond) when scale is 1).
+void classifier_free_guidance(const float* cond, const float* uncond, int n, float scale, float* out);
+
 // (tokens scored, green tokens) of a passage, as transformers' WatermarkDetector counts them.
 std::pair<int64_t, int64_t> watermark_score(const WatermarkScheme& scheme, const std::vector<int32_t>& ids,
                                             bool ignore_repeated_ngrams);
