@@ -2,6 +2,8 @@
 #include <Python.h>
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
+#include <cmath>
+
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -114,6 +116,49 @@ void register_engine(py::module_& m) {
           },
           py::arg("tokens"), py::arg("cache"), py::arg("all_logits"),
           "Run tokens through the model, appending them to the cache; logits (rows, vocab).")
+      .def(
+          "forward_hidden",
+          [](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& tokens,
+             KVCache& cache) {
+            std::vector<int32_t> ids = to_ids(tokens);
+            KVCache::Use use(cache);
+            Transformer::Activity busy(e);
+            e.check_tokens(ids.data(), static_cast<int>(ids.size()), cache);
+            const auto T = static_cast<py::ssize_t>(ids.size());
+            py::array_t<float> logits({T, static_cast<py::ssize_t>(e.config().vocab_size)});
+            py::array_t<float> hidden({static_cast<py::ssize_t>(e.config().n_layers + 1), T,
+                                       static_cast<py::ssize_t>(e.config().dim)});
+            float* lg = logits.mutable_data();
+            float* hd = hidden.mutable_data();
+            without_gil([&] {
+              e.forward_hidden(ids.data(), static_cast<int>(ids.size()), cache, lg, hd);
+              return 0;
+            });
+            return py::make_tuple(logits, hidden);
+          },
+          py::arg("tokens"), py::arg("cache"),
+          "forward() with all logits and the residual stream: (logits (T, vocab), hidden (layers + 1, T, dim)).")
+      .def(
+          "head",
+          [](const Transformer& e, const py::array_t<float, py::array::c_style | py::array::forcecast>& hidden) {
+            if (hidden.ndim() != 2 || hidden.shape(1) != e.config().dim || hidden.shape(0) < 1)
+              throw std::invalid_argument("head takes rows of the residual stream, shape (rows >= 1, " +
+                                          std::to_string(e.config().dim) + ")");
+            for (py::ssize_t i = 0; i < hidden.size(); ++i)
+              if (!std::isfinite(hidden.data()[i]))
+                throw std::invalid_argument("head: the residual stream holds a value that is not finite");
+            Transformer::Activity busy(e);
+            const auto R = hidden.shape(0);
+            py::array_t<float> out({R, static_cast<py::ssize_t>(e.config().vocab_size)});
+            const float* src = hidden.data();
+            float* dst = out.mutable_data();
+            without_gil([&] {
+              e.head(src, static_cast<int>(R), dst);
+              return 0;
+            });
+            return out;
+          },
+          py::arg("hidden"), "The final norm and the output head on rows of the residual stream (a logit lens).")
       .def(
           "decode_batch",
           [](const Transformer& e, const std::vector<int32_t>& tokens, const std::vector<KVCache*>& caches) {

@@ -349,6 +349,22 @@ void Transformer::forward(const int32_t* tokens, int T, KVCache& cache, float* l
   run(tokens, T, &c, &T, 1, logits, all_logits, ws.get());
 }
 
+void Transformer::forward_hidden(const int32_t* tokens, int T, KVCache& cache, float* logits, float* hidden) const {
+  check_tokens(tokens, T, cache);
+  cache.prepare_append(T);
+  KVCache* c = &cache;
+  WorkspaceLease ws(*this);
+  run(tokens, T, &c, &T, 1, logits, true, ws.get(), hidden);
+}
+
+void Transformer::head(const float* hidden, int R, float* logits) const {
+  if (R < 1) throw std::invalid_argument("head needs at least one row, got " + std::to_string(R));
+  omp_set_num_threads(threads_now());
+  std::vector<float> h(static_cast<size_t>(R) * cfg_.dim);
+  norm(hidden, final_w_, final_b_, R, h.data());
+  linear(h.data(), R, lm_head_, logits);
+}
+
 void Transformer::decode_batch(const int32_t* tokens, int B, KVCache* const* caches, float* logits) const {
   if (B < 1) throw std::invalid_argument("decode_batch needs at least one sequence");
   for (int b = 0; b < B; ++b) {
@@ -366,7 +382,7 @@ void Transformer::decode_batch(const int32_t* tokens, int B, KVCache* const* cac
 // continuing caches[s]. Linear layers run on all rows at once (the weights are read once for the
 // batch); RoPE, the cache writes and attention run per segment at its own positions.
 void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, const int* rows, int n_seg,
-                      float* logits, bool all_logits, Workspace& ws) const {
+                      float* logits, bool all_logits, Workspace& ws, float* hidden) const {
   // One thread count for the whole pass: the scratch below is sized for it.
   const int n_threads = threads_now();
   omp_set_num_threads(n_threads);
@@ -414,6 +430,8 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
       if (pos_embed_) add_inplace(x + static_cast<size_t>(r) * D, pos_embed_ + static_cast<size_t>(p0[s] + t) * D, D);
     }
 
+  const size_t stream = static_cast<size_t>(R) * D;  // one copy of the residual stream
+  if (hidden) std::memcpy(hidden, x, stream * sizeof(float));
   for (int li = 0; li < cfg_.n_layers; ++li) {
     const Layer& l = layers_[li];
     norm(x, l.norm1_w, l.norm1_b, R, h);
@@ -476,6 +494,7 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
     }
     linear(ws.ff_a.data(), R, l.down, h);
     add_inplace(x, h, static_cast<size_t>(R) * D);
+    if (hidden) std::memcpy(hidden + (li + 1) * stream, x, stream * sizeof(float));
   }
 
   for (int s = 0; s < n_seg; ++s) caches[s]->commit_append(tokens + first[s], rows[s]);

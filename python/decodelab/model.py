@@ -143,11 +143,27 @@ class Model:
         of memory) is not counted."""
         return {p["dtype"]: p for p in self._engine.pool_stats()}
 
-    def forward(self, token_ids: Sequence[int]) -> np.ndarray:
-        """Full logits, shape (len, vocab), float32, computed without a persistent cache."""
+    def forward(self, token_ids: Sequence[int], hidden_states: bool = False):
+        """Full logits, shape (len, vocab), float32, computed without a persistent cache. With
+        ``hidden_states=True``, ``(logits, hidden_states)``: a list of n_layers + 1 arrays of shape
+        (len, hidden_size), the embeddings and each layer's output before the final norm (as
+        transformers' ``output_hidden_states``, whose last entry is after the norm instead)."""
         ids = self._ids(token_ids)
+        if not isinstance(hidden_states, bool):
+            raise ValueError(f"hidden_states must be True or False, got {hidden_states!r}")
         cache = self._engine.new_cache(len(ids), "float32", False)
-        return self._engine.forward(np.asarray(ids, dtype=np.int64), cache, True)
+        if not hidden_states:
+            return self._engine.forward(np.asarray(ids, dtype=np.int64), cache, True)
+        logits, hidden = self._engine.forward_hidden(np.asarray(ids, dtype=np.int64), cache)
+        return logits, list(hidden)
+
+    def lens(self, hidden) -> np.ndarray:
+        """The logit lens: the final norm and the output head applied to rows of the residual
+        stream (shape (rows, hidden_size) or (hidden_size,)); logits (rows, vocab)."""
+        h = np.asarray(hidden, dtype=np.float32)
+        if h.ndim == 1:
+            h = h[None]
+        return self._engine.head(np.ascontiguousarray(h))
 
     def prefill(self, token_ids: Sequence[int], cache) -> np.ndarray:
         """Run tokens into ``cache``; returns the logits of the last position, shape (vocab,)."""

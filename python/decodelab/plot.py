@@ -1,4 +1,5 @@
-"""Pictures for notebooks (matplotlib): the top candidates after each sampler stage."""
+"""Pictures for notebooks (matplotlib): the top candidates after each sampler stage, a beam tree,
+entropy and the chosen token's probability along a generation, and the logit lens."""
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -78,5 +79,56 @@ def beam_tree(tree, *, tokenizer=None, max_steps: Optional[int] = None, title: O
         ax.plot([], [], color=c, label=name)
     ax.legend(loc="lower left", fontsize=7)
     ax.set_title(title or "beam search: candidates per step, best at the top")
+    fig.tight_layout()
+    return fig
+
+
+def generation_curves(generation, *, tokenizer=None, title: Optional[str] = None):
+    """Per step of a Generation made with ``trace=True``: the entropy of the model's distribution
+    (nats) and the probability of the token chosen, raw and after the samplers. Returns the Figure."""
+    import math
+
+    import matplotlib.pyplot as plt
+
+    tr = generation.trace
+    if not tr:
+        raise ValueError("generation_curves needs a Generation made with trace=True")
+    steps = [s.step for s in tr]
+    fig, (a, b) = plt.subplots(2, 1, figsize=(max(6, 0.25 * len(steps) + 2), 4.5), sharex=True)
+    a.plot(steps, [s.stages[0].entropy for s in tr], marker=".", color="tab:purple")
+    a.set_ylabel("entropy (nats)")
+    b.plot(steps, [math.exp(s.logprob_raw) for s in tr], marker=".", label="raw", color="tab:gray")
+    b.plot(steps, [math.exp(s.logprob_processed) for s in tr], marker=".", label="after samplers", color="tab:blue")
+    b.set_ylabel("p(chosen token)")
+    b.set_ylim(0, 1.05)
+    b.set_xlabel("step")
+    b.legend(fontsize=8)
+    if tokenizer is not None:
+        b.set_xticks(steps)
+        b.set_xticklabels([_label(s.token, tokenizer) for s in tr], rotation=90, fontsize=7)
+    a.set_title(title or "how sure the model was at each step")
+    fig.tight_layout()
+    return fig
+
+
+def logit_lens(lens, *, title: Optional[str] = None):
+    """A LogitLens (``decodelab.lens.logit_lens``) as a layer x position picture: each cell the
+    layer's most likely next token, shaded by its probability. Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    L, T = lens.top_ids.shape
+    fig, ax = plt.subplots(figsize=(max(6, 1.0 * T + 1.5), max(3, 0.32 * L + 1.2)))
+    ax.imshow(lens.top_probs, aspect="auto", cmap="Blues", vmin=0, vmax=1, origin="lower")
+    for layer in range(L):
+        for t in range(T):
+            p = lens.top_probs[layer, t]
+            ax.text(t, layer, repr(lens.top_tokens[layer][t])[1:-1][:10], ha="center", va="center", fontsize=6,
+                    color="white" if p > 0.6 else "black")
+    ax.set_xticks(range(T))
+    ax.set_xticklabels([repr(x)[1:-1][:12] for x in lens.tokens], rotation=60, ha="right", fontsize=7)
+    ax.set_yticks(range(L))
+    ax.set_yticklabels(["embed"] + [str(i) for i in range(1, L)], fontsize=7)
+    ax.set_ylabel("layer")
+    ax.set_title(title or "logit lens: each layer's guess for the next token")
     fig.tight_layout()
     return fig

@@ -68,6 +68,11 @@ class Transformer {
   // cache. Writes logits (T, vocab) when all_logits, else (1, vocab) for the last token.
   // Throws, leaving the cache as it was, when the tokens do not fit or are out of range.
   void forward(const int32_t* tokens, int T, KVCache& cache, float* logits, bool all_logits) const;
+  // forward() with all logits, also writing the residual stream into hidden: (n_layers + 1) x T x
+  // dim floats, the embeddings first, then each layer's output (before the final norm).
+  void forward_hidden(const int32_t* tokens, int T, KVCache& cache, float* logits, float* hidden) const;
+  // The final norm and the output head on R rows of the residual stream (a logit lens).
+  void head(const float* hidden, int R, float* logits) const;
 
   // One decode step for B sequences at once, token b continuing caches[b] (distinct caches of
   // this model, any lengths); logits (B, vocab). The weights are read once for the whole batch.
@@ -114,7 +119,7 @@ class Transformer {
   void rope_rows(int p0, int T, float* cos_out, float* sin_out) const;
   std::vector<Linear*> layer_linears();  // every layer's linear layers present in this architecture
   void run(const int32_t* tokens, int R, KVCache* const* caches, const int* rows, int n_seg, float* logits,
-           bool all_logits, Workspace& ws) const;
+           bool all_logits, Workspace& ws, float* hidden = nullptr) const;
 
   ModelConfig cfg_;
   std::shared_ptr<WeightStore> weights_;

@@ -1,0 +1,96 @@
+"""An interactive sampling playground for notebooks: sliders for temperature, top-k, top-p, min-p
+and the sampler order, redrawing the kept next-token distribution and a seeded continuation. The
+update logic (``Playground.update``) is plain Python, tested without a browser; ``show()`` wires it
+to ipywidgets when they are installed and draws one static picture otherwise."""
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Tuple
+
+import numpy as np
+
+from . import samplers as S
+
+
+@dataclasses.dataclass
+class PlaygroundState:
+    """What the playground shows for one setting of the sliders."""
+
+    settings: dict
+    chain: str                      # the sampler chain, as generate() would build it
+    probs: np.ndarray               # the processed next-token distribution
+    n_kept: int
+    top: List[Tuple[str, float]]    # the most likely kept tokens, best first
+    continuation: str               # a seeded continuation under the same settings
+
+
+class Playground:
+    """``Playground(model, prompt)``; ``update(temperature=..., top_k=..., top_p=..., min_p=...,
+    order=...)`` returns the PlaygroundState; ``show()`` displays the sliders."""
+
+    def __init__(self, model, prompt, *, max_new_tokens: int = 20, seed: int = 0, top: int = 12):
+        self.model = model
+        self.ids = model._ids(prompt)
+        self.logits = model.forward(self.ids)[-1]
+        self.max_new_tokens, self.seed, self.top = max_new_tokens, seed, top
+
+    def update(self, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
+               order: str = S.DEFAULT_ORDER) -> PlaygroundState:
+        settings = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+        chain = S.build_chain(order=order, seed=self.seed, **settings)
+        stages = S.Chain(chain.stages[:-1])  # the distribution the selector draws from
+        probs = S.softmax(stages.apply(self.logits, self.ids, n_prompt=len(self.ids)))
+        order_ids = np.argsort(-probs, kind="stable")[:self.top]
+        tok = self.model.tokenizer
+        piece = (lambda t: tok.decode([int(t)])) if tok is not None else str
+        top = [(piece(t), float(probs[t])) for t in order_ids if probs[t] > 0]
+        g = self.model.generate(self.ids, sampler=chain, max_new_tokens=self.max_new_tokens, seed=self.seed)
+        return PlaygroundState(settings={**settings, "order": order}, chain=repr(chain), probs=probs,
+                               n_kept=int((probs > 0).sum()), top=top, continuation=g.text)
+
+    def figure(self, state: PlaygroundState):
+        """The kept distribution's top tokens as bars, the continuation in the title."""
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 0.3 * self.top + 1.5))
+        labels = [repr(t) for t, _ in state.top]
+        ax.barh(range(len(labels)), [p for _, p in state.top], color="tab:blue")
+        ax.set_yticks(range(len(labels)))
+        ax.set_yticklabels(labels, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlim(0, 1)
+        ax.set_xlabel(f"probability ({state.n_kept} tokens kept)")
+        text = state.continuation.replace("\n", " ")
+        ax.set_title(f"{state.chain}\n...{text[:70]}", fontsize=8)
+        fig.tight_layout()
+        return fig
+
+    def show(self):
+        """Sliders (ipywidgets) that redraw on change; without ipywidgets, the figure for the
+        default settings (a static fallback: notebooks render without widgets too)."""
+        try:
+            import ipywidgets as W
+        except ImportError:
+            return self.figure(self.update())
+        import matplotlib.pyplot as plt
+        from IPython.display import display
+
+        out = W.Output()
+        controls = dict(
+            temperature=W.FloatSlider(value=1.0, min=0.05, max=2.0, step=0.05, description="temperature"),
+            top_k=W.IntSlider(value=0, min=0, max=100, description="top_k"),
+            top_p=W.FloatSlider(value=1.0, min=0.05, max=1.0, step=0.05, description="top_p"),
+            min_p=W.FloatSlider(value=0.0, min=0.0, max=0.5, step=0.01, description="min_p"),
+            order=W.Dropdown(options=list(S.ORDERS), value=S.DEFAULT_ORDER, description="order"))
+
+        def redraw(_=None):
+            with out:
+                out.clear_output(wait=True)
+                fig = self.figure(self.update(**{k: c.value for k, c in controls.items()}))
+                display(fig)
+                plt.close(fig)
+
+        for c in controls.values():
+            c.observe(redraw, names="value")
+        redraw()
+        return W.VBox([W.HBox(list(controls.values())[:3]), W.HBox(list(controls.values())[3:]), out])
