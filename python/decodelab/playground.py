@@ -22,6 +22,7 @@ class PlaygroundState:
     n_kept: int
     top: List[Tuple[str, float]]    # the most likely kept tokens, best first
     continuation: str               # a seeded continuation under the same settings
+    raw: List[Tuple[str, float, float]]  # the model's most likely tokens: (text, p before, p after)
 
 
 class Playground:
@@ -32,6 +33,7 @@ class Playground:
         self.model = model
         self.ids = model._ids(prompt)
         self.logits = model.forward(self.ids)[-1]
+        self.raw_probs = S.softmax(self.logits)
         self.max_new_tokens, self.seed, self.top = max_new_tokens, seed, top
 
     def update(self, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
@@ -44,22 +46,28 @@ class Playground:
         tok = self.model.tokenizer
         piece = (lambda t: tok.decode([int(t)])) if tok is not None else str
         top = [(piece(t), float(probs[t])) for t in order_ids if probs[t] > 0]
+        raw_ids = np.argsort(-self.raw_probs, kind="stable")[:self.top]
+        raw = [(piece(t), float(self.raw_probs[t]), float(probs[t])) for t in raw_ids]
         g = self.model.generate(self.ids, sampler=chain, max_new_tokens=self.max_new_tokens, seed=self.seed)
         return PlaygroundState(settings={**settings, "order": order}, chain=repr(chain), probs=probs,
-                               n_kept=int((probs > 0).sum()), top=top, continuation=g.text)
+                               n_kept=int((probs > 0).sum()), top=top, continuation=g.text, raw=raw)
 
     def figure(self, state: PlaygroundState):
-        """The kept distribution's top tokens as bars, the continuation in the title."""
+        """The model's most likely next tokens: their probability before (grey) and after (blue)
+        the samplers; the chain and the continuation in the title."""
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(7, 0.3 * self.top + 1.5))
-        labels = [repr(t) for t, _ in state.top]
-        ax.barh(range(len(labels)), [p for _, p in state.top], color="tab:blue")
-        ax.set_yticks(range(len(labels)))
-        ax.set_yticklabels(labels, fontsize=8)
-        ax.invert_yaxis()
+        fig, ax = plt.subplots(figsize=(7, 0.32 * self.top + 1.6))
+        y = np.arange(len(state.raw))
+        ax.barh(y - 0.2, [b for _, b, _ in state.raw], height=0.4, color="lightgray", label="model")
+        ax.barh(y + 0.2, [a for _, _, a in state.raw], height=0.4, color="tab:blue", label="after the samplers")
+        ax.set_yticks(y)
+        ax.set_yticklabels([repr(t) for t, _, _ in state.raw], fontsize=8)
+        ax.set_ylim(self.top - 0.5, -0.5)
         ax.set_xlim(0, 1)
-        ax.set_xlabel(f"probability ({state.n_kept} tokens kept)")
+        kept = f"{state.n_kept} token{'s' if state.n_kept != 1 else ''} kept"
+        ax.set_xlabel(f"probability ({kept})")
+        ax.legend(loc="lower right", fontsize=8)
         text = state.continuation.replace("\n", " ")
         ax.set_title(f"{state.chain}\n...{text[:70]}", fontsize=8)
         fig.tight_layout()

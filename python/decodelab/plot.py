@@ -83,6 +83,11 @@ def beam_tree(tree, *, tokenizer=None, max_steps: Optional[int] = None, title: O
     return fig
 
 
+def _visible(text: str) -> str:
+    """A token's text with its spaces and line breaks shown ("␣Paris", "↵")."""
+    return text.replace(" ", "\u2423").replace("\n", "\u21b5").replace("\t", "\u2192")
+
+
 def generation_curves(generation, *, tokenizer=None, title: Optional[str] = None):
     """Per step of a Generation made with ``trace=True``: the entropy of the model's distribution
     (nats) and the probability of the token chosen, raw and after the samplers. Returns the Figure."""
@@ -102,7 +107,7 @@ def generation_curves(generation, *, tokenizer=None, title: Optional[str] = None
     b.set_ylabel("p(chosen token)")
     b.set_ylim(0, 1.05)
     b.set_xlabel("step")
-    b.legend(fontsize=8)
+    b.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     if tokenizer is not None:
         b.set_xticks(steps)
         b.set_xticklabels([_label(s.token, tokenizer) for s in tr], rotation=90, fontsize=7)
@@ -117,15 +122,16 @@ def logit_lens(lens, *, title: Optional[str] = None):
     import matplotlib.pyplot as plt
 
     L, T = lens.top_ids.shape
-    fig, ax = plt.subplots(figsize=(max(6, 1.0 * T + 1.5), max(3, 0.32 * L + 1.2)))
-    ax.imshow(lens.top_probs, aspect="auto", cmap="Blues", vmin=0, vmax=1, origin="lower")
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * T + 1.5), max(3, 0.34 * L + 1.2)))
+    im = ax.imshow(lens.top_probs, aspect="auto", cmap="Blues", vmin=0, vmax=1, origin="lower")
     for layer in range(L):
         for t in range(T):
             p = lens.top_probs[layer, t]
-            ax.text(t, layer, repr(lens.top_tokens[layer][t])[1:-1][:10], ha="center", va="center", fontsize=6,
+            ax.text(t, layer, _visible(lens.top_tokens[layer][t])[:10], ha="center", va="center", fontsize=7,
                     color="white" if p > 0.6 else "black")
     ax.set_xticks(range(T))
-    ax.set_xticklabels([repr(x)[1:-1][:12] for x in lens.tokens], rotation=60, ha="right", fontsize=7)
+    ax.set_xticklabels([_visible(x)[:12] for x in lens.tokens], rotation=60, ha="right", fontsize=8)
+    fig.colorbar(im, ax=ax, fraction=0.02, pad=0.01, label="probability of the layer's top token")
     ax.set_yticks(range(L))
     ax.set_yticklabels(["embed"] + [str(i) for i in range(1, L)], fontsize=7)
     ax.set_ylabel("layer")
