@@ -58,6 +58,23 @@ def _generate(args) -> int:
     return 0
 
 
+def _serve(args) -> int:
+    """Load the model, then serve it until SIGINT / SIGTERM (uvicorn finishes running requests)."""
+    try:
+        import uvicorn
+    except ImportError:
+        raise CliError("serve needs fastapi and uvicorn: pip install fastapi uvicorn") from None
+    from .loading import load
+    from .serve import create_app
+
+    model_path = args.model or args.model_pos or "stories260K"
+    model = load(model_path, threads=args.threads, tokenizer=args.tokenizer, dtype=args.dtype)
+    name = args.served_model_name or os.path.basename(os.path.normpath(model_path))
+    print(f"[serving {model_path} as {name!r} on http://{args.host}:{args.port}/v1]", file=sys.stderr)
+    uvicorn.run(create_app(model, name, api_key=args.api_key), host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
 def _chat(args) -> int:
     """An interactive chat: each reply streamed; /reset starts over; Ctrl-C ends the reply, Ctrl-D
     (or /quit) the program."""
@@ -180,6 +197,20 @@ def _parser() -> argparse.ArgumentParser:
                     help="weights as load(dtype=...) keeps them (default: load()'s)")
     ch.set_defaults(func=_chat)
 
+    sv = sub.add_parser("serve", help="serve the model over an OpenAI-compatible HTTP API (needs fastapi, uvicorn)")
+    sv.add_argument("model_pos", nargs="?", metavar="MODEL", help="model path or name (default: stories260K)")
+    sv.add_argument("--model", default=None, help="the model, instead of MODEL")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--served-model-name", dest="served_model_name", default=None,
+                    help="the id in /v1/models and requests (default: the file or folder name)")
+    sv.add_argument("--api-key", dest="api_key", default=None, help="require 'Authorization: Bearer KEY'")
+    sv.add_argument("--tokenizer", default=None, help="tokenizer path (default: the model's own)")
+    sv.add_argument("--threads", type=int, default=None)
+    sv.add_argument("--dtype", default=None, choices=list(_core.WEIGHT_DTYPES),
+                    help="weights as load(dtype=...) keeps them (default: load()'s)")
+    sv.set_defaults(func=_serve)
+
     c = sub.add_parser("convert-llama2c", help="convert a llama2.c checkpoint to a Hugging Face folder")
     c.add_argument("checkpoint")
     c.add_argument("out")
@@ -203,7 +234,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     p = _parser()
     args = p.parse_args(argv)
-    if args.command in ("generate", "chat") and args.model and args.model_pos:
+    if args.command in ("generate", "chat", "serve") and args.model and args.model_pos:
         p.error("give the model once: as MODEL or as --model")
     try:
         return args.func(args)

@@ -381,7 +381,8 @@ class Model:
                           first_token_seconds=r["first_token_seconds"], reused_prompt_tokens=reused, seed=opts.seed,
                           sampler=repr(chain), logprobs=lp, trace=Trace.from_core(r["trace"]) if opts.trace else None,
                           stop_reason=stop_reason,
-                          sequences=[GeneratedSequence(token_ids=out, text=text, score=score, finish_reason=fr)])
+                          sequences=[GeneratedSequence(token_ids=out, text=text, score=score, finish_reason=fr,
+                                                       logprobs=lp)])
 
     def _stream(self, ids, cache, reused, chain: samplers.Chain, opts: options.RunOptions, *, sequence: int = 0,
                 logprobs: Optional[int] = None):
@@ -416,6 +417,9 @@ class Model:
                     results.append(done.value)
                     break
         results.sort(key=lambda g: -g.sequences[0].score)
+        if opts.logprobs >= 0:
+            for g in results:
+                g.sequences[0].logprobs = g.logprobs
         best = results[0]
         best.sequences = [g.sequences[0] for g in results]
         best.prefill_seconds += prefill

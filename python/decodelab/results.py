@@ -25,6 +25,7 @@ class GeneratedSequence:
     text: str
     score: float          # beams: sum_logprobs / length ** length_penalty; samples: sum of raw logprobs
     finish_reason: str
+    logprobs: Optional[List["TokenLogprob"]] = None  # samples, when generate() was asked for logprobs
 
 
 @dataclasses.dataclass

@@ -1,0 +1,217 @@
+"""The HTTP server (FastAPI): OpenAI's /v1/completions, /v1/chat/completions and /v1/models, with
+Server-Sent Events for streams, plus /health, /tokenize and /detokenize. This first version runs
+one request at a time on the model (a lock): continuous batching comes with the engine's
+scheduler."""
+
+import json
+import threading
+import time
+import uuid
+from typing import Optional
+
+from . import protocol as P
+from .protocol import APIError
+
+
+def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, default_max_tokens: int = 16):
+    """The FastAPI application serving ``model`` under ``served_model_name``."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, StreamingResponse
+
+    app = FastAPI(title="decodelab", docs_url=None, redoc_url=None)
+    lock = threading.Lock()  # one request on the model at a time
+    created = int(time.time())
+    ctx = model.config.max_position_embeddings
+    vocab = model.config.vocab_size
+    tok = model.tokenizer
+
+    @app.exception_handler(APIError)
+    async def _api_error(_request, exc: APIError):
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    async def _body(request: Request, allowed: set) -> dict:
+        if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
+            raise APIError(401, "missing or wrong API key (Authorization: Bearer ...)", kind="authentication_error")
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise APIError(400, f"the request body is not valid JSON ({e})") from None
+        body = P.check_fields(body, allowed)
+        name = body.get("model")
+        if not isinstance(name, str):
+            raise APIError(400, "model is required", "model")
+        if name != served_model_name:
+            raise APIError(404, f"the model {name!r} does not exist; this server has {served_model_name!r}", "model",
+                           kind="not_found_error")
+        return body
+
+    def _param(message: str, prompt_field: str) -> Optional[str]:
+        return prompt_field if "context window" in message else None
+
+    def _generate(ids, run, sampling, prompt_field):
+        try:
+            with lock:
+                return model.generate(ids, **run, **sampling)
+        except ValueError as e:
+            raise APIError(400, str(e), _param(str(e), prompt_field)) from None
+
+    @app.get("/health")
+    def health():
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    def models():
+        return {"object": "list", "data": [{"id": served_model_name, "object": "model", "created": created,
+                                            "owned_by": "decodelab", "max_model_len": ctx}]}
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        body = await request.json()
+        if not isinstance(body, dict) or not isinstance(body.get("prompt"), str):
+            raise APIError(400, "prompt must be a string", "prompt")
+        ids = tok.encode(body["prompt"], add_special_tokens=bool(body.get("add_special_tokens", True)))
+        return {"tokens": ids, "count": len(ids), "max_model_len": ctx}
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request):
+        body = await request.json()
+        ids = body.get("tokens") if isinstance(body, dict) else None
+        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab
+                                                 for t in ids):
+            raise APIError(400, f"tokens must be a list of token ids in [0, {vocab})", "tokens")
+        return {"prompt": tok.decode(ids)}
+
+    def _common(body, max_keys):
+        run = P.run_options(body, max_tokens_key=max_keys, default_max=default_max_tokens, max_context=ctx)
+        sampling = P.sampling_options(body, vocab_size=vocab, max_context=ctx)
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise APIError(400, "stream must be true or false", "stream")
+        so = body.get("stream_options") or {}
+        if not isinstance(so, dict) or not set(so) <= {"include_usage", "continuous_usage_stats"}:
+            raise APIError(400, "stream_options may hold include_usage only", "stream_options")
+        if stream and run["n"] > 1:
+            raise APIError(400, "n > 1 with stream is not supported yet; send n requests", "n")
+        return run, sampling, stream, bool(so.get("include_usage", False))
+
+    def _sse(events):
+        def gen():
+            for e in events:
+                yield f"data: {json.dumps(e)}\n\n"
+            yield "data: [DONE]\n\n"
+        return StreamingResponse(gen(), media_type="text/event-stream")
+
+    def _check_stream(ids, run, sampling, prompt_field):
+        """Every option checked before the response starts: model.stream() checks them when called."""
+        try:
+            with lock:
+                model.stream(ids, **run, **sampling).close()
+        except ValueError as e:
+            raise APIError(400, str(e), _param(str(e), prompt_field)) from None
+
+    def _stream_pieces(ids, run, sampling):
+        """Text pieces of one streamed reply, then a final (finish_reason, completion tokens). A
+        client that goes away closes this generator, which ends the generation."""
+        with lock:
+            it = model.stream(ids, **run, **sampling)
+            try:
+                while True:
+                    yield next(it)
+            except StopIteration as done:
+                g = done.value
+                yield (P.finish_reason(g.sequences[0]), len(g.token_ids))
+            finally:
+                it.close()
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        body = await _body(request, P.COMPLETION_FIELDS)
+        run, sampling, stream, include_usage = _common(body, ("max_tokens",))
+        lp = P._integer(body, "logprobs", None, 0, 20)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            ids = tok.encode(prompt)
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            ids = prompt
+        else:
+            raise APIError(400, "prompt must be a string, a list of one string, or a list of token ids", "prompt")
+        rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        if stream:
+            if lp is not None:
+                raise APIError(400, "logprobs with stream is not supported yet", "logprobs")
+            _check_stream(ids, run, sampling, "prompt")
+
+            def events():
+                n_out = 0
+                for item in _stream_pieces(ids, run, sampling):
+                    if isinstance(item, tuple):
+                        reason, n_out = item
+                        yield {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
+                               "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": reason}]}
+                    else:
+                        yield {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
+                               "choices": [{"index": 0, "text": item, "logprobs": None, "finish_reason": None}]}
+                if include_usage:
+                    yield {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
+                           "choices": [], "usage": P.usage(len(ids), n_out)}
+            return _sse(events())
+        g = _generate(ids, dict(run, logprobs=lp), sampling, "prompt")
+        seqs = g.sequences or []
+        choices = [{"index": i, "text": s.text, "finish_reason": P.finish_reason(s),
+                    "logprobs": P.completion_logprobs(s, tok) if lp is not None else None}
+                   for i, s in enumerate(seqs)]
+        return {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
+                "choices": choices, "usage": P.usage(len(ids), sum(len(s.token_ids) for s in seqs))}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        body = await _body(request, P.CHAT_FIELDS)
+        run, sampling, stream, include_usage = _common(body, ("max_tokens", "max_completion_tokens"))
+        rf = body.get("response_format")
+        if rf is not None and rf != {"type": "text"}:
+            raise APIError(400, "response_format other than text is not supported yet", "response_format")
+        want_lp = body.get("logprobs", False)
+        if not isinstance(want_lp, bool):
+            raise APIError(400, "logprobs must be true or false", "logprobs")
+        top = P._integer(body, "top_logprobs", 0, 0, 20)
+        if body.get("top_logprobs") is not None and not want_lp:
+            raise APIError(400, "top_logprobs needs logprobs: true", "top_logprobs")
+        if tok is None or getattr(tok, "chat_template", None) is None:
+            raise APIError(400, "this model has no chat template; use /v1/completions", "messages")
+        try:
+            ids = tok.apply_chat_template(P.messages_of(body), add_generation_prompt=True, tokenize=True)
+        except ValueError as e:
+            raise APIError(400, str(e), "messages") from None
+        rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        if stream:
+            if want_lp:
+                raise APIError(400, "logprobs with stream is not supported yet", "logprobs")
+            _check_stream(ids, run, sampling, "messages")
+
+            def events():
+                base = {"id": rid, "object": "chat.completion.chunk", "created": now, "model": served_model_name}
+                yield dict(base, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                           "logprobs": None, "finish_reason": None}])
+                n_out = 0
+                for item in _stream_pieces(ids, run, sampling):
+                    if isinstance(item, tuple):
+                        reason, n_out = item
+                        yield dict(base, choices=[{"index": 0, "delta": {}, "logprobs": None, "finish_reason": reason}])
+                    else:
+                        yield dict(base, choices=[{"index": 0, "delta": {"content": item}, "logprobs": None,
+                                                   "finish_reason": None}])
+                if include_usage:
+                    yield dict(base, choices=[], usage=P.usage(len(ids), n_out))
+            return _sse(events())
+        g = _generate(ids, dict(run, logprobs=top if want_lp else None), sampling, "messages")
+        seqs = g.sequences or []
+        choices = [{"index": i, "message": {"role": "assistant", "content": s.text, "refusal": None},
+                    "logprobs": P.chat_logprobs(s, tok) if want_lp else None, "finish_reason": P.finish_reason(s)}
+                   for i, s in enumerate(seqs)]
+        return {"id": rid, "object": "chat.completion", "created": now, "model": served_model_name,
+                "choices": choices, "usage": P.usage(len(ids), sum(len(s.token_ids) for s in seqs))}
+
+    return app

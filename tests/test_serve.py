@@ -1,0 +1,193 @@
+"""decodelab serve through the official openai client (sync, async, streaming): completions and
+chat on stories260K and SmolLM2, n > 1, stop strings, logprobs, seeds, usage; and OpenAI's error
+JSON for bad requests. The server runs in a thread of this process on a free port."""
+import asyncio
+import json
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+import decodelab
+
+openai = pytest.importorskip("openai", reason="the openai client is a test extra")
+uvicorn = pytest.importorskip("uvicorn", reason="uvicorn is a test extra (decodelab[serve])")
+httpx = pytest.importorskip("httpx")
+
+from conftest import MODELS, _need  # noqa: E402
+
+SMOLLM = os.path.join(MODELS, "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def _serve(model, name):
+    from decodelab.serve import create_app
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(model, name), host="127.0.0.1", port=port, log_level="error"))
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    for _ in range(200):
+        if server.started:
+            break
+        time.sleep(0.05)
+    assert server.started
+    return server, t, f"http://127.0.0.1:{port}/v1"
+
+
+@pytest.fixture(scope="module")
+def stories_server():
+    model = decodelab.load("stories260K")
+    server, t, url = _serve(model, "stories260K")
+    yield model, url
+    server.should_exit = True
+    t.join(10)
+
+
+@pytest.fixture(scope="module")
+def smollm_server():
+    model = decodelab.load(_need(SMOLLM), dtype="int8")
+    server, t, url = _serve(model, "smollm2")
+    yield model, url
+    server.should_exit = True
+    t.join(10)
+
+
+def test_completions_equal_generate(stories_server):
+    model, url = stories_server
+    with openai.OpenAI(base_url=url, api_key="none") as client:
+        _completions(model, client)
+
+
+def _completions(model, client):
+    assert [m.id for m in client.models.list().data] == ["stories260K"]
+    r = client.completions.create(model="stories260K", prompt="Once upon a time", max_tokens=20, temperature=0)
+    want = model.generate("Once upon a time", max_new_tokens=20)
+    assert r.choices[0].text == want.text and r.choices[0].finish_reason == "length"
+    assert r.usage.prompt_tokens == len(want.prompt_token_ids) and r.usage.completion_tokens == 20
+    # Seeds: the same seed gives the same text; n > 1 gives n choices, each with logprobs.
+    a = client.completions.create(model="stories260K", prompt="Once", max_tokens=12, temperature=1.0, seed=5)
+    b = client.completions.create(model="stories260K", prompt="Once", max_tokens=12, temperature=1.0, seed=5)
+    assert a.choices[0].text == b.choices[0].text
+    n = client.completions.create(model="stories260K", prompt="Once", max_tokens=8, temperature=1.0, seed=5, n=3,
+                                  logprobs=2)
+    assert len(n.choices) == 3 and n.usage.completion_tokens >= sum(len(c.logprobs.tokens) for c in n.choices)
+    for c in n.choices:
+        assert "".join(c.logprobs.tokens) == c.text
+        assert all(len(top) <= 2 and lp <= 0 for top, lp in zip(c.logprobs.top_logprobs, c.logprobs.token_logprobs))
+    # Stop strings are cut from the text.
+    s = client.completions.create(model="stories260K", prompt="Once upon a time", max_tokens=40, temperature=0,
+                                  stop=[","])
+    assert "," not in s.choices[0].text and s.choices[0].finish_reason == "stop"
+    # Extra sampling fields, as vLLM accepts them.
+    e = client.completions.create(model="stories260K", prompt="Once", max_tokens=8, temperature=0.8, seed=1,
+                                  extra_body={"top_k": 5, "min_p": 0.1, "order": "llama.cpp"})
+    assert e.choices[0].text == model.generate("Once", max_new_tokens=8, temperature=0.8, seed=1, top_k=5,
+                                               min_p=0.1, order="llama.cpp").text
+
+
+def test_streaming_joins_to_the_whole_text(stories_server):
+    model, url = stories_server
+    pieces, usage, reasons = [], None, []
+    with openai.OpenAI(base_url=url, api_key="none") as client:
+        with client.completions.create(model="stories260K", prompt="Once upon a time", max_tokens=30, temperature=0.9,
+                                       seed=3, stream=True, stream_options={"include_usage": True}) as stream:
+            for chunk in stream:
+                if chunk.usage:
+                    usage = chunk.usage
+                for c in chunk.choices:
+                    pieces.append(c.text)
+                    reasons.append(c.finish_reason)
+    want = model.generate("Once upon a time", max_new_tokens=30, temperature=0.9, seed=3)
+    assert "".join(pieces) == want.text and reasons[-1] == "length"
+    assert usage.completion_tokens == 30
+
+
+def test_async_client_and_chat_on_smollm2(smollm_server):
+    model, url = smollm_server
+    messages = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+
+    async def run():
+        async with openai.AsyncOpenAI(base_url=url, api_key="none") as client:
+            r = await client.chat.completions.create(model="smollm2", messages=messages, temperature=0, max_tokens=20,
+                                                     logprobs=True, top_logprobs=3)
+            chunks = []
+            stream = await client.chat.completions.create(model="smollm2", messages=messages, temperature=0,
+                                                          max_tokens=20, stream=True)
+            async with stream:
+                async for ch in stream:
+                    chunks.extend(c.delta.content or "" for c in ch.choices)
+            return r, "".join(chunks)
+
+    r, streamed = asyncio.run(run())
+    text = r.choices[0].message.content
+    assert "Paris" in text and r.choices[0].finish_reason == "stop" and streamed == text
+    lps = r.choices[0].logprobs.content
+    assert "".join(e.token for e in lps) == text
+    assert all(len(e.top_logprobs) == 3 and e.top_logprobs[0].logprob >= e.logprob - 1e-6 for e in lps)
+    assert r.usage.completion_tokens == len(lps) + 1  # the end-of-turn token is counted, not shown
+
+
+@pytest.mark.parametrize("body,status,param", [
+    ({"model": "stories260K", "prompt": "x", "temperature": 3}, 400, "temperature"),
+    ({"model": "stories260K", "prompt": "x", "frobnicate": 1}, 400, "frobnicate"),
+    ({"model": "stories260K", "prompt": "x", "echo": True}, 400, "echo"),
+    ({"model": "stories260K", "prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+    ({"model": "stories260K", "prompt": "x", "logit_bias": {"99999": 1}}, 400, "logit_bias"),
+    ({"model": "gpt-4", "prompt": "x"}, 404, "model"),
+    ({"model": "stories260K", "prompt": "x", "max_tokens": 600}, 400, "max_tokens"),  # more than the context
+    ({"model": "stories260K", "prompt": "Once upon a time " * 120, "max_tokens": 100}, 400, "prompt"),  # past it
+    ({"model": "stories260K", "messages": [{"role": "user", "content": "hi"}]}, 400, "messages"),  # no template
+])
+def test_bad_requests_get_openai_errors(stories_server, body, status, param):
+    _, url = stories_server
+    path = "/chat/completions" if "messages" in body else "/completions"
+    r = httpx.post(url + path, json=body, timeout=30)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and err["message"]
+    r = httpx.post(url + "/completions", content=b"{not json", timeout=30)
+    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+    assert httpx.get(url.replace("/v1", "/health"), timeout=30).json() == {"status": "ok"}
+
+
+def test_tokenize_and_detokenize(stories_server):
+    model, url = stories_server
+    base = url.replace("/v1", "")
+    r = httpx.post(base + "/tokenize", json={"prompt": "Once upon a time"}, timeout=30).json()
+    assert r["tokens"] == model.tokenizer.encode("Once upon a time") and r["count"] == len(r["tokens"])
+    d = httpx.post(base + "/detokenize", json={"tokens": r["tokens"]}, timeout=30).json()
+    assert d["prompt"] == "Once upon a time"
+    bad = httpx.post(base + "/detokenize", json={"tokens": [-1]}, timeout=30)
+    assert bad.status_code == 400 and json.loads(bad.text)["error"]["param"] == "tokens"
+
+
+def test_the_cli_serves_and_stops_on_sigterm():
+    import signal
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.Popen([sys.executable, "-m", "decodelab", "serve", "stories260K", "--port", str(port),
+                          "--served-model-name", "tiny"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        r = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
+        assert [m["id"] for m in r["data"]] == ["tiny"]
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+    # uvicorn shuts down gracefully, then re-raises the signal it caught: exit by SIGTERM, not a crash.
+    assert p.returncode in (0, -signal.SIGTERM), err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
+    assert "serving stories260K as 'tiny'" in err
