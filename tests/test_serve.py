@@ -191,3 +191,17 @@ def test_the_cli_serves_and_stops_on_sigterm():
     assert p.returncode in (0, -signal.SIGTERM), err[-2000:]
     assert "Traceback" not in err, err[-2000:]
     assert "serving stories260K as 'tiny'" in err
+
+
+def test_metrics_count_tokens_and_times(stories_server):
+    _, url = stories_server
+    base = url.replace("/v1", "")
+    httpx.post(url + "/completions", json={"model": "stories260K", "prompt": "Once", "max_tokens": 5,
+                                           "temperature": 0}, timeout=30)
+    text = httpx.get(base + "/metrics", timeout=30).text
+    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+              if line and not line.startswith("#")}
+    assert values["decodelab_generation_tokens_total"] >= 5 and values["decodelab_prompt_tokens_total"] >= 2
+    assert values["decodelab_time_to_first_token_seconds_count"] >= 1
+    assert values["decodelab_requests_running"] == 0 and values["decodelab_requests_waiting"] == 0
+    assert "decodelab_kv_blocks_in_use" in values

@@ -13,6 +13,39 @@ from . import protocol as P
 from .protocol import APIError
 
 
+class Metrics:
+    """Prometheus metrics of one server (its own registry): requests running and waiting, tokens
+    in and out, time to first token and per output token, KV-cache blocks in use."""
+
+    def __init__(self, model):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+        from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+        self.registry = r = CollectorRegistry()
+        self._latest, self.content_type = generate_latest, CONTENT_TYPE_LATEST
+        self.running = Gauge("decodelab_requests_running", "requests on the model", registry=r)
+        self.waiting = Gauge("decodelab_requests_waiting", "requests waiting for the model", registry=r)
+        self.prompt_tokens = Counter("decodelab_prompt_tokens", "prompt tokens processed", registry=r)
+        self.generation_tokens = Counter("decodelab_generation_tokens", "tokens generated", registry=r)
+        buckets = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+        self.ttft = Histogram("decodelab_time_to_first_token_seconds", "time to first token", buckets=buckets,
+                              registry=r)
+        self.tpot = Histogram("decodelab_time_per_output_token_seconds", "time per output token after the first",
+                              buckets=buckets, registry=r)
+        blocks = Gauge("decodelab_kv_blocks_in_use", "KV-cache blocks in use, all pools", registry=r)
+        blocks.set_function(lambda: sum(p.get("blocks_in_use", 0) for p in model.memory_report().values()))
+
+    def record(self, g) -> None:
+        self.prompt_tokens.inc(g.prompt_tokens - g.reused_prompt_tokens)
+        self.generation_tokens.inc(sum(len(s.token_ids) for s in g.sequences) if g.sequences else len(g.token_ids))
+        self.ttft.observe(g.time_to_first_token)
+        if len(g.token_ids) > 1:
+            self.tpot.observe(g.time_per_output_token)
+
+    def render(self) -> bytes:
+        return self._latest(self.registry)
+
+
 def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, default_max_tokens: int = 16):
     """The FastAPI application serving ``model`` under ``served_model_name``."""
     from fastapi import FastAPI, Request
@@ -20,6 +53,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
 
     app = FastAPI(title="decodelab", docs_url=None, redoc_url=None)
     lock = threading.Lock()  # one request on the model at a time
+    metrics = Metrics(model)
     created = int(time.time())
     ctx = model.config.max_position_embeddings
     vocab = model.config.vocab_size
@@ -50,15 +84,26 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         return prompt_field if "context window" in message else None
 
     def _generate(ids, run, sampling, prompt_field):
+        metrics.waiting.inc()
         try:
             with lock:
-                return model.generate(ids, **run, **sampling)
+                metrics.waiting.dec()
+                with metrics.running.track_inprogress():
+                    g = model.generate(ids, **run, **sampling)
         except ValueError as e:
             raise APIError(400, str(e), _param(str(e), prompt_field)) from None
+        metrics.record(g)
+        return g
 
     @app.get("/health")
     def health():
         return {"status": "ok"}
+
+    @app.get("/metrics")
+    def prometheus():
+        from fastapi.responses import Response
+
+        return Response(metrics.render(), media_type=metrics.content_type)
 
     @app.get("/v1/models")
     def models():
@@ -113,16 +158,20 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
     def _stream_pieces(ids, run, sampling):
         """Text pieces of one streamed reply, then a final (finish_reason, completion tokens). A
         client that goes away closes this generator, which ends the generation."""
+        metrics.waiting.inc()
         with lock:
-            it = model.stream(ids, **run, **sampling)
-            try:
-                while True:
-                    yield next(it)
-            except StopIteration as done:
-                g = done.value
-                yield (P.finish_reason(g.sequences[0]), len(g.token_ids))
-            finally:
-                it.close()
+            metrics.waiting.dec()
+            with metrics.running.track_inprogress():
+                it = model.stream(ids, **run, **sampling)
+                try:
+                    while True:
+                        yield next(it)
+                except StopIteration as done:
+                    g = done.value
+                    metrics.record(g)
+                    yield (P.finish_reason(g.sequences[0]), len(g.token_ids))
+                finally:
+                    it.close()
 
     @app.post("/v1/completions")
     async def completions(request: Request):
