@@ -205,3 +205,34 @@ def test_metrics_count_tokens_and_times(stories_server):
     assert values["decodelab_time_to_first_token_seconds_count"] >= 1
     assert values["decodelab_requests_running"] == 0 and values["decodelab_requests_waiting"] == 0
     assert "decodelab_kv_blocks_in_use" in values
+
+
+def test_stream_tokens_carry_the_tokens_and_logprobs_of_each_piece(stories_server):
+    model, _ = stories_server
+    want = model.generate("Once upon a time", max_new_tokens=25, temperature=0.8, seed=2, logprobs=3)
+    it = model.stream_tokens("Once upon a time", max_new_tokens=25, temperature=0.8, seed=2, logprobs=3)
+    pieces = list(it)
+    assert "".join(p.text for p in pieces) == want.text
+    ids = [t for p in pieces for t in p.token_ids]
+    assert ids == want.token_ids[:len(ids)]
+    lps = [lp for p in pieces for lp in p.logprobs]
+    assert [(lp.token, lp.logprob, lp.top) for lp in lps] == [(lp.token, lp.logprob, lp.top)
+                                                            for lp in want.logprobs[:len(lps)]]
+
+
+def test_streamed_chat_carries_logprobs(smollm_server):
+    _, url = smollm_server
+    body = {"model": "smollm2", "messages": [{"role": "user", "content": "Name a colour."}], "temperature": 0,
+            "max_tokens": 12, "stream": True, "logprobs": True, "top_logprobs": 2}
+    text, entries = "", []
+    with httpx.stream("POST", url + "/chat/completions", json=body, timeout=60) as r:
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ch = json.loads(line[6:])
+            for c in ch["choices"]:
+                text += c["delta"].get("content") or ""
+                if c["logprobs"]:
+                    entries += c["logprobs"]["content"]
+    assert text and "".join(e["token"] for e in entries) == text
+    assert all(len(e["top_logprobs"]) == 2 for e in entries)

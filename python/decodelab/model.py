@@ -11,7 +11,7 @@ from . import options, samplers, streaming
 from ._native import _core
 from .beam import BeamTree
 from .config import ModelConfig
-from .results import GeneratedSequence, Generation, TokenLogprob
+from .results import GeneratedSequence, Generation, StreamPiece, TokenLogprob
 from .tokenizer import Tokenizer
 from .trace import Trace
 
@@ -277,6 +277,53 @@ class Model:
         ids = self._ids(prompt)
         cache, reused = self._prepare_cache(ids, cache, opts.max_new_tokens)
         return self._stream(ids, cache, reused, opts.chains[0], opts)
+
+    def stream_tokens(self, prompt: Prompt, **kwargs) -> Iterator["StreamPiece"]:
+        """stream() with the tokens behind each piece: yields StreamPiece(text, token_ids,
+        logprobs), the tokens completed since the previous piece (with ``logprobs=N``, their
+        TokenLogprob records too). Its return value (StopIteration.value) is the Generation."""
+        cache = self._cache(kwargs.pop("cache", None))
+        opts = self._options({k: v for k, v in kwargs.items() if k in _RUN_KEYS},
+                             {k: v for k, v in kwargs.items() if k not in _RUN_KEYS})
+        if opts.num_beams > 1 or opts.n > 1:
+            raise ValueError("stream_tokens() produces one sequence: num_beams and n must be 1")
+        if len(opts.chains) != 1:
+            raise ValueError("stream_tokens() takes one sampler")
+        ids = self._ids(prompt)
+        cache, reused = self._prepare_cache(ids, cache, opts.max_new_tokens)
+        return self._stream_tokens(ids, cache, reused, opts.chains[0], opts)
+
+    def _stream_tokens(self, ids, cache, reused, chain: samplers.Chain, opts: options.RunOptions):
+        dec = _core.Decoder(self._engine, np.asarray(ids[reused:], dtype=np.int64), chain.clone()._core, cache,
+                            opts.decode_options())
+        seen: List[int] = []
+
+        def step():
+            t = dec.step()
+            if t >= 0:
+                seen.append(t)
+            return t
+
+        pieces = streaming.text_pieces(step, self.tokenizer, opts.stops, opts.include_stop, with_counts=True)
+        sent = 0
+        while True:
+            try:
+                text, n = next(pieces)
+            except StopIteration as done:
+                end = done.value
+                break
+            lps = None
+            if opts.logprobs >= 0:
+                r = dec.result()
+                lps = [TokenLogprob(token=seen[k], logprob=r["logprobs"][k], top=list(zip(r["top_ids"][k],
+                                                                                           r["top_logprobs"][k])))
+                       for k in range(sent, n)]
+            yield StreamPiece(text=text, token_ids=seen[sent:n], logprobs=lps)
+            sent = n
+        r = dec.result()
+        r["token_ids"] = end.tokens
+        fr = "stop" if end.stop is not None else r["finish_reason"]
+        return self._generation(ids, reused, r, chain, opts, text=end.text, finish_reason=fr, stop_reason=end.stop)
 
     def chat(self, messages, **options) -> Generation:
         """The assistant's reply to ``messages`` ([{"role": "user", "content": ...}, ...]): the

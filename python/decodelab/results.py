@@ -18,6 +18,15 @@ class TokenLogprob:
 
 
 @dataclasses.dataclass
+class StreamPiece:
+    """A piece of streamed text and the tokens completed since the previous piece."""
+
+    text: str
+    token_ids: List[int]
+    logprobs: Optional[List["TokenLogprob"]] = None
+
+
+@dataclasses.dataclass
 class GeneratedSequence:
     """One of several returned sequences (beams, or n samples)."""
 

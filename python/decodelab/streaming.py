@@ -16,9 +16,10 @@ class StreamEnd:
 
 
 def text_pieces(step: Callable[[], int], tokenizer, stops: Sequence[str],
-                include_stop: bool) -> Generator[str, None, StreamEnd]:
+                include_stop: bool, with_counts: bool = False) -> Generator[str, None, StreamEnd]:
     """Calls step() for tokens until it returns -1 or a stop string appears, yielding the text in
-    pieces that join to the whole; returns a StreamEnd. Without a tokenizer, no text."""
+    pieces that join to the whole; returns a StreamEnd. Without a tokenizer, no text. With
+    ``with_counts`` each piece comes as (text, tokens generated so far)."""
     tokens: List[int] = []
     emitted = 0
     text = ""
@@ -64,8 +65,8 @@ def text_pieces(step: Callable[[], int], tokenizer, stops: Sequence[str],
                     safe -= k
                     break
         if safe > emitted:
-            yield text[emitted:safe]
+            yield (text[emitted:safe], len(tokens)) if with_counts else text[emitted:safe]
             emitted = safe
     if len(text) > emitted:
-        yield text[emitted:]
+        yield (text[emitted:], len(tokens)) if with_counts else text[emitted:]
     return StreamEnd(tokens, text, stop_hit)

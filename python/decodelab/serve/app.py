@@ -148,10 +148,10 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         return StreamingResponse(gen(), media_type="text/event-stream")
 
     def _check_stream(ids, run, sampling, prompt_field):
-        """Every option checked before the response starts: model.stream() checks them when called."""
+        """Every option checked before the response starts: stream_tokens() checks them when called."""
         try:
             with lock:
-                model.stream(ids, **run, **sampling).close()
+                model.stream_tokens(ids, **run, **sampling).close()
         except ValueError as e:
             raise APIError(400, str(e), _param(str(e), prompt_field)) from None
 
@@ -162,7 +162,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         with lock:
             metrics.waiting.dec()
             with metrics.running.track_inprogress():
-                it = model.stream(ids, **run, **sampling)
+                it = model.stream_tokens(ids, **run, **sampling)
                 try:
                     while True:
                         yield next(it)
@@ -189,8 +189,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
             raise APIError(400, "prompt must be a string, a list of one string, or a list of token ids", "prompt")
         rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         if stream:
-            if lp is not None:
-                raise APIError(400, "logprobs with stream is not supported yet", "logprobs")
+            run = dict(run, logprobs=lp)
             _check_stream(ids, run, sampling, "prompt")
 
             def events():
@@ -201,8 +200,10 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
                         yield {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
                                "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": reason}]}
                     else:
+                        logprobs = P.completion_logprobs(item, tok) if lp is not None else None
                         yield {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
-                               "choices": [{"index": 0, "text": item, "logprobs": None, "finish_reason": None}]}
+                               "choices": [{"index": 0, "text": item.text, "logprobs": logprobs,
+                                            "finish_reason": None}]}
                 if include_usage:
                     yield {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
                            "choices": [], "usage": P.usage(len(ids), n_out)}
@@ -236,8 +237,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
             raise APIError(400, str(e), "messages") from None
         rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if stream:
-            if want_lp:
-                raise APIError(400, "logprobs with stream is not supported yet", "logprobs")
+            run = dict(run, logprobs=top if want_lp else None)
             _check_stream(ids, run, sampling, "messages")
 
             def events():
@@ -250,7 +250,8 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
                         reason, n_out = item
                         yield dict(base, choices=[{"index": 0, "delta": {}, "logprobs": None, "finish_reason": reason}])
                     else:
-                        yield dict(base, choices=[{"index": 0, "delta": {"content": item}, "logprobs": None,
+                        yield dict(base, choices=[{"index": 0, "delta": {"content": item.text},
+                                                   "logprobs": P.chat_logprobs(item, tok) if want_lp else None,
                                                    "finish_reason": None}])
                 if include_usage:
                     yield dict(base, choices=[], usage=P.usage(len(ids), n_out))

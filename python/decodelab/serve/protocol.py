@@ -148,9 +148,10 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
 
 def _shown(seq, tokenizer) -> list:
     """The logprobs of the tokens the text shows: an end-of-turn token that stopped the reply
-    (no text of its own) is counted in usage but, as in OpenAI's responses, not listed."""
+    (no text of its own) is counted in usage but, as in OpenAI's responses, not listed. ``seq``:
+    a GeneratedSequence, or a StreamPiece (whose tokens all carry text)."""
     lps = list(seq.logprobs or [])
-    if lps and seq.finish_reason == "stop" and tokenizer.decode([lps[-1].token]) == "":
+    if lps and getattr(seq, "finish_reason", None) == "stop" and tokenizer.decode([lps[-1].token]) == "":
         lps.pop()
     return lps
 
