@@ -236,3 +236,12 @@ def test_streamed_chat_carries_logprobs(smollm_server):
                     entries += c["logprobs"]["content"]
     assert text and "".join(e["token"] for e in entries) == text
     assert all(len(e["top_logprobs"]) == 2 for e in entries)
+
+
+def test_the_chat_page_is_self_contained(stories_server):
+    _, url = stories_server
+    r = httpx.get(url.replace("/v1", "/"), timeout=30)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    page = r.text
+    assert "/v1/chat/completions" in page and "top_logprobs" in page and "AbortController" in page
+    assert "http://" not in page and "https://" not in page and "<script src" not in page  # no CDN

@@ -1,9 +1,10 @@
 """The HTTP server (FastAPI): OpenAI's /v1/completions, /v1/chat/completions and /v1/models, with
-Server-Sent Events for streams, plus /health, /tokenize and /detokenize. This first version runs
-one request at a time on the model (a lock): continuous batching comes with the engine's
-scheduler."""
+Server-Sent Events for streams, plus /health, /tokenize, /detokenize, Prometheus /metrics and a
+chat page at /. This first version runs one request at a time on the model (a lock): continuous
+batching comes with the engine's scheduler."""
 
 import json
+import os
 import threading
 import time
 import uuid
@@ -11,6 +12,11 @@ from typing import Optional
 
 from . import protocol as P
 from .protocol import APIError
+
+
+# The chat page (plain HTML and JavaScript) served at /.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat.html"), encoding="utf-8") as _f:
+    CHAT_PAGE = _f.read()
 
 
 class Metrics:
@@ -94,6 +100,12 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
             raise APIError(400, str(e), _param(str(e), prompt_field)) from None
         metrics.record(g)
         return g
+
+    @app.get("/")
+    def chat_page():
+        from fastapi.responses import HTMLResponse
+
+        return HTMLResponse(CHAT_PAGE)
 
     @app.get("/health")
     def health():
