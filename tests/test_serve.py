@@ -245,3 +245,63 @@ def test_the_chat_page_is_self_contained(stories_server):
     page = r.text
     assert "/v1/chat/completions" in page and "top_logprobs" in page and "AbortController" in page
     assert "http://" not in page and "https://" not in page and "<script src" not in page  # no CDN
+
+
+def test_64_concurrent_streams_are_complete_and_equal_their_runs_alone(stories_server):
+    model, url = stories_server
+    prompts = ["Once upon a time", "The little dog", "Lily and Tom", "One day, a bird"]
+    reqs = [dict(model="stories260K", prompt=prompts[i % 4], max_tokens=8 + (i * 7) % 40, temperature=0.9,
+                 seed=1000 + i, stream=True, stream_options={"include_usage": True}) for i in range(64)]
+
+    async def one(client, body):
+        text, usage, reasons = "", None, []
+        async with client.stream("POST", url + "/completions", json=body) as r:
+            assert r.status_code == 200
+            async for line in r.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                ch = json.loads(line[6:])
+                usage = ch.get("usage") or usage
+                for c in ch["choices"]:
+                    text += c["text"]
+                    reasons.append(c["finish_reason"])
+        return text, usage, reasons
+
+    async def run_all():
+        async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=64)) as client:
+            return await asyncio.gather(*(one(client, b) for b in reqs))
+
+    results = asyncio.run(run_all())
+    for body, (text, usage, reasons) in zip(reqs, results):
+        alone = model.generate(body["prompt"], max_new_tokens=body["max_tokens"], temperature=0.9, seed=body["seed"])
+        assert text == alone.text and usage["completion_tokens"] == len(alone.token_ids)
+        assert reasons[-1] == alone.finish_reason
+    assert httpx.get(url.replace("/v1", "/health"), timeout=30).status_code == 200
+
+
+def test_a_client_that_goes_away_frees_its_blocks(stories_server):
+    model, url = stories_server
+
+    def generated():
+        text = httpx.get(url.replace("/v1", "/metrics"), timeout=30).text
+        return float(next(ln.split()[1] for ln in text.splitlines()
+                          if ln.startswith("decodelab_generation_tokens_total")))
+
+    idle = {k: v["blocks_in_use"] for k, v in model.memory_report().items()}
+    before = generated()
+    body = dict(model="stories260K", prompt="Once upon a time", max_tokens=500, temperature=1.0, seed=1,
+                stream=True, extra_body=None)
+    body.pop("extra_body")
+    with httpx.stream("POST", url + "/completions", json=body, timeout=60) as r:
+        for i, _ in enumerate(r.iter_lines()):
+            if i > 4:
+                break  # leave mid-stream
+    for _ in range(100):
+        now = {k: v["blocks_in_use"] for k, v in model.memory_report().items()}
+        if all(now.get(k, 0) <= v for k, v in idle.items()) and all(v == 0 for k, v in now.items() if k not in idle):
+            break
+        time.sleep(0.05)
+    assert all(now.get(k, 0) <= v for k, v in idle.items()), (idle, now)
+    metrics = httpx.get(url.replace("/v1", "/metrics"), timeout=30).text
+    assert "decodelab_requests_running 0.0" in metrics
+    assert generated() == before  # ended early: the 500 tokens were never generated

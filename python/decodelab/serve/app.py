@@ -1,13 +1,16 @@
 """The HTTP server (FastAPI): OpenAI's /v1/completions, /v1/chat/completions and /v1/models, with
 Server-Sent Events for streams, plus /health, /tokenize, /detokenize, Prometheus /metrics and a
-chat page at /. This first version runs one request at a time on the model (a lock): continuous
-batching comes with the engine's scheduler."""
+chat page at /. This first version runs one request at a time on the model: one worker thread owns
+it and takes requests in order, while the event loop keeps serving (waiting requests hold no thread);
+continuous batching comes with the engine's scheduler."""
 
+import asyncio
 import json
 import os
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 from . import protocol as P
@@ -58,8 +61,9 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
     from fastapi.responses import JSONResponse, StreamingResponse
 
     app = FastAPI(title="decodelab", docs_url=None, redoc_url=None)
-    lock = threading.Lock()  # one request on the model at a time
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decodelab-model")  # owns the model
     metrics = Metrics(model)
+    app.state.worker = worker
     created = int(time.time())
     ctx = model.config.max_position_embeddings
     vocab = model.config.vocab_size
@@ -89,15 +93,24 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
     def _param(message: str, prompt_field: str) -> Optional[str]:
         return prompt_field if "context window" in message else None
 
-    def _generate(ids, run, sampling, prompt_field):
+    def _job(fn):
+        """fn as a job of the model's worker, counted as waiting until it starts."""
         metrics.waiting.inc()
+
+        def run():
+            metrics.waiting.dec()
+            with metrics.running.track_inprogress():
+                return fn()
+        return run
+
+    async def _on_model(fn, prompt_field):
         try:
-            with lock:
-                metrics.waiting.dec()
-                with metrics.running.track_inprogress():
-                    g = model.generate(ids, **run, **sampling)
+            return await asyncio.get_running_loop().run_in_executor(worker, _job(fn))
         except ValueError as e:
             raise APIError(400, str(e), _param(str(e), prompt_field)) from None
+
+    async def _generate(ids, run, sampling, prompt_field):
+        g = await _on_model(lambda: model.generate(ids, **run, **sampling), prompt_field)
         metrics.record(g)
         return g
 
@@ -153,37 +166,54 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         return run, sampling, stream, bool(so.get("include_usage", False))
 
     def _sse(events):
-        def gen():
-            for e in events:
+        async def gen():
+            async for e in events:
                 yield f"data: {json.dumps(e)}\n\n"
             yield "data: [DONE]\n\n"
         return StreamingResponse(gen(), media_type="text/event-stream")
 
-    def _check_stream(ids, run, sampling, prompt_field):
+    async def _check_stream(ids, run, sampling, prompt_field):
         """Every option checked before the response starts: stream_tokens() checks them when called."""
-        try:
-            with lock:
-                model.stream_tokens(ids, **run, **sampling).close()
-        except ValueError as e:
-            raise APIError(400, str(e), _param(str(e), prompt_field)) from None
+        await _on_model(lambda: model.stream_tokens(ids, **run, **sampling).close(), prompt_field)
 
-    def _stream_pieces(ids, run, sampling):
-        """Text pieces of one streamed reply, then a final (finish_reason, completion tokens). A
-        client that goes away closes this generator, which ends the generation."""
-        metrics.waiting.inc()
-        with lock:
-            metrics.waiting.dec()
-            with metrics.running.track_inprogress():
-                it = model.stream_tokens(ids, **run, **sampling)
-                try:
-                    while True:
-                        yield next(it)
-                except StopIteration as done:
-                    g = done.value
-                    metrics.record(g)
-                    yield (P.finish_reason(g.sequences[0]), len(g.token_ids))
-                finally:
-                    it.close()
+    async def _stream_pieces(ids, run, sampling):
+        """StreamPieces of one streamed reply, then a final (finish_reason, completion tokens). The
+        worker hands each piece over through a queue; a client that goes away closes this generator,
+        which tells the worker to end the generation at its next token."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        cancelled = threading.Event()
+        end = object()
+        put = lambda item: loop.call_soon_threadsafe(queue.put_nowait, item)  # noqa: E731
+
+        def produce():
+            it = model.stream_tokens(ids, **run, **sampling)
+            try:
+                while not cancelled.is_set():
+                    try:
+                        put(next(it))
+                    except StopIteration as done:
+                        g = done.value
+                        metrics.record(g)
+                        put((P.finish_reason(g.sequences[0]), len(g.token_ids)))
+                        break
+            except Exception as e:  # handed to the client's side, which ends the stream
+                put(e)
+            finally:
+                it.close()
+                put(end)
+
+        loop.run_in_executor(worker, _job(produce))
+        try:
+            while True:
+                item = await queue.get()
+                if item is end:
+                    return
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+        finally:
+            cancelled.set()
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -202,11 +232,11 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         if stream:
             run = dict(run, logprobs=lp)
-            _check_stream(ids, run, sampling, "prompt")
+            await _check_stream(ids, run, sampling, "prompt")
 
-            def events():
+            async def events():
                 n_out = 0
-                for item in _stream_pieces(ids, run, sampling):
+                async for item in _stream_pieces(ids, run, sampling):
                     if isinstance(item, tuple):
                         reason, n_out = item
                         yield {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
@@ -220,7 +250,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
                     yield {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
                            "choices": [], "usage": P.usage(len(ids), n_out)}
             return _sse(events())
-        g = _generate(ids, dict(run, logprobs=lp), sampling, "prompt")
+        g = await _generate(ids, dict(run, logprobs=lp), sampling, "prompt")
         seqs = g.sequences or []
         choices = [{"index": i, "text": s.text, "finish_reason": P.finish_reason(s),
                     "logprobs": P.completion_logprobs(s, tok) if lp is not None else None}
@@ -250,14 +280,14 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if stream:
             run = dict(run, logprobs=top if want_lp else None)
-            _check_stream(ids, run, sampling, "messages")
+            await _check_stream(ids, run, sampling, "messages")
 
-            def events():
+            async def events():
                 base = {"id": rid, "object": "chat.completion.chunk", "created": now, "model": served_model_name}
                 yield dict(base, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""},
                                            "logprobs": None, "finish_reason": None}])
                 n_out = 0
-                for item in _stream_pieces(ids, run, sampling):
+                async for item in _stream_pieces(ids, run, sampling):
                     if isinstance(item, tuple):
                         reason, n_out = item
                         yield dict(base, choices=[{"index": 0, "delta": {}, "logprobs": None, "finish_reason": reason}])
@@ -268,7 +298,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
                 if include_usage:
                     yield dict(base, choices=[], usage=P.usage(len(ids), n_out))
             return _sse(events())
-        g = _generate(ids, dict(run, logprobs=top if want_lp else None), sampling, "messages")
+        g = await _generate(ids, dict(run, logprobs=top if want_lp else None), sampling, "messages")
         seqs = g.sequences or []
         choices = [{"index": i, "message": {"role": "assistant", "content": s.text, "refusal": None},
                     "logprobs": P.chat_logprobs(s, tok) if want_lp else None, "finish_reason": P.finish_reason(s)}
