@@ -247,7 +247,7 @@ def test_the_chat_page_is_self_contained(stories_server):
     assert "http://" not in page and "https://" not in page and "<script src" not in page  # no CDN
 
 
-def test_64_concurrent_streams_are_complete_and_equal_their_runs_alone(stories_server):
+def test_64_concurrent_streams_are_complete_and_equal_their_runs_alone_among_bad_requests(stories_server):
     model, url = stories_server
     prompts = ["Once upon a time", "The little dog", "Lily and Tom", "One day, a bird"]
     reqs = [dict(model="stories260K", prompt=prompts[i % 4], max_tokens=8 + (i * 7) % 40, temperature=0.9,
@@ -267,9 +267,20 @@ def test_64_concurrent_streams_are_complete_and_equal_their_runs_alone(stories_s
                     reasons.append(c["finish_reason"])
         return text, usage, reasons
 
+    # Bad requests mixed into the load: each gets its 400 naming the parameter, and the streams go on.
+    bad = [(b"{not json", None), (json.dumps(dict(reqs[0], frobnicate=1)).encode(), "frobnicate"),
+           (json.dumps(dict(reqs[0], temperature=-1)).encode(), "temperature"),
+           (json.dumps(dict(reqs[0], prompt="Once upon a time " * 120, max_tokens=100)).encode(), "prompt")]
+
+    async def refused(client, content, param):
+        r = await client.post(url + "/completions", content=content, headers={"content-type": "application/json"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+        return None
+
     async def run_all():
-        async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=64)) as client:
-            return await asyncio.gather(*(one(client, b) for b in reqs))
+        async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=80)) as client:
+            jobs = [one(client, b) for b in reqs] + [refused(client, c, p) for c, p in bad * 2]
+            return (await asyncio.gather(*jobs))[:len(reqs)]
 
     results = asyncio.run(run_all())
     for body, (text, usage, reasons) in zip(reqs, results):
