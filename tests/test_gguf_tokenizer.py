@@ -109,6 +109,14 @@ def test_stories_gguf_runs_as_the_llama2c_checkpoint(stories_gguf, stories):
     assert a.token_ids == b.token_ids and a.text == b.text
 
 
+def _finish(w) -> None:
+    """Write a GGUFWriter's header, metadata and (no) tensors, and close it."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def _spm_file(tmp_path, **meta):
     """A GGUF file holding only a small SentencePiece vocabulary and the given metadata."""
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + ["\u2581", "a", "b", "\u2581a", "ab"]
@@ -119,10 +127,7 @@ def _spm_file(tmp_path, **meta):
     w.add_token_types(meta.pop("types", [2, 3, 3] + [6] * 256 + [1] * 5))
     for k, v in meta.items():
         getattr(w, f"add_{k}")(v)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _finish(w)
     return str(tmp_path / "spm.gguf")
 
 
@@ -156,10 +161,7 @@ def test_scores_are_required_for_sentencepiece(tmp_path):
     w = gguf.GGUFWriter(p, "llama")
     w.add_tokenizer_model("llama")
     w.add_token_list(["<unk>", "a"])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _finish(w)
     with GGUFFile(p) as g:
         with pytest.raises(ValueError, match="needs 'tokenizer.ggml.scores'"):
             gguf_tokenizer.tokenizer_from_gguf(g)
@@ -173,10 +175,7 @@ def test_a_merge_outside_the_vocabulary_is_named(tmp_path, merge):
     w.add_tokenizer_model("gpt2")
     w.add_token_list(["a", "b"])
     w.add_token_merges([merge])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _finish(w)
     with GGUFFile(p) as g:
         with pytest.raises(ValueError, match="GGUF merge 0 .* is not two vocabulary tokens"):
             gguf_tokenizer.tokenizer_from_gguf(g)
@@ -224,10 +223,7 @@ def test_random_tokenizer_metadata_gives_a_tokenizer_or_a_value_error(tmp_path):
         for k in ("add_bos_token", "add_eos_token", "add_space_prefix"):
             if rng.random() < 0.3:
                 getattr(w, f"add_{k}")(bool(rng.random() < 0.5))
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
+        _finish(w)
         with GGUFFile(p) as g:
             try:
                 tok = gguf_tokenizer.tokenizer_from_gguf(g)

@@ -35,7 +35,19 @@ void register_decoding(py::module_& m) {
           },
           "Run the model and choose the next token; -1 once finished.")
       .def_property_readonly("finished", &Decoder::finished)
-      .def("result", [](const Decoder& d) { return generate_result_dict(d.result()); });
+      .def("result", [](const Decoder& d) { return generate_result_dict(d.result()); })
+      .def(
+          "logprobs",
+          [](const Decoder& d, size_t start) {
+            // Only the steps from `start` on: a stream asks after each piece, and converting the
+            // whole result every time would cost O(length) per piece.
+            const GenerateResult& r = d.result();
+            py::list out;
+            for (size_t k = start; k < r.logprobs.size(); ++k)
+              out.append(py::make_tuple(r.logprobs[k], r.top_ids[k], r.top_logprobs[k]));
+            return out;
+          },
+          py::arg("start"), "(logprob, top ids, top logprobs) of each step from `start` on (with logprobs >= 0).");
 
 
   using EngineClass = py::class_<Transformer, std::shared_ptr<Transformer>>;

@@ -101,11 +101,10 @@ def _gpt2_model(g: GGUFFile, tokens: List[str], _types):
     return model, None, pre_tok, decoders.ByteLevel(), pre in _LLAMA3_STYLE, False
 
 
-def _spm_merges(tokens: List[str], scores: np.ndarray, types: Optional[np.ndarray]):
+def _spm_merges(tokens: List[str], vocab: Dict[str, int], scores: np.ndarray, types: Optional[np.ndarray]):
     """SentencePiece BPE as llama.cpp runs it merges the adjacent pair whose joined text is the
     highest-scoring token (the leftmost among equals). As BPE merges: every split of every normal
     or user-defined token into two vocabulary pieces, ranked by the joined token's score."""
-    vocab = _vocab(tokens)
     ranked = []
     for i, t in enumerate(tokens):
         if types is not None and types[i] not in (NORMAL, USER_DEFINED):
@@ -130,7 +129,8 @@ def _llama_model(g: GGUFFile, tokens: List[str], types: Optional[np.ndarray]):
         raise ValueError(f"{g.path}: GGUF metadata 'tokenizer.ggml.scores' holds a value that is not finite")
     unk = _token_id(g, "unknown", len(tokens))
     space_prefix = _flag(g, "tokenizer.ggml.add_space_prefix", True)
-    model = models.BPE(vocab=_vocab(tokens), merges=_spm_merges(tokens, scores, types), fuse_unk=True,
+    vocab = _vocab(tokens)
+    model = models.BPE(vocab=vocab, merges=_spm_merges(tokens, vocab, scores, types), fuse_unk=True,
                        byte_fallback=True, unk_token=tokens[unk] if unk is not None else None)
     steps = [normalizers.Prepend(SPIECE_SPACE)] if space_prefix else []
     normalizer = normalizers.Sequence(steps + [normalizers.Replace(" ", SPIECE_SPACE)])

@@ -267,63 +267,27 @@ class Model:
         are held back until it is complete, and so is any text that could be the start of a stop
         string. The pieces join to exactly ``generate(prompt, **kwargs).text``. Stopping the
         iteration (or Ctrl-C) ends the generation cleanly; the model stays usable."""
-        cache = self._cache(kwargs.pop("cache", None))
-        opts = self._options({k: v for k, v in kwargs.items() if k in _RUN_KEYS},
-                             {k: v for k, v in kwargs.items() if k not in _RUN_KEYS})
-        if opts.num_beams > 1 or opts.n > 1:
-            raise ValueError("stream() produces one sequence: num_beams and n must be 1")
-        if len(opts.chains) != 1:
-            raise ValueError("stream() takes one sampler")
-        ids = self._ids(prompt)
-        cache, reused = self._prepare_cache(ids, cache, opts.max_new_tokens)
-        return self._stream(ids, cache, reused, opts.chains[0], opts)
+        return self._stream(*self._stream_setup(prompt, kwargs, "stream"))
 
     def stream_tokens(self, prompt: Prompt, **kwargs) -> Iterator["StreamPiece"]:
         """stream() with the tokens behind each piece: yields StreamPiece(text, token_ids,
         logprobs), the tokens completed since the previous piece (with ``logprobs=N``, their
         TokenLogprob records too). Its return value (StopIteration.value) is the Generation."""
+        ids, cache, reused, chain, opts = self._stream_setup(prompt, kwargs, "stream_tokens")
+        return self._stream_tokens(ids, cache, reused, chain, opts, piece_logprobs=opts.logprobs >= 0)
+
+    def _stream_setup(self, prompt, kwargs: dict, what: str):
+        """The checked (ids, cache, reused, chain, opts) of one stream; raises before it starts."""
         cache = self._cache(kwargs.pop("cache", None))
         opts = self._options({k: v for k, v in kwargs.items() if k in _RUN_KEYS},
                              {k: v for k, v in kwargs.items() if k not in _RUN_KEYS})
         if opts.num_beams > 1 or opts.n > 1:
-            raise ValueError("stream_tokens() produces one sequence: num_beams and n must be 1")
+            raise ValueError(f"{what}() produces one sequence: num_beams and n must be 1")
         if len(opts.chains) != 1:
-            raise ValueError("stream_tokens() takes one sampler")
+            raise ValueError(f"{what}() takes one sampler")
         ids = self._ids(prompt)
         cache, reused = self._prepare_cache(ids, cache, opts.max_new_tokens)
-        return self._stream_tokens(ids, cache, reused, opts.chains[0], opts)
-
-    def _stream_tokens(self, ids, cache, reused, chain: samplers.Chain, opts: options.RunOptions):
-        dec = _core.Decoder(self._engine, np.asarray(ids[reused:], dtype=np.int64), chain.clone()._core, cache,
-                            opts.decode_options())
-        seen: List[int] = []
-
-        def step():
-            t = dec.step()
-            if t >= 0:
-                seen.append(t)
-            return t
-
-        pieces = streaming.text_pieces(step, self.tokenizer, opts.stops, opts.include_stop, with_counts=True)
-        sent = 0
-        while True:
-            try:
-                text, n = next(pieces)
-            except StopIteration as done:
-                end = done.value
-                break
-            lps = None
-            if opts.logprobs >= 0:
-                r = dec.result()
-                lps = [TokenLogprob(token=seen[k], logprob=r["logprobs"][k], top=list(zip(r["top_ids"][k],
-                                                                                           r["top_logprobs"][k])))
-                       for k in range(sent, n)]
-            yield StreamPiece(text=text, token_ids=seen[sent:n], logprobs=lps)
-            sent = n
-        r = dec.result()
-        r["token_ids"] = end.tokens
-        fr = "stop" if end.stop is not None else r["finish_reason"]
-        return self._generation(ids, reused, r, chain, opts, text=end.text, finish_reason=fr, stop_reason=end.stop)
+        return ids, cache, reused, opts.chains[0], opts
 
     def chat(self, messages, **options) -> Generation:
         """The assistant's reply to ``messages`` ([{"role": "user", "content": ...}, ...]): the
@@ -433,11 +397,47 @@ class Model:
 
     def _stream(self, ids, cache, reused, chain: samplers.Chain, opts: options.RunOptions, *, sequence: int = 0,
                 logprobs: Optional[int] = None):
-        """Generator of text pieces; its return value (StopIteration.value) is the Generation.
-        sequence: which of n samples (keys the random stream); logprobs overrides opts.logprobs."""
+        """Generator of text pieces; its return value (StopIteration.value) is the Generation."""
+        pieces = self._stream_tokens(ids, cache, reused, chain, opts, sequence=sequence, logprobs=logprobs)
+        try:
+            while True:
+                try:
+                    piece = next(pieces)
+                except StopIteration as done:
+                    return done.value
+                yield piece.text
+        finally:
+            pieces.close()  # closing this stream ends the generation at once
+
+    def _stream_tokens(self, ids, cache, reused, chain: samplers.Chain, opts: options.RunOptions, *,
+                       sequence: int = 0, logprobs: Optional[int] = None, piece_logprobs: bool = False):
+        """Generator of StreamPieces (with their TokenLogprobs when ``piece_logprobs``); its return
+        value is the Generation. sequence: which of n samples (keys the random stream); logprobs
+        overrides opts.logprobs."""
         dec = _core.Decoder(self._engine, np.asarray(ids[reused:], dtype=np.int64), chain.clone()._core, cache,
                             opts.decode_options(sequence=sequence, logprobs=logprobs))
-        end = yield from streaming.text_pieces(dec.step, self.tokenizer, opts.stops, opts.include_stop)
+        seen: List[int] = []
+
+        def step():
+            t = dec.step()
+            if t >= 0:
+                seen.append(t)
+            return t
+
+        pieces = streaming.text_pieces(step, self.tokenizer, opts.stops, opts.include_stop, with_counts=True)
+        sent = 0
+        while True:
+            try:
+                text, n = next(pieces)
+            except StopIteration as done:
+                end = done.value
+                break
+            lps = None
+            if piece_logprobs:
+                lps = [TokenLogprob(token=t, logprob=lp, top=list(zip(ti, tv)))
+                       for t, (lp, ti, tv) in zip(seen[sent:n], dec.logprobs(sent))]
+            yield StreamPiece(text=text, token_ids=seen[sent:n], logprobs=lps)
+            sent = n
         r = dec.result()
         r["token_ids"] = end.tokens
         fr = "stop" if end.stop is not None else r["finish_reason"]
@@ -464,11 +464,11 @@ class Model:
                     results.append(done.value)
                     break
         results.sort(key=lambda g: -g.sequences[0].score)
-        if opts.logprobs >= 0:
-            for g in results:
-                g.sequences[0].logprobs = g.logprobs
         best = results[0]
         best.sequences = [g.sequences[0] for g in results]
+        if opts.logprobs < 0:  # recorded only to rank the samples
+            for seq in best.sequences:
+                seq.logprobs = None
         best.prefill_seconds += prefill
         best.reused_prompt_tokens = reused
         if opts.logprobs < 0:

@@ -73,14 +73,18 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
     async def _api_error(_request, exc: APIError):
         return JSONResponse(exc.body(), status_code=exc.status)
 
-    async def _body(request: Request, allowed: set) -> dict:
+    async def _json(request: Request):
+        """The request's JSON body, after the API key check; 400 for a body that is not JSON."""
         if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
             raise APIError(401, "missing or wrong API key (Authorization: Bearer ...)", kind="authentication_error")
         raw = await request.body()
         try:
-            body = json.loads(raw)
+            return json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
             raise APIError(400, f"the request body is not valid JSON ({e})") from None
+
+    async def _body(request: Request, allowed: set) -> dict:
+        body = await _json(request)
         body = P.check_fields(body, allowed)
         name = body.get("model")
         if not isinstance(name, str):
@@ -137,7 +141,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
 
     @app.post("/tokenize")
     async def tokenize(request: Request):
-        body = await request.json()
+        body = await _json(request)
         if not isinstance(body, dict) or not isinstance(body.get("prompt"), str):
             raise APIError(400, "prompt must be a string", "prompt")
         ids = tok.encode(body["prompt"], add_special_tokens=bool(body.get("add_special_tokens", True)))
@@ -145,7 +149,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
 
     @app.post("/detokenize")
     async def detokenize(request: Request):
-        body = await request.json()
+        body = await _json(request)
         ids = body.get("tokens") if isinstance(body, dict) else None
         if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab
                                                  for t in ids):
@@ -172,12 +176,13 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
             yield "data: [DONE]\n\n"
         return StreamingResponse(gen(), media_type="text/event-stream")
 
-    async def _check_stream(ids, run, sampling, prompt_field):
-        """Every option checked before the response starts: stream_tokens() checks them when called."""
-        await _on_model(lambda: model.stream_tokens(ids, **run, **sampling).close(), prompt_field)
+    async def _open_stream(ids, run, sampling, prompt_field):
+        """The reply's stream, opened on the worker: stream_tokens() checks every option when called,
+        so a bad one is a 400 before the response starts."""
+        return await _on_model(lambda: model.stream_tokens(ids, **run, **sampling), prompt_field)
 
-    async def _stream_pieces(ids, run, sampling):
-        """StreamPieces of one streamed reply, then a final (finish_reason, completion tokens). The
+    async def _stream_pieces(it):
+        """StreamPieces of an opened stream, then a final (finish_reason, completion tokens). The
         worker hands each piece over through a queue; a client that goes away closes this generator,
         which tells the worker to end the generation at its next token."""
         loop = asyncio.get_running_loop()
@@ -187,7 +192,6 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         put = lambda item: loop.call_soon_threadsafe(queue.put_nowait, item)  # noqa: E731
 
         def produce():
-            it = model.stream_tokens(ids, **run, **sampling)
             try:
                 while not cancelled.is_set():
                     try:
@@ -219,7 +223,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
     async def completions(request: Request):
         body = await _body(request, P.COMPLETION_FIELDS)
         run, sampling, stream, include_usage = _common(body, ("max_tokens",))
-        lp = P._integer(body, "logprobs", None, 0, 20)
+        lp = P.integer(body, "logprobs", None, 0, 20)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1:
             prompt = prompt[0]
@@ -231,12 +235,11 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
             raise APIError(400, "prompt must be a string, a list of one string, or a list of token ids", "prompt")
         rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         if stream:
-            run = dict(run, logprobs=lp)
-            await _check_stream(ids, run, sampling, "prompt")
+            it = await _open_stream(ids, dict(run, logprobs=lp), sampling, "prompt")
 
             async def events():
                 n_out = 0
-                async for item in _stream_pieces(ids, run, sampling):
+                async for item in _stream_pieces(it):
                     if isinstance(item, tuple):
                         reason, n_out = item
                         yield {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
@@ -268,7 +271,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         want_lp = body.get("logprobs", False)
         if not isinstance(want_lp, bool):
             raise APIError(400, "logprobs must be true or false", "logprobs")
-        top = P._integer(body, "top_logprobs", 0, 0, 20)
+        top = P.integer(body, "top_logprobs", 0, 0, 20)
         if body.get("top_logprobs") is not None and not want_lp:
             raise APIError(400, "top_logprobs needs logprobs: true", "top_logprobs")
         if tok is None or getattr(tok, "chat_template", None) is None:
@@ -279,15 +282,14 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
             raise APIError(400, str(e), "messages") from None
         rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if stream:
-            run = dict(run, logprobs=top if want_lp else None)
-            await _check_stream(ids, run, sampling, "messages")
+            it = await _open_stream(ids, dict(run, logprobs=top if want_lp else None), sampling, "messages")
 
             async def events():
                 base = {"id": rid, "object": "chat.completion.chunk", "created": now, "model": served_model_name}
                 yield dict(base, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""},
                                            "logprobs": None, "finish_reason": None}])
                 n_out = 0
-                async for item in _stream_pieces(ids, run, sampling):
+                async for item in _stream_pieces(it):
                     if isinstance(item, tuple):
                         reason, n_out = item
                         yield dict(base, choices=[{"index": 0, "delta": {}, "logprobs": None, "finish_reason": reason}])

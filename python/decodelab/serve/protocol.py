@@ -32,7 +32,7 @@ CHAT_FIELDS = _COMMON | {"messages", "max_completion_tokens", "logprobs", "top_l
                          "service_tier", "reasoning_effort"} | _UNSUPPORTED
 
 
-def _number(body: dict, key: str, default, lo: float, hi: float):
+def number(body: dict, key: str, default, lo: float, hi: float):
     v = body.get(key)
     if v is None:
         return default
@@ -41,7 +41,7 @@ def _number(body: dict, key: str, default, lo: float, hi: float):
     return v
 
 
-def _integer(body: dict, key: str, default, lo: int, hi: int):
+def integer(body: dict, key: str, default, lo: int, hi: int):
     v = body.get(key)
     if v is None:
         return default
@@ -56,7 +56,8 @@ def check_fields(body: Any, allowed: set) -> dict:
     unknown = sorted(k for k in body if k not in allowed)
     if unknown:
         raise APIError(400, f"unknown parameter {unknown[0]!r}", unknown[0])
-    used = sorted(k for k in body if k in _UNSUPPORTED and body[k] not in (None, False, [], 1 if k == "best_of" else None))
+    # An unsupported field at its OpenAI default (best_of 1; echo false; no tools) asks for nothing.
+    used = sorted(k for k in body if k in _UNSUPPORTED and body[k] not in (None, False, [], {"best_of": 1}.get(k)))
     if used:
         raise APIError(400, f"{used[0]} is not supported by this server", used[0])
     return body
@@ -65,24 +66,24 @@ def check_fields(body: Any, allowed: set) -> dict:
 def sampling_options(body: dict, *, vocab_size: int, max_context: int) -> dict:
     """The generate() keywords that the body's sampling fields mean (OpenAI's defaults: T = 1)."""
     opts: Dict[str, Any] = {}
-    opts["temperature"] = _number(body, "temperature", 1.0, 0.0, 2.0)
+    opts["temperature"] = number(body, "temperature", 1.0, 0.0, 2.0)
     if body.get("top_p") is not None:
-        opts["top_p"] = _number(body, "top_p", 1.0, 1e-9, 1.0)
+        opts["top_p"] = number(body, "top_p", 1.0, 1e-9, 1.0)
     for key in ("presence_penalty", "frequency_penalty"):
         if body.get(key) is not None:
-            opts[key] = _number(body, key, 0.0, -2.0, 2.0)
+            opts[key] = number(body, key, 0.0, -2.0, 2.0)
     if body.get("top_k") is not None:
-        opts["top_k"] = _integer(body, "top_k", 0, -1, vocab_size) if body["top_k"] != -1 else 0
+        opts["top_k"] = integer(body, "top_k", 0, -1, vocab_size) if body["top_k"] != -1 else 0
     if body.get("min_p") is not None:
-        opts["min_p"] = _number(body, "min_p", 0.0, 0.0, 1.0)
+        opts["min_p"] = number(body, "min_p", 0.0, 0.0, 1.0)
     if body.get("typical_p") is not None:
-        opts["typical_p"] = _number(body, "typical_p", 1.0, 1e-9, 1.0)
+        opts["typical_p"] = number(body, "typical_p", 1.0, 1e-9, 1.0)
     if body.get("repetition_penalty") is not None:
-        opts["repetition_penalty"] = _number(body, "repetition_penalty", 1.0, 1e-3, 1e3)
+        opts["repetition_penalty"] = number(body, "repetition_penalty", 1.0, 1e-3, 1e3)
     if body.get("no_repeat_ngram_size") is not None:
-        opts["no_repeat_ngram_size"] = _integer(body, "no_repeat_ngram_size", 0, 0, max_context)
+        opts["no_repeat_ngram_size"] = integer(body, "no_repeat_ngram_size", 0, 0, max_context)
     if body.get("min_tokens") is not None:
-        opts["min_new_tokens"] = _integer(body, "min_tokens", 0, 0, max_context)
+        opts["min_new_tokens"] = integer(body, "min_tokens", 0, 0, max_context)
     if body.get("order") is not None:
         if body["order"] not in ("hf", "vllm", "llama.cpp"):
             raise APIError(400, f"order must be 'hf', 'vllm' or 'llama.cpp', got {body['order']!r}", "order")
@@ -117,9 +118,9 @@ def run_options(body: dict, *, max_tokens_key: Tuple[str, ...], default_max: int
     mt = None
     for key in max_tokens_key:
         if body.get(key) is not None:
-            mt = _integer(body, key, None, 1, max_context)
+            mt = integer(body, key, None, 1, max_context)
     out["max_new_tokens"] = default_max if mt is None else mt
-    out["n"] = _integer(body, "n", 1, 1, 16)
+    out["n"] = integer(body, "n", 1, 1, 16)
     stop = body.get("stop")
     if stop is not None:
         stops = [stop] if isinstance(stop, str) else stop
@@ -128,7 +129,7 @@ def run_options(body: dict, *, max_tokens_key: Tuple[str, ...], default_max: int
         if stops:
             out["stop"] = stops
     if body.get("seed") is not None:
-        out["seed"] = _integer(body, "seed", None, -(2**63), 2**64 - 1) % (2**64)
+        out["seed"] = integer(body, "seed", None, -(2**63), 2**64 - 1) % (2**64)
     mode = body.get("logprobs_mode", "raw")
     if mode not in ("raw", "processed", "raw_logprobs", "processed_logprobs"):
         raise APIError(400, f"logprobs_mode must be 'raw' or 'processed', got {mode!r}", "logprobs_mode")

@@ -7,23 +7,21 @@ from typing import Iterable, Optional
 from .. import samplers as S
 
 
-def parametrize_orders(argname: str = "order", orders: Optional[Iterable[str]] = None):
-    """``@parametrize_orders()``: the test runs once per order in ``decodelab.samplers.ORDERS``."""
+def _parametrize(argname: str, names: Optional[Iterable[str]], known: dict, what: str):
     import pytest
 
-    names = list(orders) if orders is not None else list(S.ORDERS)
-    for o in names:
-        if o not in S.ORDERS:
-            raise ValueError(f"unknown order {o!r}; known: {', '.join(S.ORDERS)}")
-    return pytest.mark.parametrize(argname, names)
+    chosen = list(names) if names is not None else list(known)
+    for n in chosen:
+        if n not in known:
+            raise ValueError(f"unknown {what} {n!r}; known: {', '.join(known)}")
+    return pytest.mark.parametrize(argname, chosen)
+
+
+def parametrize_orders(argname: str = "order", orders: Optional[Iterable[str]] = None):
+    """``@parametrize_orders()``: the test runs once per order in ``decodelab.samplers.ORDERS``."""
+    return _parametrize(argname, orders, S.ORDERS, "order")
 
 
 def parametrize_presets(argname: str = "preset", presets: Optional[Iterable[str]] = None):
     """``@parametrize_presets()``: the test runs once per preset in ``decodelab.samplers.PRESETS``."""
-    import pytest
-
-    names = list(presets) if presets is not None else list(S.PRESETS)
-    for p in names:
-        if p not in S.PRESETS:
-            raise ValueError(f"unknown preset {p!r}; known: {', '.join(S.PRESETS)}")
-    return pytest.mark.parametrize(argname, names)
+    return _parametrize(argname, presets, S.PRESETS, "preset")
