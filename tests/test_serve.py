@@ -283,11 +283,53 @@ def test_64_concurrent_streams_are_complete_and_equal_their_runs_alone_among_bad
             return (await asyncio.gather(*jobs))[:len(reqs)]
 
     results = asyncio.run(run_all())
-    for body, (text, usage, reasons) in zip(reqs, results):
-        alone = model.generate(body["prompt"], max_new_tokens=body["max_tokens"], temperature=0.9, seed=body["seed"])
-        assert text == alone.text and usage["completion_tokens"] == len(alone.token_ids)
-        assert reasons[-1] == alone.finish_reason
+    # Each alone on the idle server, one after another: the same text to the character.
+    with openai.OpenAI(base_url=url, api_key="none") as client:
+        for body, (text, usage, reasons) in zip(reqs, results):
+            alone = client.completions.create(model="stories260K", prompt=body["prompt"], max_tokens=body["max_tokens"],
+                                              temperature=0.9, seed=body["seed"])
+            assert text == alone.choices[0].text and usage["completion_tokens"] == alone.usage.completion_tokens
+            assert reasons[-1] == alone.choices[0].finish_reason
     assert httpx.get(url.replace("/v1", "/health"), timeout=30).status_code == 200
+
+
+def test_n_streams_interleave_their_choices(stories_server):
+    """n = 3 with stream: each choice's pieces carry its index and join to that choice of the same
+    request without stream; the usage counts all three."""
+    model, url = stories_server
+    body = dict(model="stories260K", prompt="Once", max_tokens=15, temperature=1.0, seed=8, n=3)
+    with openai.OpenAI(base_url=url, api_key="none") as client:
+        whole = client.completions.create(**body)
+        texts, reasons, usage = ["", "", ""], [None] * 3, None
+        for ch in client.completions.create(**body, stream=True, stream_options={"include_usage": True}):
+            usage = ch.usage or usage
+            for c in ch.choices:
+                texts[c.index] += c.text
+                reasons[c.index] = c.finish_reason or reasons[c.index]
+    assert texts == [c.text for c in whole.choices] and len(set(texts)) == 3
+    assert reasons == [c.finish_reason for c in whole.choices]
+    assert usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_a_full_queue_answers_429(stories):
+    """One running request and no waiting room: a second request at the same time gets 429 with
+    OpenAI's rate-limit error, and the server goes on."""
+    from decodelab.serve import create_app
+    from fastapi.testclient import TestClient
+
+    app = create_app(stories, "stories260K", max_running=1, max_waiting=0)
+    body = dict(model="stories260K", prompt="Once", max_tokens=400, temperature=1.0, seed=1, stream=True)
+    with TestClient(app) as client:
+        with client.stream("POST", "/v1/completions", json=body) as first:
+            next(first.iter_lines())  # running now
+            r = client.post("/v1/completions", json=dict(body, stream=False))
+            assert r.status_code == 429 and r.json()["error"]["type"] == "rate_limit_error", r.text
+        for _ in range(100):  # the first one is cancelled at the engine's next step
+            ok = client.post("/v1/completions", json=dict(body, stream=False, max_tokens=5))
+            if ok.status_code != 429:
+                break
+            time.sleep(0.05)
+        assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 5
 
 
 def test_a_client_that_goes_away_frees_its_blocks(stories_server):

@@ -161,7 +161,8 @@ void register_engine(py::module_& m) {
           py::arg("hidden"), "The final norm and the output head on rows of the residual stream (a logit lens).")
       .def(
           "decode_batch",
-          [](const Transformer& e, const std::vector<int32_t>& tokens, const std::vector<KVCache*>& caches) {
+          [](const Transformer& e, const std::vector<int32_t>& tokens, const std::vector<KVCache*>& caches,
+             bool fixed_rows) {
             if (tokens.size() != caches.size())
               throw std::invalid_argument("decode_batch: " + std::to_string(tokens.size()) + " tokens for " +
                                           std::to_string(caches.size()) + " caches");
@@ -176,12 +177,13 @@ void register_engine(py::module_& m) {
                                     static_cast<py::ssize_t>(e.config().vocab_size)});
             float* dst = out.mutable_data();
             without_gil([&] {
-              e.decode_batch(tokens.data(), static_cast<int>(tokens.size()), caches.data(), dst);
+              e.decode_batch(tokens.data(), static_cast<int>(tokens.size()), caches.data(), dst, fixed_rows);
               return 0;
             });
             return out;
           },
-          py::arg("tokens"), py::arg("caches"));
+          py::arg("tokens"), py::arg("caches"), py::arg("fixed_rows") = false,
+          "fixed_rows: each row's logits the same bits at any batch size (the batch scheduler's arithmetic).");
 }
 
 }  // namespace decodelab

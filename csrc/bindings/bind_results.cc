@@ -27,6 +27,7 @@ py::dict generate_result_dict(const GenerateResult& r) {
   d["prefill_seconds"] = r.prefill_seconds;
   d["first_token_seconds"] = r.first_token_seconds;
   d["decode_seconds"] = r.decode_seconds;
+  d["reused_prompt_tokens"] = r.reused_prompt_tokens;
   d["logprobs"] = r.logprobs;
   d["top_ids"] = r.top_ids;
   d["top_logprobs"] = r.top_logprobs;

@@ -12,6 +12,7 @@ void register_sampling(py::module_& m);
 void register_options(py::module_& m);
 void register_engine(py::module_& m);
 void register_decoding(py::module_& m);
+void register_scheduler(py::module_& m);
 void register_device(py::module_& m);
 void register_bench(py::module_& m);
 }  // namespace decodelab
@@ -26,6 +27,7 @@ PYBIND11_MODULE(_core, m) {
   decodelab::register_options(m);
   decodelab::register_engine(m);
   decodelab::register_decoding(m);  // adds to Engine
+  decodelab::register_scheduler(m);
   decodelab::register_device(m);
   decodelab::register_bench(m);
 }

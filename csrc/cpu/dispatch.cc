@@ -24,6 +24,13 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
   isa::quantize_linear(L, type, q, dst);
 }
 
+namespace {
+thread_local bool fixed_rows = false;
+}
+FixedRowArithmetic::FixedRowArithmetic() : was_(fixed_rows) { fixed_rows = true; }
+FixedRowArithmetic::~FixedRowArithmetic() { fixed_rows = was_; }
+bool FixedRowArithmetic::on() { return fixed_rows; }
+
 int gemm_min_rows(WeightType type) {
   switch (type) {
     case WeightType::F32: return kGemmMinRowsF32;

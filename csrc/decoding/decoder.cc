@@ -59,26 +59,18 @@ int32_t Decoder::step() {
   const int V = model_.config().vocab_size;
   const auto t0 = clock::now();
   if (!started_) {
-    started_ = true;
     if (opts_.max_new_tokens == 0) {
-      finished_ = true;
+      started_ = finished_ = true;
       return -1;
     }
     raw_.resize(V);
-    work_.resize(V);
-    before_.resize(V);
     model_.forward(prompt_.data(), static_cast<int>(prompt_.size()), cache_, raw_.data(), false);
     if (uncond_cache_) {
       uraw_.resize(V);
       model_.forward(uncond_prompt_.data(), static_cast<int>(uncond_prompt_.size()), *uncond_cache_, uraw_.data(),
                      false);
     }
-    r_.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
-    history_ = cache_.token_ids();  // prompt (with any reused prefix), then output
-    history_.reserve(history_.size() + opts_.max_new_tokens);
-    ctx_.n_prompt = static_cast<int>(history_.size());
-    ctx_.sequence = opts_.sequence;
-    r_.token_ids.reserve(opts_.max_new_tokens);
+    start(std::chrono::duration<double>(clock::now() - t0).count());
   } else if (pending_ >= 0) {
     if (uncond_cache_) {  // both sequences take the token in one batched step
       const int32_t toks[2] = {pending_, pending_};
@@ -92,6 +84,36 @@ int32_t Decoder::step() {
     }
     pending_ = -1;
   }
+  return select(t0);
+}
+
+void Decoder::start(double prefill_seconds) {
+  started_ = true;
+  const int V = model_.config().vocab_size;
+  raw_.resize(V);
+  work_.resize(V);
+  before_.resize(V);
+  r_.prefill_seconds = prefill_seconds;
+  history_ = cache_.token_ids();  // prompt (with any reused prefix), then output
+  history_.reserve(history_.size() + opts_.max_new_tokens);
+  ctx_.n_prompt = static_cast<int>(history_.size());
+  ctx_.sequence = opts_.sequence;
+  r_.token_ids.reserve(opts_.max_new_tokens);
+}
+
+int32_t Decoder::choose(const float* logits) {
+  if (finished_) return -1;
+  if (uncond_cache_) throw std::invalid_argument("a decoder with guidance runs the model itself (step())");
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!started_) start(0.0);
+  std::copy(logits, logits + model_.config().vocab_size, raw_.begin());
+  pending_ = -1;
+  return select(t0);
+}
+
+int32_t Decoder::select(std::chrono::steady_clock::time_point t0) {
+  using clock = std::chrono::steady_clock;
+  const int V = model_.config().vocab_size;
   const auto& stages = chain_.stages();
   const int step = static_cast<int>(r_.token_ids.size());
   ctx_.tokens = history_.data();

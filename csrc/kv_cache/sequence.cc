@@ -65,6 +65,16 @@ void KVCache::commit_append(const int32_t* tokens, int n) {
   length_ += n;
 }
 
+void KVCache::adopt_prefix(const std::vector<int>& blocks, const int32_t* tokens) {
+  const int n = static_cast<int>(blocks.size()) * pool_->block_size();
+  if (length_ != 0 || n > capacity_)
+    throw std::invalid_argument("adopt_prefix needs an empty cache with room for " + std::to_string(n) + " tokens");
+  for (int b : blocks) pool_->retain(b);
+  table_ = blocks;
+  length_ = n;
+  token_ids_.assign(tokens, tokens + n);
+}
+
 std::shared_ptr<KVCache> KVCache::fork() const {
   auto c = std::make_shared<KVCache>(pool_, capacity_, max_capacity_, grow_);
   for (int b : table_) pool_->retain(b);

@@ -365,7 +365,8 @@ void Transformer::head(const float* hidden, int R, float* logits) const {
   linear(h.data(), R, lm_head_, logits);
 }
 
-void Transformer::decode_batch(const int32_t* tokens, int B, KVCache* const* caches, float* logits) const {
+void Transformer::decode_batch(const int32_t* tokens, int B, KVCache* const* caches, float* logits,
+                               bool fixed_rows) const {
   if (B < 1) throw std::invalid_argument("decode_batch needs at least one sequence");
   for (int b = 0; b < B; ++b) {
     check_tokens(tokens + b, 1, *caches[b]);
@@ -375,7 +376,16 @@ void Transformer::decode_batch(const int32_t* tokens, int B, KVCache* const* cac
   for (int b = 0; b < B; ++b) caches[b]->prepare_append(1);
   std::vector<int> rows(B, 1);
   WorkspaceLease ws(*this);
-  run(tokens, B, caches, rows.data(), B, logits, false, ws.get());
+  if (!fixed_rows) {
+    run(tokens, B, caches, rows.data(), B, logits, false, ws.get());
+    return;
+  }
+  FixedRowArithmetic fixed;
+  const size_t V = static_cast<size_t>(cfg_.vocab_size);
+  for (int b0 = 0; b0 < B; b0 += kFixedRowsMax) {
+    const int n = std::min(kFixedRowsMax, B - b0);
+    run(tokens + b0, n, caches + b0, rows.data(), n, logits + b0 * V, false, ws.get());
+  }
 }
 
 // Rows are grouped in segments: segment s has rows[s] consecutive tokens of one sequence,

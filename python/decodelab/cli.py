@@ -71,7 +71,9 @@ def _serve(args) -> int:
     model = load(model_path, threads=args.threads, tokenizer=args.tokenizer, dtype=args.dtype)
     name = args.served_model_name or os.path.basename(os.path.normpath(model_path))
     print(f"[serving {model_path} as {name!r} on http://{args.host}:{args.port}/v1]", file=sys.stderr)
-    uvicorn.run(create_app(model, name, api_key=args.api_key), host=args.host, port=args.port, log_level="warning")
+    app = create_app(model, name, api_key=args.api_key, max_running=args.max_running, max_waiting=args.max_waiting,
+                     prefix_cache_mib=args.prefix_cache_mib)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
 
@@ -209,6 +211,12 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--threads", type=int, default=None)
     sv.add_argument("--dtype", default=None, choices=list(_core.WEIGHT_DTYPES),
                     help="weights as load(dtype=...) keeps them (default: load()'s)")
+    sv.add_argument("--max-running", dest="max_running", type=int, default=32,
+                    help="requests decoded together in one batch (default 32)")
+    sv.add_argument("--max-waiting", dest="max_waiting", type=int, default=256,
+                    help="requests queued beyond the batch before answering 429 (default 256)")
+    sv.add_argument("--prefix-cache-mib", dest="prefix_cache_mib", type=int, default=256,
+                    help="MiB of prompt blocks kept for prompts that start the same way (0: off; default 256)")
     sv.set_defaults(func=_serve)
 
     c = sub.add_parser("convert-llama2c", help="convert a llama2.c checkpoint to a Hugging Face folder")

@@ -177,13 +177,15 @@ class Model:
         t = options.token_ids("token_id", [token_id], self.config.vocab_size)
         return self._engine.forward(np.asarray(t, dtype=np.int64), self._cache_arg(cache), False)[0]
 
-    def decode_batch(self, token_ids: Sequence[int], caches: Sequence) -> np.ndarray:
+    def decode_batch(self, token_ids: Sequence[int], caches: Sequence, fixed_rows: bool = False) -> np.ndarray:
         """One decode step for several sequences at once: token i continues caches[i] (distinct
         caches of this model, any lengths). Returns logits (len, vocab); the weights are read once
-        for the whole batch, which is how beam search advances its beams."""
+        for the whole batch, which is how beam search advances its beams. ``fixed_rows``: every
+        row gets the same bits whatever the batch size, as the batch scheduler decodes (the one-row
+        kernels sum in another order, so the default may differ from it in the last bits)."""
         ids = options.token_ids("token_ids", token_ids, self.config.vocab_size)
         caches = [self._cache_arg(c) for c in caches]
-        return self._engine.decode_batch(ids, caches)
+        return self._engine.decode_batch(ids, caches, bool(fixed_rows))
 
     def generate(self, prompt: Union[Prompt, List[Prompt]], *, max_new_tokens: int = 128,
                  temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,

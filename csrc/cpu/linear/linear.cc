@@ -81,14 +81,14 @@ enum class Path { F32Row, Bf16Row, I8Rows, A8Rows, SmallRows, Gemm };
 }  // namespace
 
 namespace {
-// Which kernel a layer runs for T rows.
+// Which kernel a layer runs for T rows (FixedRowArithmetic: the tiles from one row on).
 Path path_of(const Linear& L, int T) {
   // w8a8 runs its panels at every row count, and so does int8 without bf16_activations: see I8Block.
   if (L.type == WeightType::I8A8) return Path::A8Rows;
   if (L.type == WeightType::I8)
     return L.bf16_activations && T >= gemm_min_rows(L.type) ? Path::Gemm : Path::I8Rows;
   if (T >= gemm_min_rows(L.type)) return Path::Gemm;
-  if (T == 1) return L.type == WeightType::BF16 ? Path::Bf16Row : Path::F32Row;
+  if (T == 1 && !FixedRowArithmetic::on()) return L.type == WeightType::BF16 ? Path::Bf16Row : Path::F32Row;
   return Path::SmallRows;
 }
 }  // namespace
@@ -121,9 +121,10 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
   if (path == Path::I8Rows) quantize_int16(x, T, layers[0]->in, xq_buf);
   if (path == Path::A8Rows) quantize_u7(x, T, layers[0]->in, xa_buf);
   if (path == Path::Bf16Row) split_even_odd(x, 1, layers[0]->in, xd_buf);
-  // A few bf16 rows are multiplied in place; more are widened once (kBf16DirectRows).
-  const bool direct_bf16 =
-      path == Path::SmallRows && layers[0]->type == WeightType::BF16 && T <= kBf16DirectRows;
+  // A few bf16 rows are multiplied in place; more, or any under FixedRowArithmetic, are widened
+  // once (kBf16DirectRows): the widened tiles sum each row in one order at every row count.
+  const bool direct_bf16 = path == Path::SmallRows && layers[0]->type == WeightType::BF16 &&
+                           T <= kBf16DirectRows && !FixedRowArithmetic::on();
   if (direct_bf16) split_even_odd(x, T, layers[0]->in, xd_buf);
   const Int16Rows& xq = xq_buf;
   const Int8Rows& xa = xa_buf;

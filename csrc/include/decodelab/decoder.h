@@ -1,6 +1,7 @@
 // The decode loop: prefill, then one token per step through a sampler chain, entirely in C++.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -34,6 +35,7 @@ struct GenerateResult {
   double prefill_seconds = 0.0;
   double first_token_seconds = 0.0;  // prefill + choosing the first token
   double decode_seconds = 0.0;       // every later step
+  int reused_prompt_tokens = 0;      // prompt tokens a scheduler took from its prefix cache
   std::vector<float> logprobs;                     // per token, when asked for
   std::vector<std::vector<int32_t>> top_ids;       // per token, top-N alternatives
   std::vector<std::vector<float>> top_logprobs;
@@ -54,12 +56,25 @@ class Decoder {
   Decoder(const Transformer& model, KVCache& cache, std::vector<int32_t> prompt, Chain& chain,
           const DecodeOptions& opts);
   int32_t step();
+  // For a scheduler that runs the model itself: the prompt is the tokens it must prefill into
+  // cache() first (prefill() then says whether that is done), pending() the token to run
+  // through the model before each next choice (-1: none), and choose() picks the next token from
+  // the logits of the cache's last position. Not with guidance.
+  const std::vector<int32_t>& prompt() const { return prompt_; }
+  bool started() const { return started_; }
+  int32_t pending() const { return pending_; }
+  int32_t choose(const float* logits);
+  // Tokens and logprobs so far, movable out once finished.
+  GenerateResult& result_mut() { return r_; }
   bool finished() const { return finished_; }
   const GenerateResult& result() const { return r_; }
   const Transformer& model() const { return model_; }
   KVCache& cache() const { return cache_; }
 
  private:
+  void start(double prefill_seconds);
+  int32_t select(std::chrono::steady_clock::time_point t0);  // the chain on raw_, after the model ran
+
   const Transformer& model_;
   KVCache& cache_;
   std::vector<int32_t> prompt_;

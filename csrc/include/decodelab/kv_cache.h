@@ -153,6 +153,10 @@ class KVCache {
   void prepare_append(int n);
   void commit_append(const int32_t* tokens, int n);
 
+  // An empty cache takes `blocks` (full blocks of this pool, found by PrefixCache) as its first
+  // blocks.size() * block_size positions, holding tokens[0, that); each block gains a reference.
+  void adopt_prefix(const std::vector<int>& blocks, const int32_t* tokens);
+
   std::shared_ptr<KVCache> fork() const;
   void truncate(int n);  // keep the first n tokens
   void clear() { truncate(0); }

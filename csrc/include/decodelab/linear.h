@@ -69,6 +69,25 @@ constexpr int kGemmMinRowsBf16 = 80;
 constexpr int kGemmMinRowsI8 = 80;
 // The threshold above for a weight type (w8a8 never takes the matmul: INT_MAX).
 int gemm_min_rows(WeightType type);
+
+// While one lives, linear() on this thread gives every row of up to kFixedRowsMax rows the same
+// arithmetic whatever the row count: fp32 and bf16 layers run the register tiles (bf16 widened)
+// from one row on instead of the one-row kernels, whose sums run in another order; int8 and w8a8
+// panels already do. A batch scheduler decodes under it, so that a sequence's logits do not depend
+// on the batch it shares a step with (Transformer::decode_batch with fixed_rows).
+class FixedRowArithmetic {
+ public:
+  FixedRowArithmetic();
+  ~FixedRowArithmetic();
+  FixedRowArithmetic(const FixedRowArithmetic&) = delete;
+  FixedRowArithmetic& operator=(const FixedRowArithmetic&) = delete;
+  static bool on();
+
+ private:
+  bool was_;
+};
+// Below every weight type's gemm_min_rows, so no row count up to it reaches a matmul.
+constexpr int kFixedRowsMax = 48;
 // Whether this CPU multiplies bf16 in hardware (AVX512_BF16, which AMX machines also have): bf16
 // and int8 layers take the bf16 matmul only then. Without it oneDNN emulates the bf16 products,
 // far below the fp32 matmul on the widened weights.

@@ -76,7 +76,10 @@ class Transformer {
 
   // One decode step for B sequences at once, token b continuing caches[b] (distinct caches of
   // this model, any lengths); logits (B, vocab). The weights are read once for the whole batch.
-  void decode_batch(const int32_t* tokens, int B, KVCache* const* caches, float* logits) const;
+  // fixed_rows: each row's logits are the same bits at any B (FixedRowArithmetic, in passes of at
+  // most kFixedRowsMax rows), for a scheduler whose batches come and go.
+  void decode_batch(const int32_t* tokens, int B, KVCache* const* caches, float* logits,
+                    bool fixed_rows = false) const;
 
   // Throws unless the cache belongs to this model and each id is in the vocabulary.
   void check_tokens(const int32_t* tokens, int T, const KVCache& cache) const;

@@ -1,18 +1,18 @@
 """The HTTP server (FastAPI): OpenAI's /v1/completions, /v1/chat/completions and /v1/models, with
 Server-Sent Events for streams, plus /health, /tokenize, /detokenize, Prometheus /metrics and a
-chat page at /. This first version runs one request at a time on the model: one worker thread owns
-it and takes requests in order, while the event loop keeps serving (waiting requests hold no thread);
-continuous batching comes with the engine's scheduler."""
+chat page at /. Requests run on a BatchEngine (continuous batching): its thread owns the model and
+hands each request's pieces to the event loop, which never waits on the model itself."""
 
 import asyncio
+import contextlib
 import json
 import os
-import threading
+import secrets
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
+from ..batching import BatchEngine, QueueFull
 from . import protocol as P
 from .protocol import APIError
 
@@ -26,14 +26,16 @@ class Metrics:
     """Prometheus metrics of one server (its own registry): requests running and waiting, tokens
     in and out, time to first token and per output token, KV-cache blocks in use."""
 
-    def __init__(self, model):
+    def __init__(self, model, engine: BatchEngine):
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
         from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
         self.registry = r = CollectorRegistry()
         self._latest, self.content_type = generate_latest, CONTENT_TYPE_LATEST
-        self.running = Gauge("decodelab_requests_running", "requests on the model", registry=r)
-        self.waiting = Gauge("decodelab_requests_waiting", "requests waiting for the model", registry=r)
+        running = Gauge("decodelab_requests_running", "requests in the running batch", registry=r)
+        running.set_function(lambda: engine.stats()["running"])
+        waiting = Gauge("decodelab_requests_waiting", "requests waiting for a place in the batch", registry=r)
+        waiting.set_function(lambda: engine.stats()["waiting"])
         self.prompt_tokens = Counter("decodelab_prompt_tokens", "prompt tokens processed", registry=r)
         self.generation_tokens = Counter("decodelab_generation_tokens", "tokens generated", registry=r)
         buckets = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -55,15 +57,25 @@ class Metrics:
         return self._latest(self.registry)
 
 
-def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, default_max_tokens: int = 16):
-    """The FastAPI application serving ``model`` under ``served_model_name``."""
+def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, default_max_tokens: int = 16,
+               max_running: int = 32, max_waiting: int = 256, prefix_cache_mib: int = 256):
+    """The FastAPI application serving ``model`` under ``served_model_name``: at most
+    ``max_running`` requests decode together, ``max_waiting`` more wait (then 429), and up to
+    ``prefix_cache_mib`` MiB of prompt blocks are kept for prompts that start the same way."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, StreamingResponse
 
-    app = FastAPI(title="decodelab", docs_url=None, redoc_url=None)
-    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decodelab-model")  # owns the model
-    metrics = Metrics(model)
-    app.state.worker = worker
+    blocks = prefix_cache_mib * 2**20 // model._fp32_block_bytes()
+    engine = BatchEngine(model, max_running=max_running, max_waiting=max_waiting, prefix_cache_blocks=blocks)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        yield
+        engine.close()  # after uvicorn has let the running requests finish
+
+    app = FastAPI(title="decodelab", docs_url=None, redoc_url=None, lifespan=lifespan)
+    metrics = Metrics(model, engine)
+    app.state.engine = engine
     created = int(time.time())
     ctx = model.config.max_position_embeddings
     vocab = model.config.vocab_size
@@ -97,26 +109,53 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
     def _param(message: str, prompt_field: str) -> Optional[str]:
         return prompt_field if "context window" in message else None
 
-    def _job(fn):
-        """fn as a job of the model's worker, counted as waiting until it starts."""
-        metrics.waiting.inc()
-
-        def run():
-            metrics.waiting.dec()
-            with metrics.running.track_inprogress():
-                return fn()
-        return run
-
-    async def _on_model(fn, prompt_field):
+    def _submit(ids, run, sampling, prompt_field):
+        """run["n"] requests on the engine (samples 0..n-1 of one seed) and the queue their events
+        arrive on, as (choice index, (kind, value)); 400 for a bad request, 429 when full."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+        run = dict(run)
+        n = run.pop("n")
+        if n > 1 and run.get("seed") is None:
+            run["seed"] = secrets.randbits(63)
+        reqs = []
         try:
-            return await asyncio.get_running_loop().run_in_executor(worker, _job(fn))
-        except ValueError as e:
+            for i in range(n):
+                def listener(ev, i=i):
+                    loop.call_soon_threadsafe(events.put_nowait, (i, ev))
+                reqs.append(engine.submit(ids, sequence=i, listener=listener, **run, **sampling))
+        except (ValueError, QueueFull) as e:
+            for r in reqs:
+                r.cancel()
+            if isinstance(e, QueueFull):
+                raise APIError(429, str(e), kind="rate_limit_error") from None
             raise APIError(400, str(e), _param(str(e), prompt_field)) from None
+        return reqs, events
+
+    async def _events(reqs, events):
+        """(index, kind, value) of each event until every request is done; the requests are
+        cancelled if the consumer stops early (a client that went away)."""
+        left = len(reqs)
+        try:
+            while left:
+                i, (kind, value) = await events.get()
+                if kind == "error":
+                    raise value
+                if kind == "done":
+                    left -= 1
+                    metrics.record(value)
+                yield i, kind, value
+        finally:
+            for r in reqs:
+                r.cancel()
 
     async def _generate(ids, run, sampling, prompt_field):
-        g = await _on_model(lambda: model.generate(ids, **run, **sampling), prompt_field)
-        metrics.record(g)
-        return g
+        reqs, events = _submit(ids, run, sampling, prompt_field)
+        gens = [None] * len(reqs)
+        async for i, kind, value in _events(reqs, events):
+            if kind == "done":
+                gens[i] = value
+        return [g.sequences[0] for g in gens]
 
     @app.get("/")
     def chat_page():
@@ -165,8 +204,6 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         so = body.get("stream_options") or {}
         if not isinstance(so, dict) or not set(so) <= {"include_usage", "continuous_usage_stats"}:
             raise APIError(400, "stream_options may hold include_usage only", "stream_options")
-        if stream and run["n"] > 1:
-            raise APIError(400, "n > 1 with stream is not supported yet; send n requests", "n")
         return run, sampling, stream, bool(so.get("include_usage", False))
 
     def _sse(events):
@@ -175,49 +212,6 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
                 yield f"data: {json.dumps(e)}\n\n"
             yield "data: [DONE]\n\n"
         return StreamingResponse(gen(), media_type="text/event-stream")
-
-    async def _open_stream(ids, run, sampling, prompt_field):
-        """The reply's stream, opened on the worker: stream_tokens() checks every option when called,
-        so a bad one is a 400 before the response starts."""
-        return await _on_model(lambda: model.stream_tokens(ids, **run, **sampling), prompt_field)
-
-    async def _stream_pieces(it):
-        """StreamPieces of an opened stream, then a final (finish_reason, completion tokens). The
-        worker hands each piece over through a queue; a client that goes away closes this generator,
-        which tells the worker to end the generation at its next token."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        cancelled = threading.Event()
-        end = object()
-        put = lambda item: loop.call_soon_threadsafe(queue.put_nowait, item)  # noqa: E731
-
-        def produce():
-            try:
-                while not cancelled.is_set():
-                    try:
-                        put(next(it))
-                    except StopIteration as done:
-                        g = done.value
-                        metrics.record(g)
-                        put((P.finish_reason(g.sequences[0]), len(g.token_ids)))
-                        break
-            except Exception as e:  # handed to the client's side, which ends the stream
-                put(e)
-            finally:
-                it.close()
-                put(end)
-
-        loop.run_in_executor(worker, _job(produce))
-        try:
-            while True:
-                item = await queue.get()
-                if item is end:
-                    return
-                if isinstance(item, Exception):
-                    raise item
-                yield item
-        finally:
-            cancelled.set()
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -234,27 +228,27 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         else:
             raise APIError(400, "prompt must be a string, a list of one string, or a list of token ids", "prompt")
         rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        run = dict(run, logprobs=lp)
         if stream:
-            it = await _open_stream(ids, dict(run, logprobs=lp), sampling, "prompt")
+            reqs, queue = _submit(ids, run, sampling, "prompt")
+
+            def chunk(i, text, logprobs, reason):
+                return {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
+                        "choices": [{"index": i, "text": text, "logprobs": logprobs, "finish_reason": reason}]}
 
             async def events():
                 n_out = 0
-                async for item in _stream_pieces(it):
-                    if isinstance(item, tuple):
-                        reason, n_out = item
-                        yield {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
-                               "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": reason}]}
+                async for i, kind, v in _events(reqs, queue):
+                    if kind == "piece":
+                        yield chunk(i, v.text, P.completion_logprobs(v, tok) if lp is not None else None, None)
                     else:
-                        logprobs = P.completion_logprobs(item, tok) if lp is not None else None
-                        yield {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
-                               "choices": [{"index": 0, "text": item.text, "logprobs": logprobs,
-                                            "finish_reason": None}]}
+                        n_out += len(v.token_ids)
+                        yield chunk(i, "", None, P.finish_reason(v.sequences[0]))
                 if include_usage:
                     yield {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
                            "choices": [], "usage": P.usage(len(ids), n_out)}
             return _sse(events())
-        g = await _generate(ids, dict(run, logprobs=lp), sampling, "prompt")
-        seqs = g.sequences or []
+        seqs = await _generate(ids, run, sampling, "prompt")
         choices = [{"index": i, "text": s.text, "finish_reason": P.finish_reason(s),
                     "logprobs": P.completion_logprobs(s, tok) if lp is not None else None}
                    for i, s in enumerate(seqs)]
@@ -281,27 +275,29 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         except ValueError as e:
             raise APIError(400, str(e), "messages") from None
         rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        run = dict(run, logprobs=top if want_lp else None)
         if stream:
-            it = await _open_stream(ids, dict(run, logprobs=top if want_lp else None), sampling, "messages")
+            reqs, queue = _submit(ids, run, sampling, "messages")
+            base = {"id": rid, "object": "chat.completion.chunk", "created": now, "model": served_model_name}
 
             async def events():
-                base = {"id": rid, "object": "chat.completion.chunk", "created": now, "model": served_model_name}
-                yield dict(base, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                           "logprobs": None, "finish_reason": None}])
+                for i in range(len(reqs)):
+                    yield dict(base, choices=[{"index": i, "delta": {"role": "assistant", "content": ""},
+                                               "logprobs": None, "finish_reason": None}])
                 n_out = 0
-                async for item in _stream_pieces(it):
-                    if isinstance(item, tuple):
-                        reason, n_out = item
-                        yield dict(base, choices=[{"index": 0, "delta": {}, "logprobs": None, "finish_reason": reason}])
-                    else:
-                        yield dict(base, choices=[{"index": 0, "delta": {"content": item.text},
-                                                   "logprobs": P.chat_logprobs(item, tok) if want_lp else None,
+                async for i, kind, v in _events(reqs, queue):
+                    if kind == "piece":
+                        yield dict(base, choices=[{"index": i, "delta": {"content": v.text},
+                                                   "logprobs": P.chat_logprobs(v, tok) if want_lp else None,
                                                    "finish_reason": None}])
+                    else:
+                        n_out += len(v.token_ids)
+                        yield dict(base, choices=[{"index": i, "delta": {}, "logprobs": None,
+                                                   "finish_reason": P.finish_reason(v.sequences[0])}])
                 if include_usage:
                     yield dict(base, choices=[], usage=P.usage(len(ids), n_out))
             return _sse(events())
-        g = await _generate(ids, dict(run, logprobs=top if want_lp else None), sampling, "messages")
-        seqs = g.sequences or []
+        seqs = await _generate(ids, run, sampling, "messages")
         choices = [{"index": i, "message": {"role": "assistant", "content": s.text, "refusal": None},
                     "logprobs": P.chat_logprobs(s, tok) if want_lp else None, "finish_reason": P.finish_reason(s)}
                    for i, s in enumerate(seqs)]

@@ -1,0 +1,223 @@
+"""Continuous batching: a BatchEngine runs the model's C++ Scheduler on one thread of its own.
+Requests join the running batch once their prompt is prefilled (in chunks) and leave when they
+finish; each step decodes every running sequence in one pass with the GIL released. Each request
+is a BatchRequest: its text pieces as they come, then its Generation."""
+from __future__ import annotations
+
+import queue
+import secrets
+import threading
+from typing import Callable, Iterator, List, Optional
+
+import numpy as np
+
+from . import streaming
+from ._native import _core
+from .results import Generation, StreamPiece, TokenLogprob
+
+QueueFull = _core.QueueFull
+
+# generate() keywords a batched request takes besides the sampling ones.
+_RUN = {"max_new_tokens", "seed", "sampler", "order", "preset", "eos_token_id", "stop", "include_stop_str_in_output",
+        "logprobs", "logprobs_mode"}
+
+
+class BatchRequest:
+    """One request in a BatchEngine. Iterate it for StreamPieces (blocking), call result() for the
+    Generation, cancel() to end it at the next step. With ``listener`` given to submit(), events go
+    to it instead, on the engine's thread: ("piece", StreamPiece), then ("done", Generation) or
+    ("error", exception)."""
+
+    def __init__(self, engine: "BatchEngine", ids: List[int], chain, opts, sequence: int,
+                 listener: Optional[Callable] = None):
+        self.engine, self.prompt_token_ids, self._chain, self._opts = engine, ids, chain, opts
+        self.sequence = sequence
+        self.id = -1
+        self._text = streaming.TextStream(engine.model.tokenizer, opts.stops, opts.include_stop)
+        self._logprobs: List[TokenLogprob] = []
+        self._sent = 0
+        self._events: "queue.Queue" = queue.Queue()
+        self._listener = listener or self._events.put
+        self._generation: Optional[Generation] = None
+        self._done = threading.Event()
+
+    def cancel(self) -> None:
+        """End the generation at the next step; result() then says finish_reason "cancelled"."""
+        if not self._done.is_set():
+            self.engine._scheduler.cancel(self.id)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def __iter__(self) -> Iterator[StreamPiece]:
+        while True:
+            kind, value = self._events.get()
+            if kind == "piece":
+                yield value
+            elif kind == "error":
+                raise value
+            else:
+                return
+
+    def result(self, timeout: Optional[float] = None) -> Generation:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"request {self.id} did not finish within {timeout} s")
+        if isinstance(self._generation, BaseException):
+            raise self._generation
+        return self._generation
+
+    # -- on the engine's thread ---------------------------------------------------------------
+    def _piece(self, text: str) -> None:
+        n = len(self._text.tokens)
+        lps = self._logprobs[self._sent:n] if self._opts.logprobs >= 0 else None
+        self._listener(("piece", StreamPiece(text=text, token_ids=self._text.tokens[self._sent:n], logprobs=lps)))
+        self._sent = n
+
+    def _tokens(self, tokens: List[int], logprobs) -> None:
+        if self._text.stopped:
+            return
+        for k, t in enumerate(tokens):
+            if logprobs is not None:
+                lp, ti, tv = logprobs[k]
+                self._logprobs.append(TokenLogprob(token=t, logprob=lp, top=list(zip(ti, tv))))
+            piece = self._text.push(t)
+            if piece:
+                self._piece(piece)
+            if self._text.stopped:  # a stop string: the scheduler ends it at the next step
+                self.engine._scheduler.cancel(self.id)
+                return
+
+    def _finish(self, r: dict) -> None:
+        rest = self._text.finish()
+        if rest or (self._sent < len(self._text.tokens)):
+            self._piece(rest)
+        end = self._text.end()
+        reason = r["finish_reason"]
+        if end.stop is not None:
+            reason = "stop"
+        r["token_ids"] = end.tokens
+        r["logprobs"], r["top_ids"], r["top_logprobs"] = (r[k][:len(end.tokens)]
+                                                          for k in ("logprobs", "top_ids", "top_logprobs"))
+        g = self.engine.model._generation(self.prompt_token_ids, r["reused_prompt_tokens"], r, self._chain,
+                                          self._opts, text=end.text, finish_reason=reason, stop_reason=end.stop)
+        self._generation = g
+        self._done.set()
+        self._listener(("done", g))
+
+    def _fail(self, e: BaseException) -> None:
+        self._generation = e
+        self._done.set()
+        self._listener(("error", e))
+
+
+class BatchEngine:
+    """Continuous batching on one model: submit() requests from any thread; one engine thread steps
+    the scheduler while any are alive. ``max_running`` sequences decode together (more wait, up to
+    ``max_waiting``, then submit() raises QueueFull); prompts run in chunks of ``prefill_chunk``
+    tokens, at most ``prefill_budget`` per step; ``prefix_cache_blocks`` full prompt blocks are kept
+    by content for later prompts that start the same way.
+
+    Seeded requests give the same tokens whatever else runs: the decode pass gives each row the same
+    arithmetic at every batch size, a prompt's chunks depend on that prompt alone, and the random
+    stream on (seed, sequence, step). Prefix reuse would change which pass computed a cached block,
+    so requests with a seed never start from cached blocks (they do leave theirs for others)."""
+
+    def __init__(self, model, *, max_running: int = 32, max_waiting: int = 256, prefill_chunk: int = 256,
+                 prefill_budget: int = 512, prefix_cache_blocks: int = 0, kv_dtype: str = "float32"):
+        self.model = model
+        self._scheduler = _core.Scheduler(model._engine, max_running=max_running, max_waiting=max_waiting,
+                                          prefill_chunk=prefill_chunk, prefill_budget=prefill_budget,
+                                          prefix_cache_blocks=prefix_cache_blocks, kv_dtype=kv_dtype)
+        self._requests = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="decodelab-batch", daemon=True)
+        self._thread.start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def stats(self) -> dict:
+        """The scheduler's counters (running, waiting, prefilling, steps, tokens, ...)."""
+        return self._scheduler.stats()
+
+    def submit(self, prompt, *, sequence: int = 0, listener: Optional[Callable] = None, **options) -> BatchRequest:
+        """Queue ``prompt`` (text or ids) with generate()'s sampling and stopping keywords (one
+        sequence: not n or beams; ``sequence`` is which sample of a seed it is, as generate's n
+        samples number theirs). ValueError for a bad option, QueueFull when the queue is full."""
+        m = self.model
+        for k in ("n", "num_beams", "cache", "trace", "guidance_scale", "negative_prompt"):
+            if options.get(k) not in (None, 1, False) or (k == "cache" and options.get(k) is not None):
+                raise ValueError(f"{k} is not supported by the batch engine")
+            options.pop(k, None)
+        seeded = options.get("seed") is not None
+        if not seeded:
+            options["seed"] = secrets.randbits(63)
+        opts = m._options({k: v for k, v in options.items() if k in _RUN},
+                          {k: v for k, v in options.items() if k not in _RUN})
+        if len(opts.chains) != 1:
+            raise ValueError("a batched request takes one sampler")
+        ids = m._ids(prompt)
+        chain = opts.chains[0]
+        req = BatchRequest(self, ids, chain, opts, sequence, listener)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the batch engine is closed")
+            req.id = self._scheduler.add(np.asarray(ids, dtype=np.int64), chain.clone()._core,
+                                         opts.decode_options(sequence=sequence), not seeded)
+            self._requests[req.id] = req
+            self._wake.notify()
+        return req
+
+    def close(self) -> None:
+        """Cancel what runs, stop the engine thread."""
+        with self._lock:
+            self._closed = True
+            for rid in self._requests:
+                self._scheduler.cancel(rid)
+            self._wake.notify()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        s = self._scheduler
+        while True:
+            with self._lock:
+                while not self._requests and not self._closed:
+                    self._wake.wait()
+                if self._closed and not self._requests:
+                    return
+            try:
+                updates = s.step()
+            except Exception as e:  # the engine failed: every request hears it, the engine goes on
+                with self._lock:
+                    reqs = list(self._requests.values())
+                    self._requests.clear()
+                for r in reqs:
+                    s.cancel(r.id)
+                    r._fail(e)
+                continue
+            for rid, tokens, finished, _reason, logprobs in updates:
+                req = self._requests.get(rid)
+                if req is None:
+                    if finished:
+                        s.take_result(rid)
+                    continue
+                try:
+                    if tokens:
+                        req._tokens(tokens, logprobs)
+                    if finished:
+                        with self._lock:
+                            del self._requests[rid]
+                        req._finish(s.take_result(rid))
+                except Exception as e:  # a listener that failed (its client gone): end that request only
+                    s.cancel(rid)
+                    with self._lock:
+                        self._requests.pop(rid, None)
+                    if not req.done:
+                        req._generation = e
+                        req._done.set()
