@@ -1,0 +1,93 @@
+"""Continuous batching without HTTP: what one decode pass costs at batch sizes 1..32 (the
+scheduler's fixed-row arithmetic against the default kernels), BatchEngine throughput at 1..64
+concurrent requests, and whether starting from a cached prompt prefix changes the logits' bits.
+
+    python benchmarks/bench_batching.py [--model FILE] [--dtypes int8 float32 bfloat16]
+
+Results go to benchmarks/results/batching.json.
+"""
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+
+import decodelab
+from decodelab.batching import BatchEngine
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = os.environ.get("DECODELAB_MODELS", os.path.join(HERE, "..", "..", "shared", "models"))
+SMOLLM = os.path.join(MODELS, "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def step_ms(m, B, fixed, repeats=10):
+    """Median ms of one decode_batch pass over B sequences of 32 cached tokens."""
+    rng = np.random.default_rng(B)
+    caches = []
+    for _ in range(B):
+        c = m.new_cache(capacity=32 + repeats + 2)
+        m.prefill(rng.integers(0, 1000, size=32).tolist(), c)
+        caches.append(c)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        m.decode_batch(rng.integers(0, 1000, size=B).tolist(), caches, fixed_rows=fixed)
+        times.append(time.perf_counter() - t0)
+    return 1000 * float(np.median(times))
+
+
+def engine_tokens_per_s(m, n, max_new=48):
+    prompts = [f"Story {i}: once upon a time" for i in range(n)]
+    with BatchEngine(m, max_running=64) as eng:
+        eng.submit("warm up", max_new_tokens=4).result(60)
+        t0 = time.perf_counter()
+        reqs = [eng.submit(p, max_new_tokens=max_new, temperature=0.8, seed=i, eos_token_id=[])
+                for i, p in enumerate(prompts)]
+        out = sum(len(r.result(600).token_ids) for r in reqs)
+        return out / (time.perf_counter() - t0)
+
+
+def prefix_reuse_changes_bits(m):
+    """Logits of a 150-token prompt's last position: prefilled whole, against starting from the
+    two 64-token blocks a 130-token prompt left in the prefix cache."""
+    ids = np.random.default_rng(7).integers(3, 1000, size=150).tolist()
+    whole = m.new_cache()
+    a = m.prefill(ids, whole)
+    with BatchEngine(m, prefix_cache_blocks=4) as eng:
+        eng.submit(ids[:130], max_new_tokens=1).result(60)
+        g = eng.submit(ids, max_new_tokens=1, logprobs=5, temperature=0).result(60)
+    lp_whole = float(a[-1][g.token_ids[0]] - np.log(np.exp(a[-1] - a[-1].max()).sum()) - a[-1].max())
+    return {"reused_tokens": g.reused_prompt_tokens, "logprob_whole": lp_whole, "logprob_reused": g.logprobs[0].logprob,
+            "same_bits": lp_whole == g.logprobs[0].logprob}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=SMOLLM)
+    ap.add_argument("--dtypes", nargs="+", default=["int8", "float32", "bfloat16"])
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    rows = []
+    for dtype in args.dtypes:
+        m = decodelab.load(args.model, dtype=dtype, threads=args.threads)
+        step_ms(m, 1, True, 3)  # warm up
+        for B in (1, 2, 4, 8, 16, 32):
+            fixed, default = step_ms(m, B, True), step_ms(m, B, False)
+            rows.append(dict(dtype=dtype, batch=B, fixed_rows_ms=fixed, default_ms=default))
+            print(f"{dtype:9s} B={B:2d}: fixed rows {fixed:6.1f} ms/step ({B / fixed * 1000:6.0f} tok/s), "
+                  f"default {default:6.1f} ms", flush=True)
+        for n in (1, 4, 16, 64):
+            tps = engine_tokens_per_s(m, n)
+            rows.append(dict(dtype=dtype, requests=n, engine_tokens_per_s=tps))
+            print(f"{dtype:9s} BatchEngine, {n:2d} requests: {tps:6.0f} tok/s", flush=True)
+    m = decodelab.load(args.model, dtype="float32", threads=args.threads)
+    reuse = prefix_reuse_changes_bits(m)
+    print("prefix reuse, float32:", reuse)
+    out = {"model": os.path.basename(args.model), "threads": args.threads, "rows": rows, "prefix_reuse_float32": reuse}
+    with open(os.path.join(HERE, "results", "batching.json"), "w") as f:
+        json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
