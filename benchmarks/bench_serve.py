@@ -3,7 +3,7 @@ the same GGUF file and thread count, in one run. At 1, 4, 16 and 64 concurrent s
 output tokens/s over the whole run, and p50 / p99 time to first token (TTFT) and time per output
 token (TPOT) per request.
 
-    python benchmarks/bench_serve.py [--model FILE] [--clients 1 4 16 64] [--max-tokens 64]
+    python benchmarks/bench_serve.py [--model FILE] [--clients 1 4 16 64] [--max-tokens 64] [--dtype D]
 
 Needs llama-cpp-python with its server extras (sse-starlette, starlette-context, pydantic-settings)
 and httpx. Results go to benchmarks/results/bench_serve.json. Each request streams a completion
@@ -34,11 +34,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(kind: str, model: str, threads: int):
+def start(kind: str, model: str, threads: int, dtype=None):
     port = free_port()
     if kind == "decodelab":
         cmd = [sys.executable, "-m", "decodelab", "serve", model, "--port", str(port), "--threads", str(threads),
-               "--served-model-name", "m"]
+               "--served-model-name", "m"] + (["--dtype", dtype] if dtype else [])
     else:
         # interrupt_requests off: by default a new request cuts the running stream short.
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", model, "--port", str(port), "--n_threads",
@@ -94,11 +94,14 @@ def main():
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16, 64])
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--dtype", default=None, help="decodelab's weights (default: load()'s, int8 for a 4-bit GGUF)")
+    ap.add_argument("--servers", nargs="+", default=["decodelab", "llama-cpp-python"],
+                    choices=["decodelab", "llama-cpp-python"])
     ap.add_argument("--out", default=os.path.join(HERE, "results", "bench_serve.json"))
     args = ap.parse_args()
     rows = []
-    for kind in ("decodelab", "llama-cpp-python"):
-        proc, url = start(kind, args.model, args.threads)
+    for kind in args.servers:
+        proc, url = start(kind, args.model, args.threads, args.dtype)
         try:
             asyncio.run(level(url, 1, 8))  # warm up
             for c in args.clients:
@@ -113,7 +116,7 @@ def main():
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump({"model": os.path.basename(args.model), "threads": args.threads, "max_tokens": args.max_tokens,
-                   "rows": rows}, f, indent=1)
+                   "decodelab_dtype": args.dtype or "int8", "rows": rows}, f, indent=1)
     return 0
 
 
