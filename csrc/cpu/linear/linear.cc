@@ -121,10 +121,11 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
   if (path == Path::I8Rows) quantize_int16(x, T, layers[0]->in, xq_buf);
   if (path == Path::A8Rows) quantize_u7(x, T, layers[0]->in, xa_buf);
   if (path == Path::Bf16Row) split_even_odd(x, 1, layers[0]->in, xd_buf);
-  // A few bf16 rows are multiplied in place; more, or any under FixedRowArithmetic, are widened
-  // once (kBf16DirectRows): the widened tiles sum each row in one order at every row count.
+  // A few bf16 rows are multiplied in place; more are widened once (kBf16DirectRows). Under
+  // FixedRowArithmetic every row count stays in place, so each row is summed in one order; in
+  // place costs less than widening at a few rows, and a little more at 16 or more.
   const bool direct_bf16 = path == Path::SmallRows && layers[0]->type == WeightType::BF16 &&
-                           T <= kBf16DirectRows && !FixedRowArithmetic::on();
+                           (FixedRowArithmetic::on() ? T <= kFixedRowsMax : T <= kBf16DirectRows);
   if (direct_bf16) split_even_odd(x, T, layers[0]->in, xd_buf);
   const Int16Rows& xq = xq_buf;
   const Int8Rows& xa = xa_buf;

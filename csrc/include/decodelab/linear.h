@@ -71,9 +71,9 @@ constexpr int kGemmMinRowsI8 = 80;
 int gemm_min_rows(WeightType type);
 
 // While one lives, linear() on this thread gives every row of up to kFixedRowsMax rows the same
-// arithmetic whatever the row count: fp32 and bf16 layers run the register tiles (bf16 widened)
-// from one row on instead of the one-row kernels, whose sums run in another order; int8 and w8a8
-// panels already do. A batch scheduler decodes under it, so that a sequence's logits do not depend
+// arithmetic whatever the row count: fp32 and bf16 layers run the register tiles from one row on
+// instead of the one-row kernels, whose sums run in another order, bf16 always read in place
+// (never widened past kBf16DirectRows); int8 and w8a8 panels already do. A batch scheduler decodes under it, so that a sequence's logits do not depend
 // on the batch it shares a step with (Transformer::decode_batch with fixed_rows).
 class FixedRowArithmetic {
  public:
