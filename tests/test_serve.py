@@ -193,6 +193,59 @@ def test_the_cli_serves_and_stops_on_sigterm():
     assert "serving stories260K as 'tiny'" in err
 
 
+def test_health_is_503_while_the_model_loads(stories):
+    """Given a loader, the app answers at once: /health and model calls 503 until the model is in,
+    then 200; a load that fails stays 503 with the reason and calls on_load_error."""
+    from decodelab.serve import create_app
+    from fastapi.testclient import TestClient
+
+    gate = threading.Event()
+
+    def slow_load():
+        gate.wait(30)
+        return stories
+
+    body = dict(model="stories260K", prompt="Once", max_tokens=3, temperature=0)
+    with TestClient(create_app(slow_load, "stories260K")) as client:
+        r = client.get("/health")
+        assert r.status_code == 503 and r.json()["error"]["message"] == "the model is still loading"
+        assert client.post("/v1/completions", json=body).status_code == 503
+        gate.set()
+        for _ in range(200):
+            if client.get("/health").status_code == 200:
+                break
+            time.sleep(0.02)
+        assert client.post("/v1/completions", json=body).json()["usage"]["completion_tokens"] == 3
+
+    heard = []
+
+    def bad_load():
+        raise ValueError("not a model file")
+
+    with TestClient(create_app(bad_load, "x", on_load_error=heard.append)) as client:
+        for _ in range(200):
+            if heard:
+                break
+            time.sleep(0.02)
+        r = client.get("/health")
+        assert r.status_code == 503 and "failed to load: ValueError: not a model file" in r.json()["error"]["message"]
+    assert isinstance(heard[0], ValueError)
+
+
+def test_the_cli_exits_with_the_reason_when_the_model_does_not_load(tmp_path):
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 20)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.run([sys.executable, "-m", "decodelab", "serve", str(bad), "--port", str(port)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "could not load" in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]
+
+
 def test_metrics_count_tokens_and_times(stories_server):
     _, url = stories_server
     base = url.replace("/v1", "")

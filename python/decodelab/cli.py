@@ -68,12 +68,23 @@ def _serve(args) -> int:
     from .serve import create_app
 
     model_path = args.model or args.model_pos or "stories260K"
-    model = load(model_path, threads=args.threads, tokenizer=args.tokenizer, dtype=args.dtype)
     name = args.served_model_name or os.path.basename(os.path.normpath(model_path))
+
+    load_errors: List[BaseException] = []
+
+    def failed(e: BaseException) -> None:  # the model did not load: say why and end the server
+        load_errors.append(e)
+        server.should_exit = True
+
+    # The server answers at once (/health: 503) while the model loads in the background.
+    app = create_app(lambda: load(model_path, threads=args.threads, tokenizer=args.tokenizer, dtype=args.dtype),
+                     name, api_key=args.api_key, max_running=args.max_running, max_waiting=args.max_waiting,
+                     prefix_cache_mib=args.prefix_cache_mib, on_load_error=failed)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
     print(f"[serving {model_path} as {name!r} on http://{args.host}:{args.port}/v1]", file=sys.stderr)
-    app = create_app(model, name, api_key=args.api_key, max_running=args.max_running, max_waiting=args.max_waiting,
-                     prefix_cache_mib=args.prefix_cache_mib)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    server.run()
+    if load_errors:
+        raise CliError(f"could not load {model_path}: {load_errors[0]}")
     return 0
 
 

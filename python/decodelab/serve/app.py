@@ -8,9 +8,10 @@ import contextlib
 import json
 import os
 import secrets
+import threading
 import time
 import uuid
-from typing import Optional
+from typing import Callable, Optional
 
 from ..batching import BatchEngine, QueueFull
 from . import protocol as P
@@ -57,29 +58,64 @@ class Metrics:
         return self._latest(self.registry)
 
 
+class _Served:
+    """What the app serves once its model is loaded: the model, its engine and metrics. Until
+    then (or after a failed load) every call that needs them is a 503."""
+
+    def __init__(self):
+        self.model = self.engine = self.metrics = self.tok = None
+        self.ctx = self.vocab = 0
+        self.error: Optional[str] = None
+
+    def ready(self, model, engine_options: dict) -> None:
+        blocks = engine_options.pop("prefix_cache_mib") * 2**20 // model._fp32_block_bytes()
+        self.engine = BatchEngine(model, prefix_cache_blocks=blocks, **engine_options)
+        self.metrics = Metrics(model, self.engine)
+        self.ctx, self.vocab, self.tok = model.config.max_position_embeddings, model.config.vocab_size, model.tokenizer
+        self.model = model
+
+    def need(self) -> None:
+        if self.model is None:
+            why = f"the model failed to load: {self.error}" if self.error else "the model is still loading"
+            raise APIError(503, why, kind="service_unavailable")
+
+
 def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, default_max_tokens: int = 16,
-               max_running: int = 32, max_waiting: int = 256, prefix_cache_mib: int = 256):
+               max_running: int = 32, max_waiting: int = 256, prefix_cache_mib: int = 256,
+               on_load_error: Optional[Callable[[BaseException], None]] = None):
     """The FastAPI application serving ``model`` under ``served_model_name``: at most
     ``max_running`` requests decode together, ``max_waiting`` more wait (then 429), and up to
-    ``prefix_cache_mib`` MiB of prompt blocks are kept for prompts that start the same way."""
+    ``prefix_cache_mib`` MiB of prompt blocks are kept for prompts that start the same way.
+    ``model`` may be a function that loads it: the server then answers at once, /health and every
+    model call with 503 until the model is ready (``on_load_error`` hears a failed load)."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, StreamingResponse
 
-    blocks = prefix_cache_mib * 2**20 // model._fp32_block_bytes()
-    engine = BatchEngine(model, max_running=max_running, max_waiting=max_waiting, prefix_cache_blocks=blocks)
+    S = _Served()
+    engine_options = dict(max_running=max_running, max_waiting=max_waiting, prefix_cache_mib=prefix_cache_mib)
+    loader = model if callable(model) else None
+    if loader is None:
+        S.ready(model, engine_options)
+
+    def load_in_background():
+        try:
+            S.ready(loader(), engine_options)
+        except Exception as e:  # reported by /health and to on_load_error; the server stays up
+            S.error = f"{type(e).__name__}: {e}"
+            if on_load_error is not None:
+                on_load_error(e)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
+        if loader is not None:
+            threading.Thread(target=load_in_background, name="decodelab-load", daemon=True).start()
         yield
-        engine.close()  # after uvicorn has let the running requests finish
+        if S.engine is not None:
+            S.engine.close()  # after uvicorn has let the running requests finish
 
     app = FastAPI(title="decodelab", docs_url=None, redoc_url=None, lifespan=lifespan)
-    metrics = Metrics(model, engine)
-    app.state.engine = engine
+    app.state.served = S
     created = int(time.time())
-    ctx = model.config.max_position_embeddings
-    vocab = model.config.vocab_size
-    tok = model.tokenizer
 
     @app.exception_handler(APIError)
     async def _api_error(_request, exc: APIError):
@@ -87,6 +123,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
 
     async def _json(request: Request):
         """The request's JSON body, after the API key check; 400 for a body that is not JSON."""
+        S.need()
         if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
             raise APIError(401, "missing or wrong API key (Authorization: Bearer ...)", kind="authentication_error")
         raw = await request.body()
@@ -123,7 +160,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
             for i in range(n):
                 def listener(ev, i=i):
                     loop.call_soon_threadsafe(events.put_nowait, (i, ev))
-                reqs.append(engine.submit(ids, sequence=i, listener=listener, **run, **sampling))
+                reqs.append(S.engine.submit(ids, sequence=i, listener=listener, **run, **sampling))
         except (ValueError, QueueFull) as e:
             for r in reqs:
                 r.cancel()
@@ -143,7 +180,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
                     raise value
                 if kind == "done":
                     left -= 1
-                    metrics.record(value)
+                    S.metrics.record(value)
                 yield i, kind, value
         finally:
             for r in reqs:
@@ -165,39 +202,42 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
 
     @app.get("/health")
     def health():
+        S.need()
         return {"status": "ok"}
 
     @app.get("/metrics")
     def prometheus():
         from fastapi.responses import Response
 
-        return Response(metrics.render(), media_type=metrics.content_type)
+        S.need()
+        return Response(S.metrics.render(), media_type=S.metrics.content_type)
 
     @app.get("/v1/models")
     def models():
+        S.need()
         return {"object": "list", "data": [{"id": served_model_name, "object": "model", "created": created,
-                                            "owned_by": "decodelab", "max_model_len": ctx}]}
+                                            "owned_by": "decodelab", "max_model_len": S.ctx}]}
 
     @app.post("/tokenize")
     async def tokenize(request: Request):
         body = await _json(request)
         if not isinstance(body, dict) or not isinstance(body.get("prompt"), str):
             raise APIError(400, "prompt must be a string", "prompt")
-        ids = tok.encode(body["prompt"], add_special_tokens=bool(body.get("add_special_tokens", True)))
-        return {"tokens": ids, "count": len(ids), "max_model_len": ctx}
+        ids = S.tok.encode(body["prompt"], add_special_tokens=bool(body.get("add_special_tokens", True)))
+        return {"tokens": ids, "count": len(ids), "max_model_len": S.ctx}
 
     @app.post("/detokenize")
     async def detokenize(request: Request):
         body = await _json(request)
         ids = body.get("tokens") if isinstance(body, dict) else None
-        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab
-                                                 for t in ids):
-            raise APIError(400, f"tokens must be a list of token ids in [0, {vocab})", "tokens")
-        return {"prompt": tok.decode(ids)}
+        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < S.vocab
+                                                for t in ids):
+            raise APIError(400, f"tokens must be a list of token ids in [0, {S.vocab})", "tokens")
+        return {"prompt": S.tok.decode(ids)}
 
     def _common(body, max_keys):
-        run = P.run_options(body, max_tokens_key=max_keys, default_max=default_max_tokens, max_context=ctx)
-        sampling = P.sampling_options(body, vocab_size=vocab, max_context=ctx)
+        run = P.run_options(body, max_tokens_key=max_keys, default_max=default_max_tokens, max_context=S.ctx)
+        sampling = P.sampling_options(body, vocab_size=S.vocab, max_context=S.ctx)
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise APIError(400, "stream must be true or false", "stream")
@@ -222,7 +262,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         if isinstance(prompt, list) and len(prompt) == 1:
             prompt = prompt[0]
         if isinstance(prompt, str):
-            ids = tok.encode(prompt)
+            ids = S.tok.encode(prompt)
         elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             ids = prompt
         else:
@@ -240,7 +280,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
                 n_out = 0
                 async for i, kind, v in _events(reqs, queue):
                     if kind == "piece":
-                        yield chunk(i, v.text, P.completion_logprobs(v, tok) if lp is not None else None, None)
+                        yield chunk(i, v.text, P.completion_logprobs(v, S.tok) if lp is not None else None, None)
                     else:
                         n_out += len(v.token_ids)
                         yield chunk(i, "", None, P.finish_reason(v.sequences[0]))
@@ -250,7 +290,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
             return _sse(events())
         seqs = await _generate(ids, run, sampling, "prompt")
         choices = [{"index": i, "text": s.text, "finish_reason": P.finish_reason(s),
-                    "logprobs": P.completion_logprobs(s, tok) if lp is not None else None}
+                    "logprobs": P.completion_logprobs(s, S.tok) if lp is not None else None}
                    for i, s in enumerate(seqs)]
         return {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
                 "choices": choices, "usage": P.usage(len(ids), sum(len(s.token_ids) for s in seqs))}
@@ -268,10 +308,10 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         top = P.integer(body, "top_logprobs", 0, 0, 20)
         if body.get("top_logprobs") is not None and not want_lp:
             raise APIError(400, "top_logprobs needs logprobs: true", "top_logprobs")
-        if tok is None or getattr(tok, "chat_template", None) is None:
+        if S.tok is None or getattr(S.tok, "chat_template", None) is None:
             raise APIError(400, "this model has no chat template; use /v1/completions", "messages")
         try:
-            ids = tok.apply_chat_template(P.messages_of(body), add_generation_prompt=True, tokenize=True)
+            ids = S.tok.apply_chat_template(P.messages_of(body), add_generation_prompt=True, tokenize=True)
         except ValueError as e:
             raise APIError(400, str(e), "messages") from None
         rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
@@ -288,7 +328,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
                 async for i, kind, v in _events(reqs, queue):
                     if kind == "piece":
                         yield dict(base, choices=[{"index": i, "delta": {"content": v.text},
-                                                   "logprobs": P.chat_logprobs(v, tok) if want_lp else None,
+                                                   "logprobs": P.chat_logprobs(v, S.tok) if want_lp else None,
                                                    "finish_reason": None}])
                     else:
                         n_out += len(v.token_ids)
@@ -299,7 +339,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
             return _sse(events())
         seqs = await _generate(ids, run, sampling, "messages")
         choices = [{"index": i, "message": {"role": "assistant", "content": s.text, "refusal": None},
-                    "logprobs": P.chat_logprobs(s, tok) if want_lp else None, "finish_reason": P.finish_reason(s)}
+                    "logprobs": P.chat_logprobs(s, S.tok) if want_lp else None, "finish_reason": P.finish_reason(s)}
                    for i, s in enumerate(seqs)]
         return {"id": rid, "object": "chat.completion", "created": now, "model": served_model_name,
                 "choices": choices, "usage": P.usage(len(ids), sum(len(s.token_ids) for s in seqs))}
