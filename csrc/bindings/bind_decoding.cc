@@ -50,6 +50,39 @@ void register_decoding(py::module_& m) {
           py::arg("start"), "(logprob, top ids, top logprobs) of each step from `start` on (with logprobs >= 0).");
 
 
+  py::class_<SpeculativeDecoder>(m, "SpeculativeDecoder", "Speculative decoding, one round per step() call.")
+      .def(py::init([](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& prompt,
+                       Chain& chain, KVCache& cache, const DecodeOptions& options, const Transformer* draft,
+                       KVCache* draft_cache) {
+             return std::make_unique<SpeculativeDecoder>(e, cache, to_ids(prompt), chain, options, draft, draft_cache);
+           }),
+           py::arg("engine"), py::arg("prompt"), py::arg("chain"), py::arg("cache"), py::arg("options"),
+           py::arg("draft").none(true), py::arg("draft_cache").none(true), py::keep_alive<1, 2>(),
+           py::keep_alive<1, 4>(), py::keep_alive<1, 5>(), py::keep_alive<1, 7>(), py::keep_alive<1, 8>())
+      .def(
+          "step",
+          [](SpeculativeDecoder& d) {
+            KVCache::Use use(d.cache());
+            std::unique_ptr<KVCache::Use> draft_use;
+            if (d.draft_cache()) draft_use = std::make_unique<KVCache::Use>(*d.draft_cache());
+            Transformer::Activity busy(d.model());
+            return without_gil([&] { return d.step(); });
+          },
+          "One round: the tokens it added (empty once finished).")
+      .def_property_readonly("finished", &SpeculativeDecoder::finished)
+      .def("result", [](const SpeculativeDecoder& d) { return generate_result_dict(d.result()); })
+      .def("speculation", [](const SpeculativeDecoder& d) { return speculation_dict(d.stats()); })
+      .def(
+          "logprobs",
+          [](const SpeculativeDecoder& d, size_t start) {
+            const GenerateResult& r = d.result();
+            py::list out;
+            for (size_t k = start; k < r.logprobs.size(); ++k)
+              out.append(py::make_tuple(r.logprobs[k], r.top_ids[k], r.top_logprobs[k]));
+            return out;
+          },
+          py::arg("start"));
+
   using EngineClass = py::class_<Transformer, std::shared_ptr<Transformer>>;
   py::reinterpret_borrow<EngineClass>(m.attr("Engine"))
       .def(
@@ -75,7 +108,28 @@ void register_decoding(py::module_& m) {
             const auto poll = signal_poll();
             return generate_result_dict(without_gil([&] { return generate(e, cache, ids, chain, options, poll); }));
           },
-          py::arg("prompt"), py::arg("chain"), py::arg("cache"), py::arg("options"));
+          py::arg("prompt"), py::arg("chain"), py::arg("cache"), py::arg("options"))
+      .def(
+          "generate_speculative",
+          [](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& prompt,
+             Chain& chain, KVCache& cache, const DecodeOptions& options, const Transformer* draft,
+             KVCache* draft_cache) {
+            std::vector<int32_t> ids = to_ids(prompt);
+            KVCache::Use use(cache);
+            std::unique_ptr<KVCache::Use> draft_use;
+            if (draft_cache) draft_use = std::make_unique<KVCache::Use>(*draft_cache);
+            Transformer::Activity busy(e);
+            const auto poll = signal_poll();
+            SpeculationStats stats;
+            GenerateResult r = without_gil([&] {
+              return generate_speculative(e, cache, ids, chain, options, draft, draft_cache, &stats, poll);
+            });
+            py::dict d = generate_result_dict(r);
+            d["speculation"] = speculation_dict(stats);
+            return d;
+          },
+          py::arg("prompt"), py::arg("chain"), py::arg("cache"), py::arg("options"), py::arg("draft").none(true),
+          py::arg("draft_cache").none(true));
 }
 
 }  // namespace decodelab

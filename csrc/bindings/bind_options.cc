@@ -50,6 +50,9 @@ void register_options(py::module_& m) {
       .def_readwrite("guidance_scale", &DecodeOptions::guidance_scale, "Classifier-free guidance; 1: off.")
       .def_readwrite("negative_prompt", &DecodeOptions::negative_prompt,
                      "The unconditional sequence's prompt (empty: the input's last token).")
+      .def_readwrite("num_draft_tokens", &DecodeOptions::num_draft_tokens, "Speculative decoding: tokens per draft.")
+      .def_readwrite("prompt_lookup_max_ngram", &DecodeOptions::prompt_lookup_max_ngram,
+                     "Prompt lookup: the longest n-gram of the text's end looked for earlier in it.")
       .def("__repr__", [](const DecodeOptions& o) {
         return "DecodeOptions(max_new_tokens=" + std::to_string(o.max_new_tokens) + ", eos_ids=" + ids_repr(o.eos_ids) +
                ", sequence=" + std::to_string(o.sequence) + ", logprobs=" + std::to_string(o.logprobs) +

@@ -20,6 +20,20 @@ py::dict stats_dict(const StageStats& s) {
   return d;
 }
 
+py::dict speculation_dict(const SpeculationStats& s) {
+  py::dict d;
+  d["drafted"] = s.drafted;
+  d["accepted"] = s.accepted;
+  d["drafted_at"] = s.drafted_at;
+  d["accepted_at"] = s.accepted_at;
+  d["draft_seconds"] = s.draft_seconds;
+  d["verify_seconds"] = s.verify_seconds;
+  py::list rounds;
+  for (const auto& r : s.rounds) rounds.append(py::make_tuple(r.draft, r.accepted, r.token, r.bonus));
+  d["rounds"] = rounds;
+  return d;
+}
+
 py::dict generate_result_dict(const GenerateResult& r) {
   py::dict d;
   d["token_ids"] = r.token_ids;

@@ -45,6 +45,7 @@ inline py::array_t<float> to_array(const std::vector<float>& v) {
 
 // Result dicts of the decode loops and one sampler stage's statistics (bind_results.cc).
 py::dict generate_result_dict(const GenerateResult& r);
+py::dict speculation_dict(const SpeculationStats& s);
 py::dict beam_result_dict(const BeamResult& r);
 py::dict stats_dict(const StageStats& s);
 

@@ -183,6 +183,8 @@ int first_kept(const float* logits, int n) {
   return sampling::first_at_least(logits, n, -std::numeric_limits<float>::max());
 }
 
+int draw_token(const float* probs, int n, double u) { return sampling::draw(probs, n, u); }
+
 double counter_uniform(uint64_t seed, uint64_t sequence, uint64_t step, uint64_t salt) {
   const uint64_t h = mix64(mix64(mix64(mix64(seed) ^ sequence) ^ step) ^ salt);
   return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);

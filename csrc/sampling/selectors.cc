@@ -22,6 +22,7 @@ class Greedy : public Base<Greedy> {
  public:
   std::string name() const override { return "greedy"; }
   bool selects() const override { return true; }
+  Pick pick() const override { return Pick::MostLikely; }
   void apply(float* l, int n, const SampleContext&) override {
     const int top = argmax(l, n);
     if (top < 0) throw std::invalid_argument("no candidate token has a finite logit");
@@ -34,6 +35,8 @@ class Dist : public Base<Dist> {
   explicit Dist(uint64_t seed) : seed_(seed) {}
   std::string name() const override { return "dist(seed=" + std::to_string(seed_) + ")"; }
   bool selects() const override { return true; }
+  Pick pick() const override { return Pick::Draw; }
+  uint64_t draw_seed() const override { return seed_; }
   void apply(float* l, int n, const SampleContext& ctx) override {
     probs_.resize(n);
     if (!softmax(l, n, probs_.data())) throw std::invalid_argument("no candidate token has a finite logit");
@@ -53,6 +56,7 @@ class Mirostat : public Base<Mirostat> {
   Mirostat(double tau, double eta, uint64_t seed) : tau_(tau), eta_(eta), seed_(seed), mu_(2 * tau) {}
   std::string name() const override { return "mirostat_v2(tau=" + num(tau_) + ", eta=" + num(eta_) + ")"; }
   bool selects() const override { return true; }
+  Pick pick() const override { return Pick::Other; }
   void apply(float* l, int n, const SampleContext& ctx) override {
     probs_.resize(n);
     if (!softmax(l, n, probs_.data())) throw std::invalid_argument("no candidate token has a finite logit");

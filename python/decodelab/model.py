@@ -11,7 +11,7 @@ from . import options, samplers, streaming
 from ._native import _core
 from .beam import BeamTree
 from .config import ModelConfig
-from .results import GeneratedSequence, Generation, StreamPiece, TokenLogprob
+from .results import GeneratedSequence, Generation, Speculation, StreamPiece, TokenLogprob
 from .tokenizer import Tokenizer
 from .trace import Trace
 
@@ -199,7 +199,8 @@ class Model:
                  length_penalty: float = 1.0, early_stopping: Union[bool, str] = False,
                  num_return_sequences: Optional[int] = None, cache=None, logprobs: Optional[int] = None,
                  logprobs_mode: str = "raw", trace: Union[bool, str] = False,
-                 guidance_scale: Optional[float] = None, negative_prompt: Optional[Prompt] = None):
+                 guidance_scale: Optional[float] = None, negative_prompt: Optional[Prompt] = None,
+                 draft=None, num_draft_tokens: Optional[int] = None):
         """Generate a continuation of ``prompt`` (text or token ids), or of each prompt in a list
         (then a list of Generation comes back, equal to the one-by-one results).
 
@@ -231,6 +232,15 @@ class Model:
         advances beside this one with the same tokens in one batched step, and the scores become
         scale x (log p(cond) - log p(uncond)) + log p(uncond), before every sampler.
 
+        Speculative decoding: ``draft`` (a Model with this one's vocabulary, say the same model
+        with int8 weights, or "prompt_lookup": the tokens that followed an earlier occurrence of
+        the text's last two tokens) proposes ``num_draft_tokens`` tokens (default 5, prompt
+        lookup 10); one pass of this model checks them all, and rejection sampling keeps the
+        tokens the chain's processed distribution allows, plus one of its own. Greedy output is
+        the same token for token; sampled output follows the same distribution as without a
+        draft (a seed then gives other tokens than plain sampling). ``Generation.speculation``
+        counts drafted and accepted tokens, and records each round.
+
         Looking inside: ``logprobs=N`` gives per token its logprob and the N most likely
         alternatives, under the raw distribution (``logprobs_mode="raw"``) or the processed one
         the token was drawn from ("processed"); ``trace=True`` records what every sampler stage
@@ -244,7 +254,8 @@ class Model:
             eos_token_id=eos_token_id, stop=stop, include_stop_str_in_output=include_stop_str_in_output, n=n,
             num_beams=num_beams, length_penalty=length_penalty, early_stopping=early_stopping,
             num_return_sequences=num_return_sequences, logprobs=logprobs, logprobs_mode=logprobs_mode, trace=trace,
-            guidance_scale=guidance_scale, negative_prompt=negative_prompt),
+            guidance_scale=guidance_scale, negative_prompt=negative_prompt, draft=draft,
+            num_draft_tokens=num_draft_tokens),
             dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
                  repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                  frequency_penalty=frequency_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
@@ -317,7 +328,28 @@ class Model:
                                make_chain=self._sampler_chain, encode=self._ids)
         if opts.stops and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer")
+        if opts.draft is not None and not isinstance(opts.draft, str):
+            self._check_draft(opts.draft)
         return opts
+
+    def _check_draft(self, draft: "Model") -> None:
+        """A draft model must read and write the same tokens as this one."""
+        if draft.config.vocab_size != self.config.vocab_size:
+            raise ValueError(f"the draft's vocabulary has {draft.config.vocab_size} tokens, this model's "
+                             f"{self.config.vocab_size}: a draft must share the model's vocabulary")
+        a, b = self.tokenizer, draft.tokenizer
+        if a is not None and b is not None:
+            ids = list(range(0, self.config.vocab_size, max(1, self.config.vocab_size // 256)))
+            if [a.decode([i]) for i in ids] != [b.decode([i]) for i in ids]:
+                raise ValueError("the draft's tokenizer gives other text for the same token ids than this model's")
+
+    def _draft_args(self, opts: options.RunOptions, n_tokens: int):
+        """The draft engine and a fresh cache of its own, or (None, None) for prompt lookup."""
+        if opts.draft is None or isinstance(opts.draft, str):
+            return None, None
+        d = opts.draft._engine
+        ctx = opts.draft.config.max_position_embeddings
+        return d, d.new_cache(max(1, min(ctx, n_tokens + opts.max_new_tokens)), "float32", True)
 
     def _sampler_chain(self, sampler, order, preset, seed, eos, options, min_tokens_to_keep=1) -> samplers.Chain:
         given = {k: v for k, v in options.items() if v is not None}
@@ -374,12 +406,17 @@ class Model:
                     next(it)
                 except StopIteration as done:
                     return done.value
+        if opts.draft is not None:
+            r = self._engine.generate_speculative(np.asarray(ids[reused:], dtype=np.int64), chain.clone()._core,
+                                                  cache, opts.decode_options(), *self._draft_args(opts, len(ids)))
+            return self._generation(ids, reused, r, chain, opts, text=self._decode_text(r["token_ids"]),
+                                    speculation=Speculation.from_core(r["speculation"]))
         r = self._engine.generate(np.asarray(ids[reused:], dtype=np.int64), chain.clone()._core, cache,
                                   opts.decode_options())
         return self._generation(ids, reused, r, chain, opts, text=self._decode_text(r["token_ids"]))
 
     def _generation(self, ids, reused, r, chain, opts: options.RunOptions, *, text, finish_reason=None,
-                    stop_reason=None) -> Generation:
+                    stop_reason=None, speculation: Optional[Speculation] = None) -> Generation:
         out = r["token_ids"]
         lp = None
         if opts.logprobs >= 0:
@@ -393,9 +430,9 @@ class Model:
                           prefill_seconds=r["prefill_seconds"], decode_seconds=r["decode_seconds"],
                           first_token_seconds=r["first_token_seconds"], reused_prompt_tokens=reused, seed=opts.seed,
                           sampler=repr(chain), logprobs=lp, trace=Trace.from_core(r["trace"]) if opts.trace else None,
-                          stop_reason=stop_reason,
+                          stop_reason=stop_reason, speculation=speculation,
                           sequences=[GeneratedSequence(token_ids=out, text=text, score=score, finish_reason=fr,
-                                                       logprobs=lp)])
+                                                       logprobs=lp, speculation=speculation)])
 
     def _stream(self, ids, cache, reused, chain: samplers.Chain, opts: options.RunOptions, *, sequence: int = 0,
                 logprobs: Optional[int] = None):
@@ -416,15 +453,31 @@ class Model:
         """Generator of StreamPieces (with their TokenLogprobs when ``piece_logprobs``); its return
         value is the Generation. sequence: which of n samples (keys the random stream); logprobs
         overrides opts.logprobs."""
-        dec = _core.Decoder(self._engine, np.asarray(ids[reused:], dtype=np.int64), chain.clone()._core, cache,
-                            opts.decode_options(sequence=sequence, logprobs=logprobs))
+        prompt = np.asarray(ids[reused:], dtype=np.int64)
+        dopts = opts.decode_options(sequence=sequence, logprobs=logprobs)
         seen: List[int] = []
+        if opts.draft is None:
+            dec = _core.Decoder(self._engine, prompt, chain.clone()._core, cache, dopts)
 
-        def step():
-            t = dec.step()
-            if t >= 0:
+            def step():
+                t = dec.step()
+                if t >= 0:
+                    seen.append(t)
+                return t
+        else:  # a round gives one or more tokens: handed out one at a time
+            dec = _core.SpeculativeDecoder(self._engine, prompt, chain.clone()._core, cache, dopts,
+                                           *self._draft_args(opts, len(ids)))
+            ready: List[int] = []
+
+            def step():
+                while not ready:
+                    got = dec.step()
+                    if not got:
+                        return -1
+                    ready.extend(reversed(got))
+                t = ready.pop()
                 seen.append(t)
-            return t
+                return t
 
         pieces = streaming.text_pieces(step, self.tokenizer, opts.stops, opts.include_stop, with_counts=True)
         sent = 0
@@ -442,10 +495,14 @@ class Model:
             sent = n
         r = dec.result()
         r["token_ids"] = end.tokens
+        for k in ("logprobs", "top_ids", "top_logprobs"):  # a round may have run past a stop string
+            r[k] = r[k][:len(end.tokens)]
         fr = "stop" if end.stop is not None else r["finish_reason"]
         if logprobs is not None:
             opts = dataclasses.replace(opts, logprobs=logprobs)
-        return self._generation(ids, reused, r, chain, opts, text=end.text, finish_reason=fr, stop_reason=end.stop)
+        spec = Speculation.from_core(dec.speculation()) if opts.draft is not None else None
+        return self._generation(ids, reused, r, chain, opts, text=end.text, finish_reason=fr, stop_reason=end.stop,
+                                speculation=spec)
 
     def _samples(self, ids, cache, chain: samplers.Chain, opts: options.RunOptions) -> Generation:
         base, reused = self._prepare_cache(ids, cache, opts.max_new_tokens)
@@ -505,7 +562,8 @@ class Model:
 
 _RUN_KEYS = {"max_new_tokens", "seed", "sampler", "order", "preset", "eos_token_id", "stop",
              "include_stop_str_in_output", "n", "num_beams", "length_penalty", "early_stopping",
-             "num_return_sequences", "logprobs", "logprobs_mode", "trace", "guidance_scale", "negative_prompt"}
+             "num_return_sequences", "logprobs", "logprobs_mode", "trace", "guidance_scale", "negative_prompt",
+             "draft", "num_draft_tokens"}
 
 
 from .loading import load  # noqa: E402  (load() builds a Model; kept importable from here)

@@ -178,6 +178,23 @@ def resolve(run: dict, sampling: dict, *, vocab_size: int, block_bytes: int, def
     if gs != 1.0 and (num_beams > 1 or n > 1):
         raise ValueError("guidance_scale guides one sequence: num_beams and n must be 1")
     negative = [] if neg is None else list(encode(neg))
+    # Speculative decoding: a draft model (a Model; Model._options checks its vocabulary) or prompt lookup.
+    draft, k = run.get("draft"), run.get("num_draft_tokens")
+    if draft is None:
+        if k is not None:
+            raise ValueError("num_draft_tokens needs a draft (a decodelab Model or 'prompt_lookup')")
+        k = 5
+    else:
+        if isinstance(draft, str) and draft != "prompt_lookup" or not isinstance(draft, str) and not hasattr(
+                draft, "_engine"):
+            raise ValueError(f"draft must be a decodelab Model or 'prompt_lookup', got {draft!r:.80}")
+        k = integer("num_draft_tokens", (10 if isinstance(draft, str) else 5) if k is None else k, 1, 64)
+        if num_beams > 1:
+            raise ValueError("beam search does not take a draft: use num_beams=1 with draft=")
+        if trace:
+            raise ValueError("trace is not recorded with a draft; Generation.speculation records each round")
+        if gs != 1.0:
+            raise ValueError("guidance_scale does not take a draft")
     if trace == "full":  # every stage's logits at every step
         stages = max(len(c.stages) for c in chains) + 1
         check_budget(f"trace='full' over {max_new_tokens} steps x {stages} stages x {vocab_size} logits",
@@ -186,7 +203,8 @@ def resolve(run: dict, sampling: dict, *, vocab_size: int, block_bytes: int, def
                       logprobs=-1 if logprobs is None else logprobs, processed=mode == "processed",
                       trace={False: 0, True: 1, "full": 2}[trace], stops=list(stops), include_stop=include_stop, n=n,
                       num_beams=num_beams, length_penalty=lp, early_stopping={True: 1, False: 0, "never": -1}[es],
-                      num_return_sequences=nrs or 1, guidance_scale=gs, negative_prompt=negative)
+                      num_return_sequences=nrs or 1, guidance_scale=gs, negative_prompt=negative, draft=draft,
+                      num_draft_tokens=k)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,6 +227,8 @@ class RunOptions:
     num_return_sequences: int
     guidance_scale: float = 1.0   # classifier-free guidance; 1: off
     negative_prompt: List[int] = dataclasses.field(default_factory=list)  # [] : the prompt's last token
+    draft: object = None          # speculative decoding: a Model, "prompt_lookup", or None
+    num_draft_tokens: int = 5
 
     def decode_options(self, *, sequence: int = 0, logprobs: Optional[int] = None) -> "_core.DecodeOptions":
         """The options of one sequence's decode loop (generate, a stream, one of n samples)."""
@@ -221,6 +241,7 @@ class RunOptions:
         o.trace = self.trace  # trace_top keeps DecodeOptions' default (decoder.h)
         o.guidance_scale = self.guidance_scale
         o.negative_prompt = self.negative_prompt
+        o.num_draft_tokens = self.num_draft_tokens
         return o
 
     def beam_options(self, *, do_sample: bool) -> "_core.BeamOptions":

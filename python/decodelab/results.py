@@ -27,6 +27,52 @@ class StreamPiece:
 
 
 @dataclasses.dataclass
+class SpeculationRound:
+    """One round of speculative decoding: the drafted tokens, how many the model kept, and the
+    token it added itself (after a rejection, or a bonus when it kept them all)."""
+
+    draft: List[int]
+    accepted: int
+    token: int
+    bonus: bool
+
+
+@dataclasses.dataclass
+class Speculation:
+    """What speculative decoding did in one generation (None without a draft)."""
+
+    drafted: int                      # tokens proposed, over all rounds
+    accepted: int                     # of them, kept by the model
+    drafted_per_position: List[int]   # by position in the draft: how often drafted
+    accepted_per_position: List[int]  # and how often kept
+    rounds: List[SpeculationRound]
+    draft_seconds: float              # proposing (the draft model, or the lookup)
+    verify_seconds: float             # the model's passes over the drafts, and choosing
+
+    @classmethod
+    def from_core(cls, d: dict) -> "Speculation":
+        return cls(drafted=d["drafted"], accepted=d["accepted"], drafted_per_position=list(d["drafted_at"]),
+                   accepted_per_position=list(d["accepted_at"]),
+                   rounds=[SpeculationRound(list(a), b, c, e) for a, b, c, e in d["rounds"]],
+                   draft_seconds=d["draft_seconds"], verify_seconds=d["verify_seconds"])
+
+    @property
+    def acceptance_rate(self) -> float:
+        """accepted / drafted (NaN when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else float("nan")
+
+    @property
+    def acceptance_per_position(self) -> List[float]:
+        """For each position in the draft, the share of its drafts that were kept."""
+        return [a / d if d else float("nan") for a, d in zip(self.accepted_per_position, self.drafted_per_position)]
+
+    @property
+    def tokens_per_round(self) -> float:
+        """Tokens the model produced per pass over a draft (plain decoding: 1)."""
+        return (self.accepted + len(self.rounds)) / len(self.rounds) if self.rounds else float("nan")
+
+
+@dataclasses.dataclass
 class GeneratedSequence:
     """One of several returned sequences (beams, or n samples)."""
 
@@ -35,6 +81,7 @@ class GeneratedSequence:
     score: float          # beams: sum_logprobs / length ** length_penalty; samples: sum of raw logprobs
     finish_reason: str
     logprobs: Optional[List["TokenLogprob"]] = None  # samples, when generate() was asked for logprobs
+    speculation: Optional[Speculation] = None        # with a draft: this sequence's own rounds
 
 
 @dataclasses.dataclass
@@ -57,6 +104,7 @@ class Generation:
     beam_tree: Optional[BeamTree] = None
     stop_reason: Union[None, int, str] = None  # the EOS id or stop string that ended the text
     peak_cache_bytes: Optional[int] = None     # beam search: K/V blocks in use at the peak
+    speculation: Optional[Speculation] = None  # with a draft (speculative decoding)
 
     @property
     def time_to_first_token(self) -> float:

@@ -27,6 +27,10 @@ struct DecodeOptions {
   // one with the same tokens; see classifier_free_guidance().
   float guidance_scale = 1.0f;
   std::vector<int32_t> negative_prompt;
+  // Speculative decoding (SpeculativeDecoder): tokens drafted per round, and for prompt lookup
+  // the longest n-gram of the text's end that is looked for earlier in it.
+  int num_draft_tokens = 5;
+  int prompt_lookup_max_ngram = 2;
 };
 
 struct GenerateResult {

@@ -42,6 +42,11 @@ class Sampler {
   virtual void reset() {}
   virtual std::shared_ptr<Sampler> clone() const = 0;
   virtual bool selects() const { return false; }
+  // For speculative decoding, which must know how a selector picks: the most likely token
+  // (Greedy), a draw from the distribution (Dist), or another rule with its own state (Mirostat).
+  enum class Pick { None, MostLikely, Draw, Other };
+  virtual Pick pick() const { return Pick::None; }
+  virtual uint64_t draw_seed() const { return 0; }  // Dist: its seed
 };
 
 using SamplerPtr = std::shared_ptr<Sampler>;
@@ -54,6 +59,9 @@ double entropy_of(const float* probs, int n);  // nats
 float max_logit(const float* logits, int n);
 // The first token a chain left in (its logit neither NaN nor -inf), or -1.
 int first_kept(const float* logits, int n);
+// The token Dist draws for uniform u from probabilities `probs` (not necessarily normalised):
+// the first whose cumulative probability exceeds u x total, in token-id order; -1 if none.
+int draw_token(const float* probs, int n, double u);
 
 SamplerPtr make_temperature(double t);
 SamplerPtr make_top_k(int64_t k, int64_t min_tokens_to_keep = 1);
@@ -129,6 +137,8 @@ class Chain : public Sampler {
   }
   SamplerPtr clone() const override;
   bool selects() const override { return !stages_.empty() && stages_.back()->selects(); }
+  Pick pick() const override { return stages_.empty() ? Pick::None : stages_.back()->pick(); }
+  uint64_t draw_seed() const override { return stages_.empty() ? 0 : stages_.back()->draw_seed(); }
   const std::vector<SamplerPtr>& stages() const { return stages_; }
 
  private:
