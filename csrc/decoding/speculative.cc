@@ -65,6 +65,7 @@ SpeculativeDecoder::SpeculativeDecoder(const Transformer& target, KVCache& cache
     draft_->check_tokens(prompt_.data(), 1, *draft_cache_);  // and the cache is the draft's
     draft_chain_ = std::static_pointer_cast<Chain>(chain.clone());
   }
+  k_now_ = opts_.num_draft_tokens;
   r_.finish_reason = "length";
 }
 
@@ -197,7 +198,7 @@ std::vector<int32_t> SpeculativeDecoder::step() {
   const int room = opts_.max_new_tokens - gen;
   std::vector<int32_t> drafted;
   const auto td = std::chrono::steady_clock::now();
-  const int k = room > 1 ? propose(std::min(opts_.num_draft_tokens, room - 1), drafted) : 0;
+  const int k = room > 1 ? propose(std::min(k_now_, room - 1), drafted) : 0;
   stats_.draft_seconds += seconds_since(td);
   const auto tv = std::chrono::steady_clock::now();
   std::vector<int32_t> toks(1, pending_);
@@ -265,6 +266,11 @@ std::vector<int32_t> SpeculativeDecoder::step() {
     emit(t, raw, processed.data());
   }
   round.accepted = m;
+  // Prompt lookup's next draft length: two more after a round that kept every draft, else one
+  // more than this round kept, so lookups that keep failing cost few rows of the model's pass. A
+  // draft model keeps k: its acceptance does not run in streaks, and shorter drafts kept fewer
+  // tokens per round there.
+  if (!draft_ && k > 0) k_now_ = m == k ? std::min(k_now_ + 2, opts_.num_draft_tokens) : std::max(1, m + 1);
   stats_.drafted += k;
   stats_.accepted += m;
   stats_.rounds.push_back(std::move(round));

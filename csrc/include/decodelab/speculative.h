@@ -72,6 +72,7 @@ class SpeculativeDecoder {
   std::vector<float> logits_, work_, p_, q_, resid_, dlogits_;
   SampleContext ctx_;
   int32_t pending_ = -1;  // the last token, not yet in the target's cache
+  int k_now_ = 0;         // this round's draft length, at most opts_.num_draft_tokens
   bool started_ = false, finished_ = false;
 };
 
