@@ -114,3 +114,13 @@ def test_generation_curves(stories):
     assert len(fig.axes) == 2
     with pytest.raises(ValueError, match="trace=True"):
         decodelab.plot.generation_curves(stories.generate("Once", max_new_tokens=2))
+
+
+def test_speculation_draws_each_round(stories):
+    g = stories.generate("Once upon a time, there was a girl. Once upon a time", max_new_tokens=30,
+                         draft="prompt_lookup", num_draft_tokens=4)
+    fig = decodelab.plot.speculation(g, tokenizer=stories.tokenizer)
+    # One cell per drafted token and one for the model's own token, in every round drawn.
+    assert len(fig.axes[0].patches) == sum(len(r.draft) + 1 for r in g.speculation.rounds)
+    with pytest.raises(ValueError, match="no draft"):
+        decodelab.plot.speculation(stories.generate("Once", max_new_tokens=2))

@@ -1,5 +1,6 @@
 """Pictures for notebooks (matplotlib): the top candidates after each sampler stage, a beam tree,
-entropy and the chosen token's probability along a generation, and the logit lens."""
+entropy and the chosen token's probability along a generation, the logit lens, and speculative
+decoding round by round."""
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -136,5 +137,36 @@ def logit_lens(lens, *, title: Optional[str] = None):
     ax.set_yticklabels(["embed"] + [str(i) for i in range(1, L)], fontsize=7)
     ax.set_ylabel("layer")
     ax.set_title(title or "logit lens: each layer's guess for the next token")
+    fig.tight_layout()
+    return fig
+
+
+def speculation(generation, *, tokenizer=None, max_rounds: Optional[int] = 24, title: Optional[str] = None):
+    """Speculative decoding round by round: one row per round, the drafted tokens in green where
+    the model kept them and red where it rejected them (later ones grey: never checked), then the
+    model's own token (blue; a bonus after a fully kept draft). Returns the matplotlib Figure."""
+    import matplotlib.pyplot as plt
+
+    spec = generation.speculation
+    if spec is None:
+        raise ValueError("this generation had no draft: generate(..., draft=MODEL or 'prompt_lookup')")
+    rounds = spec.rounds[:max_rounds] if max_rounds else spec.rounds
+    width = max((len(r.draft) + 1 for r in rounds), default=1)
+    fig, ax = plt.subplots(figsize=(min(1.1 * width + 1.5, 16), 0.32 * len(rounds) + 1.2))
+    for y, r in enumerate(rounds):
+        cells = [(t, "#7fd17f" if j < r.accepted else "#f08080" if j == r.accepted else "#dddddd")
+                 for j, t in enumerate(r.draft)]
+        cells.append((r.token, "#87b6e8"))
+        for x, (t, colour) in enumerate(cells):
+            ax.add_patch(plt.Rectangle((x, y), 0.96, 0.9, color=colour))
+            label = _label(t, tokenizer)
+            ax.text(x + 0.48, y + 0.45, label[:10], ha="center", va="center", fontsize=7)
+    ax.set_xlim(0, width)
+    ax.set_ylim(len(rounds), 0)
+    ax.set_xlabel("position in the round (drafts, then the model's own token)")
+    ax.set_ylabel("round")
+    ax.set_xticks([])
+    ax.set_title(title or f"speculation: {spec.accepted} of {spec.drafted} drafted tokens kept "
+                          f"({spec.acceptance_rate:.0%}), {spec.tokens_per_round:.2f} tokens per pass")
     fig.tight_layout()
     return fig
