@@ -118,6 +118,8 @@ def test_bad_requests_raise_value_error_naming_the_value(stories):
             eng.submit("Once", n=2)
         with pytest.raises(ValueError, match="guidance_scale"):
             eng.submit("Once", guidance_scale=2.0)
+        with pytest.raises(ValueError, match="draft is not supported by the batch engine"):
+            eng.submit("Once", draft="prompt_lookup")
         assert eng.submit("Once", max_new_tokens=3, temperature=0).result(10).finish_reason == "length"
     with pytest.raises(ValueError, match="max_running must be >= 1, got 0"):
         BatchEngine(stories, max_running=0)

@@ -151,7 +151,7 @@ class BatchEngine:
         sequence: not n or beams; ``sequence`` is which sample of a seed it is, as generate's n
         samples number theirs). ValueError for a bad option, QueueFull when the queue is full."""
         m = self.model
-        for k in ("n", "num_beams", "cache", "trace", "guidance_scale", "negative_prompt"):
+        for k in ("n", "num_beams", "cache", "trace", "guidance_scale", "negative_prompt", "draft"):
             if options.get(k) not in (None, 1, False) or (k == "cache" and options.get(k) is not None):
                 raise ValueError(f"{k} is not supported by the batch engine")
             options.pop(k, None)
