@@ -216,7 +216,20 @@ def _bound(amax, tensor_type):
     return d * (0.5 if tensor_type == "Q8_0" else 1.0) + steps * d * 2**-11 + 1e-12
 
 
-@pytest.mark.parametrize("tensor_type", ["F32", "F16", "Q8_0", "Q4_0"])
+# Q5_0 as Q4_0 with 16 steps a side; Q4_1 and Q5_1 span [min, max] of the block in 15 or 31 steps,
+# off by half a step plus the f16 rounding of the step and the minimum.
+def _block_bound(w, tensor_type):
+    b = w.reshape(-1, 32)
+    if tensor_type == "Q5_0":
+        d = np.abs(b).max(axis=1, keepdims=True) / 16
+        return d + 16 * d * 2**-11 + 1e-12
+    levels = 15 if tensor_type == "Q4_1" else 31
+    lo, hi = b.min(axis=1, keepdims=True), b.max(axis=1, keepdims=True)
+    d = (hi - lo) / levels
+    return d / 2 + levels * d * 2**-11 + np.abs(lo) * 2**-11 + 1e-12
+
+
+@pytest.mark.parametrize("tensor_type", ["F32", "F16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0"])
 def test_exported_files_load_and_match_the_source(tmp_path, tensor_type):
     from safetensors.numpy import load_file
 
@@ -235,6 +248,8 @@ def test_exported_files_load_and_match_the_source(tmp_path, tensor_type):
             assert got.shape == w.shape, name
             if tensor_type == "F16" and w.ndim == 2:
                 assert np.all(np.abs(got - w) <= np.abs(w) * 2**-11 + 6e-8), name
+            elif w.ndim == 2 and tensor_type in ("Q5_1", "Q5_0", "Q4_1"):
+                assert np.all(np.abs(got - w).reshape(-1, 32) <= _block_bound(w, tensor_type)), name
             elif w.ndim == 2 and tensor_type != "F32":
                 amax = np.abs(w.reshape(-1, 32)).max(axis=1, keepdims=True)
                 assert np.all(np.abs(got - w).reshape(-1, 32) <= _bound(amax, tensor_type)), name
@@ -244,8 +259,53 @@ def test_exported_files_load_and_match_the_source(tmp_path, tensor_type):
     assert ours.tokenizer is None and ours.config.rope_interleaved
     ref = decodelab.load(folder)
     ids = list(range(3, 40))
-    tol = {"F32": 1e-4, "F16": 2e-3, "Q8_0": 2e-2, "Q4_0": 0.3}[tensor_type]
+    tol = {"F32": 1e-4, "F16": 2e-3, "Q8_0": 2e-2, "Q5_1": 0.1, "Q5_0": 0.15, "Q4_1": 0.2, "Q4_0": 0.3}[tensor_type]
     np.testing.assert_allclose(ours.forward(ids), ref.forward(ids), atol=tol, rtol=0)
+
+
+def test_q4_k_blocks_decode_as_gguf_decodes_them_within_a_step():
+    """Our Q4_K encoder: gguf's dequantizer and ours give the same values; each value is within one
+    step of its sub-block's range (the 6-bit scales cost up to half a step more than Q4_1's exact
+    ones); all-zero, constant and one-signed rows survive; widths not a multiple of 256 are refused."""
+    from decodelab.gguf_quantize import quantize_q4_k
+
+    rng = np.random.default_rng(0)
+    w = (0.05 * rng.standard_normal((12, 512))).astype(np.float32)
+    w[0] = 0.0
+    w[1, :256] = 3.0
+    w[2] = np.abs(w[2])
+    w[3, :32] *= 1000  # one sub-block far larger than the rest of its super-block
+    raw = quantize_q4_k(w)
+    assert raw.shape == (12, 2 * 144) and raw.dtype == np.uint8
+    ours = gguf_quants.dequantize(raw.reshape(-1), "Q4_K", (512, 12))
+    assert np.array_equal(ours, gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q4_K))
+    b, err = w.reshape(-1, 32), np.abs(ours - w).reshape(-1, 32)
+    step = (b.max(axis=1) - np.minimum(b.min(axis=1), 0)) / 15
+    big = np.abs(w.reshape(-1, 256)).max(axis=1).repeat(8) / 63 / 15 * 2  # a 6-bit scale of the largest
+    assert np.all(err.max(axis=1) <= np.maximum(step, big) + 1e-6)
+    assert np.all(ours[0] == 0) and np.allclose(ours[1, :256], 3.0, atol=3.0 / 63)
+    with pytest.raises(ValueError, match="multiple of 256, got shape \\(2, 320\\)"):
+        quantize_q4_k(np.zeros((2, 320), np.float32))
+
+
+def test_q4_k_export_loads_and_matches_the_source(tmp_path):
+    """A checkpoint with 256- and 512-wide rows as Q4_K: decodelab reads it, with logits about as
+    far from the source's as Q4_1 (exact scales per 32 values) puts them."""
+    from decodelab import gguf_export, testing
+    shape = dict(arch="llama", hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=300, max_position_embeddings=128, tie_word_embeddings=False)
+    cfg, tensors = testing.random_weights(shape, seed=4)
+    folder = testing.write_hf_folder(str(tmp_path / "hf"), cfg, tensors)
+    out = gguf_export.export(folder, str(tmp_path / "m.gguf"), "Q4_K")
+    with GGUFFile(out) as g:
+        types = {t.type.name for t in g.tensors.values() if len(t.shape) == 2}
+    assert types == {"Q4_K"}
+    ids = list(range(3, 40))
+    ref = decodelab.load(folder).forward(ids)
+    err = {}
+    for t, path in (("Q4_K", out), ("Q4_1", gguf_export.export(folder, str(tmp_path / "m41.gguf"), "Q4_1"))):
+        err[t] = np.sqrt(np.mean((decodelab.load(path, dtype="float32").forward(ids) - ref) ** 2))
+    assert 0 < err["Q4_K"] < 1.5 * err["Q4_1"], err
 
 
 @pytest.mark.parametrize("tensor_type", ["F32", "Q8_0"])

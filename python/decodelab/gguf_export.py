@@ -2,14 +2,15 @@
 benchmark (llama.cpp beside decodelab on the same weights) and for tests that need GGUF files of
 any shape and type. Needs the gguf package (a test extra).
 
-    python -m decodelab.gguf_export FOLDER OUT.gguf [--type F32|F16|Q8_0|Q4_0] [--check]
+    python -m decodelab.gguf_export FOLDER OUT.gguf [--type F32|F16|Q8_0|Q5_1|Q5_0|Q4_1|Q4_0|Q4_K] [--check]
 
 --check compares llama.cpp's logits on the file with decodelab's on the folder (needs
 llama-cpp-python): 2.6e-3 at most on the Llama 110M and GPT-2 124M shapes, llama.cpp keeping its
 KV cache in f16 by default.
 
-The matrices are stored as --type (F32 by default; F16, Q8_0 and Q4_0 through gguf.quants), norms
-and biases as F32. The folder's tokenizer goes along when it is one GGUF can hold: a llama2.c
+The matrices are stored as --type (F32 by default; F16 and Q8_0 to Q4_0 through gguf.quants; Q4_K
+through decodelab.gguf_quantize, rows whose width is not a multiple of 256 falling back to Q5_0 as
+llama.cpp's quantizer does), norms and biases as F32. The folder's tokenizer goes along when it is one GGUF can hold: a llama2.c
 tokenizer.bin as a `llama` SentencePiece vocabulary (pieces with "▁" for spaces, scores, byte and
 control tokens), GPT-2's vocab.json + merges.txt as a `gpt2` one; otherwise none (llama.cpp's "none"
 vocabulary: the benchmark feeds token ids). Tensor names and
@@ -23,6 +24,8 @@ import sys
 
 import numpy as np
 from safetensors.numpy import load_file
+
+from .gguf_quantize import quantize_q4_k
 
 
 def _unpermute(w, n_heads):
@@ -40,7 +43,7 @@ def _tensors(folder):
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in t.items()}
 
 
-TYPES = ("F32", "F16", "Q8_0", "Q4_0")
+TYPES = ("F32", "F16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0", "Q4_K")
 
 
 def _add_tokenizer(w, folder, vocab_size):
@@ -168,7 +171,9 @@ def export(folder, out, tensor_type="F32"):
     else:
         raise ValueError(f"model_type {cfg['model_type']!r}: only gpt2 and llama are exported")
     w.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
-                     "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}[tensor_type])
+                     "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q5_1": gguf.LlamaFileType.MOSTLY_Q5_1,
+                     "Q5_0": gguf.LlamaFileType.MOSTLY_Q5_0, "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
+                     "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "Q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_S}[tensor_type])
     _add_tokenizer(w, folder, cfg["vocab_size"])
     w.add_vocab_size(cfg["vocab_size"])
     for name, arr in names.items():
@@ -176,8 +181,10 @@ def export(folder, out, tensor_type="F32"):
             w.add_tensor(name, arr)
         elif tensor_type == "F16":
             w.add_tensor(name, arr.astype(np.float16))
-        else:
-            qtype = gguf.GGMLQuantizationType[tensor_type]
+        elif tensor_type == "Q4_K" and arr.shape[-1] % 256 == 0:
+            w.add_tensor(name, quantize_q4_k(arr), raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+        else:  # Q4_K rows of another width: Q5_0, as llama.cpp falls back
+            qtype = gguf.GGMLQuantizationType["Q5_0" if tensor_type == "Q4_K" else tensor_type]
             w.add_tensor(name, gguf.quants.quantize(arr, qtype), raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
