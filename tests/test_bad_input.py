@@ -260,8 +260,8 @@ def test_bad_generate_arguments(checkpoint):
 def test_bad_load_arguments(checkpoint):
     with pytest.raises(ValueError, match="threads must be in"):
         decodelab.load(checkpoint("llama-tiny"), threads=0)
-    with pytest.raises(ValueError, match="dtype must be 'float32', 'bfloat16', 'int8' or 'w8a8', got 'int4'"):
-        decodelab.load(checkpoint("llama-tiny"), dtype="int4")
+    with pytest.raises(ValueError, match="dtype must be 'float32', 'bfloat16', 'int8', 'w8a8' or 'int4', got 'int3'"):
+        decodelab.load(checkpoint("llama-tiny"), dtype="int3")
 
 
 def test_cache_capacity_and_layers(checkpoint):

@@ -11,7 +11,7 @@ from decodelab.batching import BatchEngine, QueueFull
 # Wide enough that every linear layer takes the threaded paths at two threads, small enough to be quick.
 SHAPE = dict(arch="llama", hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=1000, max_position_embeddings=512, tie_word_embeddings=False)
-DTYPES = ["float32", "bfloat16", "int8", "w8a8"]
+DTYPES = ["float32", "bfloat16", "int8", "w8a8", "int4"]
 
 
 @pytest.fixture(scope="module", params=DTYPES)

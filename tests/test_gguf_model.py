@@ -257,3 +257,19 @@ def test_the_adapter_refuses_a_chain_that_picks_the_token():
     scores = torch.tensor([[0.0, 2.0, 1.0], [3.0, 0.0, 1.0]])
     out = p(torch.tensor([[0], [1]]), scores)
     assert torch.isinf(out).sum() == 4 and out[0, 1] == 2.0 and out[1, 0] == 3.0
+
+
+def test_int4_keeps_the_files_4_bit_values_and_agrees_with_fp32(ours):
+    """dtype="int4" on the Q4_1 file: its layers come back as the file's own 4-bit values (only the
+    activations are rounded, to int8 per block of 32, as llama.cpp rounds them), in fewer bytes than
+    int8; teacher-forced top-1 agreement with the exact fp32 read over 256 positions of this
+    project's README."""
+    q4 = decodelab.load(PATH, dtype="int4")
+    q8 = decodelab.load(PATH, dtype="int8")
+    assert q4.weight_bytes["quantized"] < 0.85 * q8.weight_bytes["quantized"]
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")) as f:
+        ids = ours.tokenizer.encode(f.read())[:256]
+    agree = (q4.forward(ids).argmax(-1) == ours.forward(ids).argmax(-1)).mean()
+    assert agree >= 0.95, agree
+    assert "Paris" in q4.chat([{"role": "user", "content": "What is the capital of France? Answer in one word."}],
+                              max_new_tokens=8).text

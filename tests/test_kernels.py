@@ -285,8 +285,8 @@ def test_int8_carries_nan_and_inf_as_nan(dtype, bad, T):
 def test_linear_rejects_bad_shapes_and_dtype():
     with pytest.raises(ValueError, match="does not fit w"):
         _core.linear(np.zeros((2, 5), np.float32), np.zeros((3, 4), np.float32))
-    with pytest.raises(ValueError, match="dtype must be 'float32', 'bfloat16', 'int8' or 'w8a8', got 'int4'"):
-        _core.linear(np.zeros((1, 4), np.float32), np.zeros((3, 4), np.float32), "int4")
+    with pytest.raises(ValueError, match="dtype must be 'float32', 'bfloat16', 'int8', 'w8a8' or 'int4', got 'int3'"):
+        _core.linear(np.zeros((1, 4), np.float32), np.zeros((3, 4), np.float32), "int3")
 
 
 def test_attention_seconds_times_each_step():
@@ -300,3 +300,45 @@ def test_attention_seconds_times_each_step():
         _core.attention_seconds(2, 4, 2, 16, 0)
     with pytest.raises(ValueError, match="more than the limit of 4096 MiB"):
         _core.attention_seconds(64, 64, 64, 128, 1 << 20)
+
+
+def _int4_reference(x, w):
+    """numpy emulation of the int4 kernel's arithmetic: Q4_1 weights per block of 32 (min, 15 steps
+    to the max, values rounded as ggml rounds), activations to int8 per block (max / 127), the
+    integer block sums exact, scaled per block."""
+    T, n = x.shape
+    nb = (n + 31) // 32
+    pad = nb * 32 - n
+    blocks = [w[:, 32 * b:min(n, 32 * b + 32)] for b in range(nb)]
+    lo = np.stack([b.min(axis=1) for b in blocks], axis=1)
+    d = ((np.stack([b.max(axis=1) for b in blocks], axis=1) - lo) / np.float32(15)).astype(np.float32)
+    inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, 1), 0).astype(np.float32)
+    q = np.minimum(15, np.floor((np.pad(w, ((0, 0), (0, pad))).reshape(len(w), nb, 32) - lo[..., None]) *
+                                inv[..., None] + np.float32(0.5))).astype(np.int64)
+    if pad:
+        q[:, -1, 32 - pad:] = 0
+    xb = np.pad(x, ((0, 0), (0, pad))).reshape(T, nb, 32)
+    dx = (np.abs(xb).max(axis=2) / np.float32(127)).astype(np.float32)
+    xq = np.rint(xb * np.where(dx > 0, np.float32(1) / np.where(dx > 0, dx, 1), 0)[..., None]).astype(np.int64)
+    ints = np.einsum("onk,tnk->ton", q, xq).astype(np.float64)
+    return (ints * (d[None] * dx[:, None]) + lo[None] * (dx * xq.sum(axis=2))[:, None]).sum(axis=2)
+
+
+@pytest.mark.parametrize("T", [1, 2, 5, 17])
+@pytest.mark.parametrize("n_in,n_out", [(96, 37), (576, 100), (70, 16), (33, 5)])
+def test_int4_kernel_equals_its_numpy_emulation(T, n_in, n_out):
+    """Random weights with edge cases among them (an all-zero row, a constant block, one huge value),
+    inputs not a multiple of 32, rows not a multiple of 4: the kernel's sums equal the emulation's
+    up to float rounding of the block sums' order; and every row is the same bits at any T."""
+    rng = np.random.default_rng(T * 1000 + n_in)
+    x = rng.standard_normal((T, n_in)).astype(np.float32)
+    x[0, :min(32, n_in)] = 0.0  # an all-zero activation block
+    w = (0.05 * rng.standard_normal((n_out, n_in))).astype(np.float32)
+    w[0] = 0.0
+    w[1, :min(32, n_in)] = 0.25
+    w[2, n_in // 2] = 40.0
+    y = _core.linear(x, w, "int4")
+    ref = _int4_reference(x, w)
+    np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+    alone = np.concatenate([_core.linear(x[t:t + 1], w, "int4") for t in range(T)])
+    np.testing.assert_array_equal(y, alone)

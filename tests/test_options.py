@@ -58,7 +58,7 @@ def test_the_engine_checks_options_built_by_hand(stories):
 
 
 def test_dtype_names_come_from_one_table(stories_bin):
-    assert _core.WEIGHT_DTYPES == ("float32", "bfloat16", "int8", "w8a8")
+    assert _core.WEIGHT_DTYPES == ("float32", "bfloat16", "int8", "w8a8", "int4")
     assert _core.KV_DTYPES == ("float32", "bfloat16", "int8")
     assert _core.weight_dtype("bf16") == "bfloat16" and _core.kv_dtype("fp32") == "float32"
     with pytest.raises(ValueError, match="cache dtype must be 'float32', 'bfloat16' or 'int8', got 'w8a8'"):
@@ -67,7 +67,7 @@ def test_dtype_names_come_from_one_table(stories_bin):
     assert m.dtype == "bfloat16"
     for name in _core.KV_DTYPES:
         assert m.new_cache(8, dtype=name).dtype == name
-    with pytest.raises(ValueError, match="dtype must be one of 'float32', 'bfloat16', 'int8', 'w8a8', got 3"):
+    with pytest.raises(ValueError, match="dtype must be one of 'float32', 'bfloat16', 'int8', 'w8a8', 'int4', got 3"):
         decodelab.load(stories_bin, dtype=3)
 
 

@@ -171,8 +171,13 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     all.insert(all.begin(), &lm_head_);
     // Every layer's converted weights in one block of huge pages (see HugePageAllocator), each at a
     // 64-byte boundary: a decode step streams them all, and most layers are smaller than one page.
+    // With 4-bit layers the output head keeps 8 bits, as 4-bit GGUF files keep theirs (its logits
+    // are what every token is chosen from).
+    auto type_of = [&](const Linear* x) {
+      return weight_type_ == WeightType::I4 && x == &lm_head_ ? WeightType::I8 : weight_type_;
+    };
     std::vector<size_t> bytes;
-    for (const Linear* x : all) bytes.push_back(quantized_size(*x, weight_type_));
+    for (const Linear* x : all) bytes.push_back(quantized_size(*x, type_of(x)));
     const std::vector<size_t> at = aligned_offsets(bytes);
     arena_.resize(at.back());
     quantized_.resize(all.size());
@@ -183,7 +188,7 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     source_of.emplace(lm_head_.w, head_name);
     for (size_t i = 0; i < all.size(); ++i) {
       const float* src = all[i]->w;
-      quantize_linear(*all[i], weight_type_, quantized_[i], arena_.data() + at[i]);
+      quantize_linear(*all[i], type_of(all[i]), quantized_[i], arena_.data() + at[i]);
       auto it = source_of.find(src);
       if (it != source_of.end()) W.release(it->second);
     }

@@ -98,7 +98,9 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
     quarter of the bytes), or "w8a8" (the int8 weights, and each linear layer's input rounded to
     7-bit integers, a scale per 256 values, error at most 1/126 of the block's largest value:
     faster prompts at a measured cost in accuracy; see benchmarks/bench_speed.py and
-    benchmarks/bench_accuracy.py). The default (None) is "float32", and "int8" for a GGUF file with
+    benchmarks/bench_accuracy.py), or "int4" (4-bit values per block of 32 inputs with a step and
+    a minimum, GGUF's Q4_1 rule, so a Q4_1 file keeps its own values; each layer's input rounded
+    to int8 per block of 32, as llama.cpp does; the output head keeps int8). The default (None) is "float32", and "int8" for a GGUF file with
     block-quantized tensors (decoded exactly, then rounded per output row), so that it stays near its
     size in memory; "float32" gives exactly the values such a file encodes. Activations, norms, attention and accumulation stay fp32, except
     that int8 layers round their input to 16-bit fixed point (a scale per 256 values; error at most

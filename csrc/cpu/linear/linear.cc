@@ -76,7 +76,7 @@ class GroupRanges {
   int cap_ = 0, count_ = 0;
 };
 
-enum class Path { F32Row, Bf16Row, I8Rows, A8Rows, SmallRows, Gemm };
+enum class Path { F32Row, Bf16Row, I8Rows, A8Rows, I4Rows, SmallRows, Gemm };
 
 }  // namespace
 
@@ -85,6 +85,7 @@ namespace {
 Path path_of(const Linear& L, int T) {
   // w8a8 runs its panels at every row count, and so does int8 without bf16_activations: see I8Block.
   if (L.type == WeightType::I8A8) return Path::A8Rows;
+  if (L.type == WeightType::I4) return Path::I4Rows;  // its block kernel at every row count
   if (L.type == WeightType::I8)
     return L.bf16_activations && T >= gemm_min_rows(L.type) ? Path::Gemm : Path::I8Rows;
   if (T >= gemm_min_rows(L.type)) return Path::Gemm;
@@ -118,7 +119,9 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
   thread_local Int16Rows xq_buf;
   thread_local Int8Rows xa_buf;
   thread_local FloatBuffer xd_buf;
+  thread_local Q8Blocks xb_buf;
   if (path == Path::I8Rows) quantize_int16(x, T, layers[0]->in, xq_buf);
+  if (path == Path::I4Rows) quantize_q8_blocks(x, T, layers[0]->in, xb_buf);
   if (path == Path::A8Rows) quantize_u7(x, T, layers[0]->in, xa_buf);
   if (path == Path::Bf16Row) split_even_odd(x, 1, layers[0]->in, xd_buf);
   // A few bf16 rows are multiplied in place; more are widened once (kBf16DirectRows). Under
@@ -129,6 +132,7 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
   if (direct_bf16) split_even_odd(x, T, layers[0]->in, xd_buf);
   const Int16Rows& xq = xq_buf;
   const Int8Rows& xa = xa_buf;
+  const Q8Blocks& xb = xb_buf;
   const float* xd = xd_buf.data();
   // Many rows (prompts) run in chunks, each thread taking its weight groups over one chunk of rows
   // at a time: a chunk's activations stay in cache while the weights stream past them.
@@ -160,6 +164,7 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
         f32_row_group<1>(x, L, g, ys[i]);
         break;
       case Path::Bf16Row: bf16_row_group(xd, L, g, ys[i]); break;
+      case Path::I4Rows: q4_group(xb, T, L, g, ys[i]); break;
       case Path::I8Rows:
       case Path::A8Rows:
 #if defined(__AVX2__) && defined(__FMA__) && !defined(DECODELAB_VNNI512)

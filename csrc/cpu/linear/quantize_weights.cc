@@ -37,13 +37,14 @@ size_t quantized_size(const Linear& L, WeightType type) {
     case WeightType::BF16: return (L.out + 3) / 4 * bf16_group_elems(L) * sizeof(uint16_t);
     case WeightType::I8: return packed_size(L.out, L.in, kI8Step);
     case WeightType::I8A8: return packed_size(L.out, L.in, kA8Step);
+    case WeightType::I4: return static_cast<size_t>(L.out) * ((L.in + kI4Block - 1) / kI4Block) * 16;
     default: return 0;
   }
 }
 
 bool linear_row_view(const Linear& L, int first, int count, Linear* view) {
   if (first < 0 || count < 1 || first + count > L.out || L.in_major) return false;
-  const int align = L.type == WeightType::BF16 ? 4 : L.type == WeightType::F32 ? 1 : kPanel;
+  const int align = L.type == WeightType::BF16 ? 4 : L.type == WeightType::F32 || L.type == WeightType::I4 ? 1 : kPanel;
   if (first % align != 0) return false;
   *view = L;
   view->out = count;
@@ -54,7 +55,10 @@ bool linear_row_view(const Linear& L, int first, int count, Linear* view) {
     const int G = L.type == WeightType::I8A8 ? kA8Step : kI8Step;
     view->w_i8 = L.w_i8 + static_cast<size_t>(first / kPanel) * kPanel * panel_steps(L.in, G) * G;
   }
-  if (L.scales) view->scales = L.scales + first;
+  const size_t per_row = L.type == WeightType::I4 ? (L.in + kI4Block - 1) / kI4Block : 1;  // scales per row
+  if (L.w_i4) view->w_i4 = L.w_i4 + static_cast<size_t>(first) * per_row * 16;
+  if (L.mins) view->mins = L.mins + first * per_row;
+  if (L.scales) view->scales = L.scales + first * per_row;
   if (L.wsums) view->wsums = L.wsums + static_cast<size_t>(first / kPanel) * ((L.in + kI8Block - 1) / kI8Block) * kPanel;
   return true;
 }
@@ -84,6 +88,34 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
           p[(i / 16) * 64 + 16 * r + i % 16] = o < L.out && i < L.in ? f32_to_bf16(at(o, i)) : 0;
         }
     }
+  } else if (type == WeightType::I4) {
+    // Per block of 32: min and max of its values, 15 steps between them, each value the nearest
+    // step (GGUF's Q4_1 rule; a dequantized Q4_1 block comes back with its own values). Scales
+    // first, then minima, in one vector.
+    const int nb = (L.in + kI4Block - 1) / kI4Block;
+    q.scales.assign(2 * static_cast<size_t>(L.out) * nb, 0.0f);
+    float* steps = q.scales.data();
+    float* mins = steps + static_cast<size_t>(L.out) * nb;
+#pragma omp parallel for schedule(static)
+    for (int o = 0; o < L.out; ++o)
+      for (int b = 0; b < nb; ++b) {
+        const int i0 = b * kI4Block, i1 = std::min(L.in, i0 + kI4Block);
+        float lo = at(o, i0), hi = lo;
+        for (int i = i0; i < i1; ++i) lo = std::min(lo, at(o, i)), hi = std::max(hi, at(o, i));
+        const float d = (hi - lo) / 15.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        steps[static_cast<size_t>(o) * nb + b] = d;
+        mins[static_cast<size_t>(o) * nb + b] = lo;
+        uint8_t* p = dst + (static_cast<size_t>(o) * nb + b) * 16;
+        std::fill(p, p + 16, 0);
+        for (int i = i0; i < i1; ++i) {
+          const int v = std::min(15, static_cast<int>((at(o, i) - lo) * id + 0.5f));
+          const int j = i - i0;
+          p[j % 16] |= static_cast<uint8_t>(j < 16 ? v : v << 4);
+        }
+      }
+    L.w_i4 = dst;
+    L.scales = steps;
+    L.mins = mins;
   } else {
     std::vector<int8_t> rows(n);
     q.scales.resize(L.out);

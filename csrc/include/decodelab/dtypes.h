@@ -18,7 +18,8 @@ struct DTypeName {
   const char* name;
 };
 inline constexpr DTypeName<WeightType> kWeightTypeNames[] = {
-    {WeightType::F32, "float32"}, {WeightType::BF16, "bfloat16"}, {WeightType::I8, "int8"}, {WeightType::I8A8, "w8a8"}};
+    {WeightType::F32, "float32"}, {WeightType::BF16, "bfloat16"}, {WeightType::I8, "int8"}, {WeightType::I8A8, "w8a8"},
+    {WeightType::I4, "int4"}};
 inline constexpr DTypeName<KVDType> kKVTypeNames[] = {
     {KVDType::F32, "float32"}, {KVDType::BF16, "bfloat16"}, {KVDType::I8, "int8"}};
 // Tensors as a weight file stores them (safetensors spelling).

@@ -13,8 +13,10 @@ namespace decodelab {
 // A linear layer y = x W^T + b. The kernels read weights (out, in), as torch.nn.Linear stores
 // them. GPT-2's Conv1D stores (in, out): its fp32 weights are transposed once at load, and the
 // quantizers read that layout directly; `in_major` marks such a source until then.
-// I8A8 keeps the int8 weights of I8 and also rounds the activations to 8-bit integers.
-enum class WeightType { F32, BF16, I8, I8A8 };
+// I8A8 keeps the int8 weights of I8 and also rounds the activations to 8-bit integers. I4 keeps
+// 4-bit values per block of 32 inputs with a scale and a minimum each (GGUF's Q4_1 values), and
+// rounds the activations to int8 per block of 32 (as llama.cpp's Q8_1).
+enum class WeightType { F32, BF16, I8, I8A8, I4 };
 
 // Reduced-precision weights are always (out, in): bf16 in groups of 4 rows interleaved per 16
 // columns, or int8 with one fp32 scale per output row (symmetric, scale = max|w| / 127), stored in
@@ -32,6 +34,8 @@ struct Linear {
   const int8_t* w_i8 = nullptr;  // in panels of 16 rows
   const float* scales = nullptr;  // (out), int8 only
   const int32_t* wsums = nullptr; // I8A8 only: each panel's offset sums per block of 256 inputs
+  const uint8_t* w_i4 = nullptr;  // I4: per row, (in + 31) / 32 blocks of 16 bytes (cpu/linear/int4.cc)
+  const float* mins = nullptr;    // I4: per row and block, the minimum; `scales` the step, likewise
   // BF16 and I8: from gemm_min_rows rows the matmul rounds its input to bf16 and multiplies bf16 by
   // bf16 (fp32 sums) instead of widening bf16 weights to fp32 or running the int8 panels on 16-bit
   // fixed-point inputs (see linear).
