@@ -81,10 +81,11 @@ def main():
             tps = engine_tokens_per_s(m, n)
             rows.append(dict(dtype=dtype, requests=n, engine_tokens_per_s=tps))
             print(f"{dtype:9s} BatchEngine, {n:2d} requests: {tps:6.0f} tok/s", flush=True)
-    m = decodelab.load(args.model, dtype="float32", threads=args.threads)
-    reuse = prefix_reuse_changes_bits(m)
-    print("prefix reuse, float32:", reuse)
-    out = {"model": os.path.basename(args.model), "threads": args.threads, "rows": rows, "prefix_reuse_float32": reuse}
+    reuse = {}
+    for dtype in ("float32", "int8"):
+        reuse[dtype] = prefix_reuse_changes_bits(decodelab.load(args.model, dtype=dtype, threads=args.threads))
+        print(f"prefix reuse, {dtype}:", reuse[dtype])
+    out = {"model": os.path.basename(args.model), "threads": args.threads, "rows": rows, "prefix_reuse": reuse}
     with open(os.path.join(HERE, "results", "batching.json"), "w") as f:
         json.dump(out, f, indent=1)
 

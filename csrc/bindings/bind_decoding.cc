@@ -16,6 +16,17 @@
 
 namespace decodelab {
 
+namespace {
+// (logprob, top ids, top logprobs) of each step from `start` on: a stream asks after each piece,
+// and converting the whole result every time would cost O(length) per piece.
+py::list logprobs_from(const GenerateResult& r, size_t start) {
+  py::list out;
+  for (size_t k = start; k < r.logprobs.size(); ++k)
+    out.append(py::make_tuple(r.logprobs[k], r.top_ids[k], r.top_logprobs[k]));
+  return out;
+}
+}  // namespace
+
 // After register_engine: adds the decode loops to the Engine class it made.
 void register_decoding(py::module_& m) {
   py::class_<Decoder>(m, "Decoder", "Decode one token per step() call; for streams.")
@@ -37,16 +48,7 @@ void register_decoding(py::module_& m) {
       .def_property_readonly("finished", &Decoder::finished)
       .def("result", [](const Decoder& d) { return generate_result_dict(d.result()); })
       .def(
-          "logprobs",
-          [](const Decoder& d, size_t start) {
-            // Only the steps from `start` on: a stream asks after each piece, and converting the
-            // whole result every time would cost O(length) per piece.
-            const GenerateResult& r = d.result();
-            py::list out;
-            for (size_t k = start; k < r.logprobs.size(); ++k)
-              out.append(py::make_tuple(r.logprobs[k], r.top_ids[k], r.top_logprobs[k]));
-            return out;
-          },
+          "logprobs", [](const Decoder& d, size_t start) { return logprobs_from(d.result(), start); },
           py::arg("start"), "(logprob, top ids, top logprobs) of each step from `start` on (with logprobs >= 0).");
 
 
@@ -73,15 +75,8 @@ void register_decoding(py::module_& m) {
       .def("result", [](const SpeculativeDecoder& d) { return generate_result_dict(d.result()); })
       .def("speculation", [](const SpeculativeDecoder& d) { return speculation_dict(d.stats()); })
       .def(
-          "logprobs",
-          [](const SpeculativeDecoder& d, size_t start) {
-            const GenerateResult& r = d.result();
-            py::list out;
-            for (size_t k = start; k < r.logprobs.size(); ++k)
-              out.append(py::make_tuple(r.logprobs[k], r.top_ids[k], r.top_logprobs[k]));
-            return out;
-          },
-          py::arg("start"));
+          "logprobs", [](const SpeculativeDecoder& d, size_t start) { return logprobs_from(d.result(), start); },
+          py::arg("start"), "(logprob, top ids, top logprobs) of each token from `start` on (with logprobs >= 0).");
 
   using EngineClass = py::class_<Transformer, std::shared_ptr<Transformer>>;
   py::reinterpret_borrow<EngineClass>(m.attr("Engine"))

@@ -18,6 +18,16 @@ void check_context_window(const Transformer& model, int64_t prompt_tokens, int64
                                 std::to_string(std::max<int64_t>(ctx - prompt_tokens + 1, 0)) + " new tokens fit)");
 }
 
+void append_logprobs(GenerateResult& r, const std::vector<float>& probs, int32_t t, int top) {
+  r.logprobs.push_back(log_of(probs[t]));
+  std::vector<int32_t> ids;
+  top_of(probs, top, ids);
+  std::vector<float> lps(ids.size());
+  for (size_t j = 0; j < ids.size(); ++j) lps[j] = log_of(probs[ids[j]]);
+  r.top_ids.push_back(std::move(ids));
+  r.top_logprobs.push_back(std::move(lps));
+}
+
 Decoder::Decoder(const Transformer& model, KVCache& cache, std::vector<int32_t> prompt, Chain& chain,
                  const DecodeOptions& opts)
     : model_(model), cache_(cache), prompt_(std::move(prompt)), chain_(chain), opts_(opts) {
@@ -178,16 +188,7 @@ int32_t Decoder::select(std::chrono::steady_clock::time_point t0) {
     st.logprob_processed = log_of(pproc_[next]);
     r_.trace.push_back(std::move(st));
   }
-  if (opts_.logprobs >= 0) {
-    const std::vector<float>& dist = opts_.logprobs_processed ? pproc_ : praw_;
-    r_.logprobs.push_back(log_of(dist[next]));
-    std::vector<int32_t> ids;
-    top_of(dist, opts_.logprobs, ids);
-    std::vector<float> lps(ids.size());
-    for (size_t j = 0; j < ids.size(); ++j) lps[j] = log_of(dist[ids[j]]);
-    r_.top_ids.push_back(std::move(ids));
-    r_.top_logprobs.push_back(std::move(lps));
-  }
+  if (opts_.logprobs >= 0) append_logprobs(r_, opts_.logprobs_processed ? pproc_ : praw_, next, opts_.logprobs);
   r_.token_ids.push_back(next);
   history_.push_back(next);
   if (std::find(opts_.eos_ids.begin(), opts_.eos_ids.end(), next) != opts_.eos_ids.end()) {

@@ -7,8 +7,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "decodelab/step_stats.h"
-
 namespace decodelab {
 
 namespace {
@@ -93,16 +91,9 @@ bool SpeculativeDecoder::emit(int32_t t, const float* raw, const float* processe
   chain_.accept(t);
   if (draft_chain_) draft_chain_->accept(t);
   if (opts_.logprobs >= 0) {
-    std::vector<float> dist(V);
-    if (opts_.logprobs_processed) softmax(processed, V, dist.data());
-    else softmax(raw, V, dist.data());
-    r_.logprobs.push_back(log_of(dist[t]));
-    std::vector<int32_t> ids;
-    top_of(dist, opts_.logprobs, ids);
-    std::vector<float> lps(ids.size());
-    for (size_t j = 0; j < ids.size(); ++j) lps[j] = log_of(dist[ids[j]]);
-    r_.top_ids.push_back(std::move(ids));
-    r_.top_logprobs.push_back(std::move(lps));
+    dist_.resize(V);
+    softmax(opts_.logprobs_processed ? processed : raw, V, dist_.data());
+    append_logprobs(r_, dist_, t, opts_.logprobs);
   }
   r_.token_ids.push_back(t);
   history_.push_back(t);
@@ -185,9 +176,9 @@ std::vector<int32_t> SpeculativeDecoder::step() {
     ctx_.n_prompt = static_cast<int>(history_.size());
     ctx_.sequence = opts_.sequence;
     process(chain_, logits_.data(), 0, work_.data());
-    std::vector<float> processed(work_);
+    keep_.assign(work_.begin(), work_.end());  // the selector rewrites work_
     const int32_t t = select(chain_, work_.data(), 0);
-    emit(t, logits_.data(), processed.data());
+    emit(t, logits_.data(), keep_.data());
     if (!finished_) pending_ = t;
     r_.first_token_seconds = seconds_since(t0);
     out.push_back(t);
@@ -222,8 +213,8 @@ std::vector<int32_t> SpeculativeDecoder::step() {
     int32_t replacement = -1;
     bool accept;
     if (pick_ == Sampler::Pick::MostLikely) {
-      std::vector<float> w(work_);
-      replacement = select(chain_, w.data(), pos);
+      keep_.assign(work_.begin(), work_.end());
+      replacement = select(chain_, keep_.data(), pos);
       accept = x == replacement;
     } else {
       softmax(work_.data(), V, p_.data());
@@ -258,12 +249,12 @@ std::vector<int32_t> SpeculativeDecoder::step() {
     const int pos = gen + k;
     const float* raw = logits_.data() + static_cast<size_t>(k) * V;
     process(chain_, raw, pos, work_.data());
-    std::vector<float> processed(work_);
+    keep_.assign(work_.begin(), work_.end());
     const int32_t t = select(chain_, work_.data(), pos);
     round.token = t;
     round.bonus = true;
     out.push_back(t);
-    emit(t, raw, processed.data());
+    emit(t, raw, keep_.data());
   }
   round.accepted = m;
   // Prompt lookup's next draft length: two more after a round that kept every draft, else one

@@ -195,14 +195,18 @@ def export(folder, out, tensor_type="F32"):
 
 
 
-def check(folder, gguf_path, n_tokens=24):
+def check(folder, gguf_path, n_tokens=24, against="folder"):
     """Max |logit difference| between llama.cpp on `gguf_path` and decodelab on `folder`, over a
-    prompt of pseudo-random tokens: evidence that the export is the same model."""
+    prompt of pseudo-random tokens: evidence that the export is the same model. against="file":
+    decodelab reads the GGUF file itself (its exact fp32 values), which isolates how llama.cpp
+    reads a quantized file from the quantization error."""
     import llama_cpp as lc
 
     import decodelab
 
-    m = decodelab.load(folder)
+    if against not in ("folder", "file"):
+        raise ValueError(f"against must be 'folder' or 'file', got {against!r}")
+    m = decodelab.load(folder) if against == "folder" else decodelab.load(gguf_path, dtype="float32")
     V = m.config.vocab_size
     toks = np.random.default_rng(1).integers(3, V, size=n_tokens).tolist()
     ours = m.forward(toks)

@@ -46,6 +46,10 @@ struct GenerateResult {
   std::vector<StepTrace> trace;
 };
 
+// Appends token t's logprob under `probs` (a full distribution) and its `top` most likely
+// alternatives to r: what a decode loop records per token when asked for logprobs.
+void append_logprobs(GenerateResult& r, const std::vector<float>& probs, int32_t t, int top);
+
 // The one rule for a generation's length: the prompt (tokens already cached included) and every
 // new token but the last, which is never run through the model, fit the context window. Throws
 // std::invalid_argument saying how many new tokens would fit.

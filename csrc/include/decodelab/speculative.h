@@ -69,7 +69,7 @@ class SpeculativeDecoder {
   GenerateResult r_;
   SpeculationStats stats_;
   std::vector<int32_t> history_;  // prompt (with any cached prefix), then output
-  std::vector<float> logits_, work_, p_, q_, resid_, dlogits_;
+  std::vector<float> logits_, work_, keep_, p_, q_, resid_, dlogits_, dist_;
   SampleContext ctx_;
   int32_t pending_ = -1;  // the last token, not yet in the target's cache
   int k_now_ = 0;         // this round's draft length, at most opts_.num_draft_tokens

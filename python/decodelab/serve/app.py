@@ -67,9 +67,9 @@ class _Served:
         self.ctx = self.vocab = 0
         self.error: Optional[str] = None
 
-    def ready(self, model, engine_options: dict) -> None:
-        blocks = engine_options.pop("prefix_cache_mib") * 2**20 // model._fp32_block_bytes()
-        self.engine = BatchEngine(model, prefix_cache_blocks=blocks, **engine_options)
+    def ready(self, model, max_running: int, max_waiting: int, prefix_cache_mib: int) -> None:
+        blocks = prefix_cache_mib * 2**20 // model._fp32_block_bytes()
+        self.engine = BatchEngine(model, max_running=max_running, max_waiting=max_waiting, prefix_cache_blocks=blocks)
         self.metrics = Metrics(model, self.engine)
         self.ctx, self.vocab, self.tok = model.config.max_position_embeddings, model.config.vocab_size, model.tokenizer
         self.model = model
@@ -95,11 +95,11 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
     engine_options = dict(max_running=max_running, max_waiting=max_waiting, prefix_cache_mib=prefix_cache_mib)
     loader = model if callable(model) else None
     if loader is None:
-        S.ready(model, engine_options)
+        S.ready(model, **engine_options)
 
     def load_in_background():
         try:
-            S.ready(loader(), engine_options)
+            S.ready(loader(), **engine_options)
         except Exception as e:  # reported by /health and to on_load_error; the server stays up
             S.error = f"{type(e).__name__}: {e}"
             if on_load_error is not None:
