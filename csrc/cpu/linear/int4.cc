@@ -1,13 +1,13 @@
-// 4-bit weights (WeightType::I4): per output row, blocks of 32 inputs, each 16 bytes of values
-// 0..15 (the low nibbles are values 0-15, the high ones 16-31, as GGUF's Q4_1) with a float step
-// and minimum: w = step q + min. Activations are rounded to int8 per block of 32 (scale
+// 4-bit weights (WeightType::I4) at every row count: w = step q + min per (row, block of 32),
+// q in 0..15, in the panels of layout.h; activations rounded to int8 per block of 32 (scale
 // max|x| / 127, as llama.cpp's Q8_1), so a block's dot product is
-//   step dx sum(q xq) + min dx sum(xq),
-// the integer sums exact; the float sum runs over the blocks in order, the same for every row count.
+//   (step dx) sum(q xq) + min (dx sum(xq)),
+// the integer sums exact and the fp32 sum over the blocks in order, the same for every row count.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "cpu/linear/kernels.h"
 
@@ -15,85 +15,148 @@ namespace decodelab {
 namespace DECODELAB_ISA {
 
 void quantize_q8_blocks(const float* x, int T, int in, Q8Blocks& out) {
-  const int nb = (in + kI4Block - 1) / kI4Block;
+  const int nb = i4_blocks(in);
   out.blocks = nb;
-  out.q.assign(static_cast<size_t>(T) * nb * kI4Block, 0);
+  out.q.resize(static_cast<size_t>(T) * nb * kI4Block);
   out.d.resize(static_cast<size_t>(T) * nb);
   out.s.resize(static_cast<size_t>(T) * nb);
   for (int t = 0; t < T; ++t)
     for (int b = 0; b < nb; ++b) {
       const float* xs = x + static_cast<size_t>(t) * in + b * kI4Block;
       const int n = std::min(kI4Block, in - b * kI4Block);
+      int8_t* q = out.q.data() + (static_cast<size_t>(t) * nb + b) * kI4Block;
       float amax = 0.0f;
+      int sum = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+      if (n == kI4Block) {  // a whole block: the same values as the loop below, 8 at a time
+        const __m256 sign = _mm256_set1_ps(-0.0f);
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; ++k) {
+          v[k] = _mm256_loadu_ps(xs + 8 * k);
+          m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+        const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i i[4];  // x id rounded to nearest even, as lrint in the default rounding mode
+        for (int k = 0; k < 4; ++k) i[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vid));
+        // |values| <= 127, so the saturating packs are exact; they work within 128-bit lanes, and
+        // the permutation puts the 32 bytes back in order.
+        const __m256i b8 = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+        const __m256i q8 = _mm256_permutevar8x32_epi32(b8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), q8);
+        __m256i acc = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+        __m128i a = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+        a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4E));
+        a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0xB1));
+        sum = _mm_cvtsi128_si32(a);
+        out.d[static_cast<size_t>(t) * nb + b] = d;
+        out.s[static_cast<size_t>(t) * nb + b] = d * static_cast<float>(sum);
+        continue;
+      }
+#endif
       for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(xs[i]));
       const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-      int8_t* q = out.q.data() + (static_cast<size_t>(t) * nb + b) * kI4Block;
-      int sum = 0;
       for (int i = 0; i < n; ++i) {
         q[i] = static_cast<int8_t>(std::lrint(xs[i] * id));
         sum += q[i];
       }
+      std::fill(q + n, q + kI4Block, int8_t{0});
       out.d[static_cast<size_t>(t) * nb + b] = d;
       out.s[static_cast<size_t>(t) * nb + b] = d * static_cast<float>(sum);
     }
 }
 
-// The integer sum of one block: 32 values q (16 bytes of nibbles) times 32 int8 activations.
-static inline int block_dot(const uint8_t* w, const int8_t* x) {
-  int sum = 0;
-  for (int i = 0; i < 16; ++i) sum += (w[i] & 0x0F) * x[i] + (w[i] >> 4) * x[i + 16];
-  return sum;
-}
+namespace {
 
-void q4_group(const Q8Blocks& xb, int T, const Linear& L, int g, float* y) {
-  const int nb = xb.blocks, o0 = 4 * g, nr = std::min(4, L.out - o0);
-  // The group's four rows (a short last group repeats its last row, stored once): each activation
-  // block is loaded once for all four, and four independent sums hide the FMA latency.
-  const uint8_t* w[4];
-  const float* step[4];
-  const float* mn[4];
-  for (int r = 0; r < 4; ++r) {
-    const size_t o = static_cast<size_t>(o0 + std::min(r, nr - 1));
-    w[r] = L.w_i4 + o * nb * 16;
-    step[r] = L.scales + o * nb;
-    mn[r] = L.mins + o * nb;
-  }
-  for (int t = 0; t < T; ++t) {
-    const int8_t* x = xb.q.data() + static_cast<size_t>(t) * nb * kI4Block;
-    const float* dx = xb.d.data() + static_cast<size_t>(t) * nb;
-    const float* sx = xb.s.data() + static_cast<size_t>(t) * nb;
-    float acc[4];
+// Rows of activations per tile: each step's weights, unpacked once, serve NT rows.
+constexpr int kI4Tile = 4;
+
+// f[t][r] (panel rows r = 0..15) for activation rows [t0, t0 + NT) over all blocks, then y.
+template <int NT>
+void i4_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
+  const int nb = xb.blocks;
+  const uint8_t* w = L.w_i4 + static_cast<size_t>(p) * nb * kI4BlockBytes;
+  const float* steps = L.scales + static_cast<size_t>(p) * nb * kPanel;
+  const float* mins = L.mins + static_cast<size_t>(p) * nb * kPanel;
+  alignas(32) float f[NT][kPanel];
 #if defined(__AVX2__) && defined(__FMA__)
-    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    __m256 v[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int b = 0; b < nb; ++b) {
-      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + kI4Block * b));
-      const float db = dx[b];
-      for (int r = 0; r < 4; ++r) {
-        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[r] + 16 * b));
-        const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low);
-        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), ones);  // u8 x s8, at most 3810 a pair
-        v[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(step[r][b] * db), v[r]);
+  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  __m256 acc[NT][2];
+  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  for (int b = 0; b < nb; ++b) {
+    const uint8_t* wb = w + static_cast<size_t>(b) * kI4BlockBytes;
+    _mm_prefetch(reinterpret_cast<const char*>(wb) + 2048, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(wb) + 2048 + 64, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(wb) + 2048 + 128, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(wb) + 2048 + 192, _MM_HINT_T0);
+    // Eight steps of pmaddubsw pairs (each at most 2 x 15 x 127) fit an int16 sum: 30480.
+    __m256i s[NT][2];
+    for (int t = 0; t < NT; ++t) s[t][0] = s[t][1] = _mm256_setzero_si256();
+    const int8_t* xq = xb.q.data() + (static_cast<size_t>(t0) * nb + b) * kI4Block;
+    for (int k = 0; k < kI4Block / 4; ++k) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 32 * k));
+      const __m256i lo = _mm256_and_si256(raw, low), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+      for (int t = 0; t < NT; ++t) {
+        int32_t quad;
+        std::memcpy(&quad, xq + static_cast<size_t>(t) * nb * kI4Block + 4 * k, 4);
+        const __m256i xv = _mm256_set1_epi32(quad);
+        s[t][0] = _mm256_add_epi16(s[t][0], _mm256_maddubs_epi16(lo, xv));
+        s[t][1] = _mm256_add_epi16(s[t][1], _mm256_maddubs_epi16(hi, xv));
       }
     }
-    for (int r = 0; r < 4; ++r) {
-      __m128 h = _mm_add_ps(_mm256_castps256_ps128(v[r]), _mm256_extractf128_ps(v[r], 1));
-      h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-      h = _mm_add_ss(h, _mm_movehdup_ps(h));
-      acc[r] = _mm_cvtss_f32(h);
+    const float* st = steps + static_cast<size_t>(b) * kPanel;
+    const float* mn = mins + static_cast<size_t>(b) * kPanel;
+    for (int t = 0; t < NT; ++t) {
+      const size_t xi = static_cast<size_t>(t0 + t) * nb + b;
+      const __m256 dx = _mm256_set1_ps(xb.d[xi]), sx = _mm256_set1_ps(xb.s[xi]);
+      for (int h = 0; h < 2; ++h) {
+        const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(s[t][h], ones));
+        acc[t][h] = _mm256_fmadd_ps(sums, _mm256_mul_ps(_mm256_loadu_ps(st + 8 * h), dx), acc[t][h]);
+        acc[t][h] = _mm256_fmadd_ps(_mm256_loadu_ps(mn + 8 * h), sx, acc[t][h]);
+      }
     }
+  }
+  for (int t = 0; t < NT; ++t) {
+    _mm256_store_ps(f[t], acc[t][0]);
+    _mm256_store_ps(f[t] + 8, acc[t][1]);
+  }
 #else
-    for (int r = 0; r < 4; ++r) {
-      acc[r] = 0.0f;
-      for (int b = 0; b < nb; ++b)
-        acc[r] += step[r][b] * dx[b] * static_cast<float>(block_dot(w[r] + 16 * b, x + kI4Block * b));
+  for (int t = 0; t < NT; ++t) std::fill(f[t], f[t] + kPanel, 0.0f);
+  for (int b = 0; b < nb; ++b) {
+    const uint8_t* wb = w + static_cast<size_t>(b) * kI4BlockBytes;
+    for (int t = 0; t < NT; ++t) {
+      const size_t xi = static_cast<size_t>(t0 + t) * nb + b;
+      const int8_t* xq = xb.q.data() + xi * kI4Block;
+      for (int r = 0; r < kPanel; ++r) {
+        int32_t s = 0;
+        for (int j = 0; j < kI4Block; ++j) s += ((wb[i4_byte(r, j)] >> i4_shift(r)) & 0x0F) * xq[j];
+        const float stdx = steps[static_cast<size_t>(b) * kPanel + r] * xb.d[xi];
+        f[t][r] = std::fma(static_cast<float>(s), stdx, f[t][r]);
+        f[t][r] = std::fma(mins[static_cast<size_t>(b) * kPanel + r], xb.s[xi], f[t][r]);
+      }
     }
+  }
 #endif
-    for (int r = 0; r < nr; ++r) {
-      float m = 0.0f;
-      for (int b = 0; b < nb; ++b) m += mn[r][b] * sx[b];
-      y[static_cast<size_t>(t) * L.out + o0 + r] = acc[r] + m;
-    }
+  const int o0 = p * kPanel, nr = std::min(kPanel, L.out - o0);
+  for (int t = 0; t < NT; ++t) {
+    float* yt = y + static_cast<size_t>(t0 + t) * L.out + o0;
+    for (int r = 0; r < nr; ++r) yt[r] = L.b ? f[t][r] + L.b[o0 + r] : f[t][r];
+  }
+}
+
+}  // namespace
+
+void i4_panel_rows(const Q8Blocks& xb, int t_lo, int t_hi, const Linear& L, int p, float* y) {
+  int t = t_lo;
+  for (; t + kI4Tile <= t_hi; t += kI4Tile) i4_tile<kI4Tile>(xb, t, L, p, y);
+  switch (t_hi - t) {
+    case 3: i4_tile<3>(xb, t, L, p, y); break;
+    case 2: i4_tile<2>(xb, t, L, p, y); break;
+    case 1: i4_tile<1>(xb, t, L, p, y); break;
+    default: break;
   }
 }
 

@@ -100,19 +100,20 @@ void panels_row_i8(const Int16Rows& xr, const Linear& L, int p0, float* y);
 void panels_row_a8(const Int8Rows& xr, const Linear& L, int p0, float* y);
 #endif
 
-// --- 4-bit weights (int4.cc): blocks of kI4Block inputs, int8 activations per block
+// --- 4-bit weights (int4.cc): panels of blocks of kI4Block inputs, int8 activations per block
 
-constexpr int kI4Block = 32;
-// Activation rows rounded to int8 per block: q (T, blocks x 32; zero past `in`), each block's scale
-// d and d x sum(q) in s (T, blocks).
+// Activation rows rounded to int8 per block of 32 (scale d = max |x| / 127, as llama.cpp's Q8_1):
+// q (T, blocks x 32; zero past `in`), each block's d and d x sum(q) in s (T, blocks).
 struct Q8Blocks {
   int blocks = 0;
   std::vector<int8_t> q;
   std::vector<float> d, s;
 };
 void quantize_q8_blocks(const float* x, int T, int in, Q8Blocks& out);
-// y rows [0, T), outputs [4g, 4g + 4) of an I4 layer.
-void q4_group(const Q8Blocks& xb, int T, const Linear& L, int g, float* y);
+// y rows [t_lo, t_hi), panel p's outputs of an I4 layer, bias included. Each block adds
+// (its integer sum) x (step x d) and then min x s to the row's fp32 sum, blocks in order: a row's
+// result does not depend on how many rows share the call.
+void i4_panel_rows(const Q8Blocks& xb, int t_lo, int t_hi, const Linear& L, int p, float* y);
 
 // --- the layer as a whole (linear.cc, quantize_weights.cc): what the public functions call
 

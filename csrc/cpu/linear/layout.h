@@ -1,5 +1,5 @@
-// How reduced-precision weights lie in memory: bf16 groups of 4 rows and int8 panels of 16 rows,
-// and the blocks of 256 inputs over which activations are rounded for the integer kernels.
+// How reduced-precision weights lie in memory: bf16 groups of 4 rows, int8 and 4-bit panels of 16
+// rows, and the blocks over which activations are rounded for the integer kernels.
 #pragma once
 
 #include <algorithm>
@@ -56,6 +56,20 @@ static inline int panel_steps(int in, int G) { return (in + G - 1) / G; }
 // checkpoint gives the same logits on AVX2 and AVX-512 machines. Each panel's block sums start at
 // -64 x the weights' block sums (Linear::wsums), which takes the offset back out.
 constexpr int kA8Offset = 64;
+
+// 4-bit weights (I4) are stored in panels of kPanel output rows too, per block of kI4Block inputs:
+// 8 steps of 4 inputs, each step 32 bytes whose byte 4l + j holds input 4k + j of row l in its low
+// nibble and of row 8 + l in its high one. One load, a mask and a shift give the step's bytes for
+// rows 0-7 and 8-15, each lane one row's 4 values, against the 4 activations broadcast (pmaddubsw).
+// Each (row, block) has an fp32 step and minimum, at [(p * blocks + b) * 16 + row % 16] of `scales`
+// and `mins`. Inputs are padded with zero values to whole blocks, outputs with zero rows to panels.
+constexpr int kI4Block = 32;
+constexpr int kI4BlockBytes = kPanel * kI4Block / 2;
+static inline int i4_blocks(int in) { return (in + kI4Block - 1) / kI4Block; }
+static inline size_t i4_panel_bytes(int in) { return static_cast<size_t>(i4_blocks(in)) * kI4BlockBytes; }
+// Where value (row r of the panel, input j of the block) lies: byte offset in the block, and shift.
+static inline int i4_byte(int r, int j) { return (j / 4) * 32 + (r % 8) * 4 + j % 4; }
+static inline int i4_shift(int r) { return r < 8 ? 0 : 4; }
 
 }  // namespace DECODELAB_ISA
 }  // namespace decodelab

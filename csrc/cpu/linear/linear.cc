@@ -136,9 +136,9 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
   const float* xd = xd_buf.data();
   // Many rows (prompts) run in chunks, each thread taking its weight groups over one chunk of rows
   // at a time: a chunk's activations stay in cache while the weights stream past them.
-  const bool panels = path == Path::I8Rows || path == Path::A8Rows;
+  const bool panels = path == Path::I8Rows || path == Path::A8Rows || path == Path::I4Rows;
   const int chunk = panels ? kPanelRows : T;
-  // Groups of 4 output rows (int8, w8a8: panels of 16) of every layer in one parallel region: one wake-up
+  // Groups of 4 output rows (int8, w8a8, int4: panels of 16) of every layer in one parallel region: one wake-up
   // and one barrier for, say, a Llama layer's q, k and v instead of three.
   int first[kMaxLayers + 1] = {0};
   int64_t work = 0;
@@ -164,7 +164,7 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
         f32_row_group<1>(x, L, g, ys[i]);
         break;
       case Path::Bf16Row: bf16_row_group(xd, L, g, ys[i]); break;
-      case Path::I4Rows: q4_group(xb, T, L, g, ys[i]); break;
+      case Path::I4Rows: i4_panel_rows(xb, c0, std::min(T, c0 + chunk), L, g, ys[i]); break;
       case Path::I8Rows:
       case Path::A8Rows:
 #if defined(__AVX2__) && defined(__FMA__) && !defined(DECODELAB_VNNI512)

@@ -1,4 +1,4 @@
-// fp32 weights converted to the reduced-precision layouts (bf16 groups, int8 and w8a8 panels), and
+// fp32 weights converted to the reduced-precision layouts (bf16 groups, int8, w8a8 and 4-bit panels), and
 // views of a layer's output rows in place.
 #include <algorithm>
 #include <cmath>
@@ -37,14 +37,14 @@ size_t quantized_size(const Linear& L, WeightType type) {
     case WeightType::BF16: return (L.out + 3) / 4 * bf16_group_elems(L) * sizeof(uint16_t);
     case WeightType::I8: return packed_size(L.out, L.in, kI8Step);
     case WeightType::I8A8: return packed_size(L.out, L.in, kA8Step);
-    case WeightType::I4: return static_cast<size_t>(L.out) * ((L.in + kI4Block - 1) / kI4Block) * 16;
+    case WeightType::I4: return static_cast<size_t>(panel_count(L.out)) * i4_panel_bytes(L.in);
     default: return 0;
   }
 }
 
 bool linear_row_view(const Linear& L, int first, int count, Linear* view) {
   if (first < 0 || count < 1 || first + count > L.out || L.in_major) return false;
-  const int align = L.type == WeightType::BF16 ? 4 : L.type == WeightType::F32 || L.type == WeightType::I4 ? 1 : kPanel;
+  const int align = L.type == WeightType::BF16 ? 4 : L.type == WeightType::F32 ? 1 : kPanel;
   if (first % align != 0) return false;
   *view = L;
   view->out = count;
@@ -55,10 +55,14 @@ bool linear_row_view(const Linear& L, int first, int count, Linear* view) {
     const int G = L.type == WeightType::I8A8 ? kA8Step : kI8Step;
     view->w_i8 = L.w_i8 + static_cast<size_t>(first / kPanel) * kPanel * panel_steps(L.in, G) * G;
   }
-  const size_t per_row = L.type == WeightType::I4 ? (L.in + kI4Block - 1) / kI4Block : 1;  // scales per row
-  if (L.w_i4) view->w_i4 = L.w_i4 + static_cast<size_t>(first) * per_row * 16;
-  if (L.mins) view->mins = L.mins + first * per_row;
-  if (L.scales) view->scales = L.scales + first * per_row;
+  if (L.type == WeightType::I4) {  // steps and minima per panel and block
+    const size_t per_panel = static_cast<size_t>(i4_blocks(L.in)) * kPanel;
+    view->w_i4 = L.w_i4 + static_cast<size_t>(first / kPanel) * i4_panel_bytes(L.in);
+    view->scales = L.scales + first / kPanel * per_panel;
+    view->mins = L.mins + first / kPanel * per_panel;
+  } else if (L.scales) {
+    view->scales = L.scales + first;
+  }
   if (L.wsums) view->wsums = L.wsums + static_cast<size_t>(first / kPanel) * ((L.in + kI8Block - 1) / kI8Block) * kPanel;
   return true;
 }
@@ -90,27 +94,31 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
     }
   } else if (type == WeightType::I4) {
     // Per block of 32: min and max of its values, 15 steps between them, each value the nearest
-    // step (GGUF's Q4_1 rule; a dequantized Q4_1 block comes back with its own values). Scales
-    // first, then minima, in one vector.
-    const int nb = (L.in + kI4Block - 1) / kI4Block;
-    q.scales.assign(2 * static_cast<size_t>(L.out) * nb, 0.0f);
+    // step (GGUF's Q4_1 rule; a dequantized Q4_1 block comes back with its own values). Steps
+    // first, then minima, in one vector; padding rows and blocks stay zero.
+    const int nb = i4_blocks(L.in), panels = panel_count(L.out);
+    const size_t per = static_cast<size_t>(panels) * nb * kPanel;
+    q.scales.assign(2 * per, 0.0f);
     float* steps = q.scales.data();
-    float* mins = steps + static_cast<size_t>(L.out) * nb;
+    float* mins = steps + per;
+    std::memset(dst, 0, q.bytes);
 #pragma omp parallel for schedule(static)
-    for (int o = 0; o < L.out; ++o)
-      for (int b = 0; b < nb; ++b) {
-        const int i0 = b * kI4Block, i1 = std::min(L.in, i0 + kI4Block);
-        float lo = at(o, i0), hi = lo;
-        for (int i = i0; i < i1; ++i) lo = std::min(lo, at(o, i)), hi = std::max(hi, at(o, i));
-        const float d = (hi - lo) / 15.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-        steps[static_cast<size_t>(o) * nb + b] = d;
-        mins[static_cast<size_t>(o) * nb + b] = lo;
-        uint8_t* p = dst + (static_cast<size_t>(o) * nb + b) * 16;
-        std::fill(p, p + 16, 0);
-        for (int i = i0; i < i1; ++i) {
-          const int v = std::min(15, static_cast<int>((at(o, i) - lo) * id + 0.5f));
-          const int j = i - i0;
-          p[j % 16] |= static_cast<uint8_t>(j < 16 ? v : v << 4);
+    for (int p = 0; p < panels; ++p)
+      for (int r = 0; r < kPanel && p * kPanel + r < L.out; ++r) {
+        const int o = p * kPanel + r;
+        for (int b = 0; b < nb; ++b) {
+          const int i0 = b * kI4Block, i1 = std::min(L.in, i0 + kI4Block);
+          float lo = at(o, i0), hi = lo;
+          for (int i = i0; i < i1; ++i) lo = std::min(lo, at(o, i)), hi = std::max(hi, at(o, i));
+          const float d = (hi - lo) / 15.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+          const size_t k = (static_cast<size_t>(p) * nb + b) * kPanel + r;
+          steps[k] = d;
+          mins[k] = lo;
+          uint8_t* blk = dst + (static_cast<size_t>(p) * nb + b) * kI4BlockBytes;
+          for (int i = i0; i < i1; ++i) {
+            const int v = std::min(15, static_cast<int>((at(o, i) - lo) * id + 0.5f));
+            blk[i4_byte(r, i - i0)] |= static_cast<uint8_t>(v << i4_shift(r));
+          }
         }
       }
     L.w_i4 = dst;

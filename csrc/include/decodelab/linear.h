@@ -32,10 +32,10 @@ struct Linear {
   WeightType type = WeightType::F32;
   const uint16_t* w_bf16 = nullptr;  // in groups of 4 rows
   const int8_t* w_i8 = nullptr;  // in panels of 16 rows
-  const float* scales = nullptr;  // (out), int8 only
+  const float* scales = nullptr;  // (out), int8 and w8a8; I4: see mins
   const int32_t* wsums = nullptr; // I8A8 only: each panel's offset sums per block of 256 inputs
-  const uint8_t* w_i4 = nullptr;  // I4: per row, (in + 31) / 32 blocks of 16 bytes (cpu/linear/int4.cc)
-  const float* mins = nullptr;    // I4: per row and block, the minimum; `scales` the step, likewise
+  const uint8_t* w_i4 = nullptr;  // I4: in panels of 16 rows, per block of 32 inputs (cpu/linear/layout.h)
+  const float* mins = nullptr;    // I4: per panel, block and row, the minimum; `scales` the step, likewise
   // BF16 and I8: from gemm_min_rows rows the matmul rounds its input to bf16 and multiplies bf16 by
   // bf16 (fp32 sums) instead of widening bf16 weights to fp32 or running the int8 panels on 16-bit
   // fixed-point inputs (see linear).
