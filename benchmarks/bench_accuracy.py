@@ -2,7 +2,7 @@
 text, for load(dtype="bfloat16"), load(dtype="int8") and load(dtype="w8a8") weights and for bf16
 and int8 KV caches.
 
-    python benchmarks/bench_accuracy.py [--json bench_accuracy.json]
+    python benchmarks/bench_accuracy.py [--json bench_accuracy.json] [--only-gguf]
 
 stories260K (a real trained model) is scored on the fixed story below, tokenised with its own
 vocabulary; the GPT-2 124M and Llama 110M shapes (random weights, so perplexity means nothing)
@@ -15,6 +15,12 @@ prompt; a bf16 or int8 cache rounds keys and values there). bfloat16 and int8 "f
 bf16_matmul (the default: the prompt's matmuls round their inputs to bf16, where the CPU has
 native bf16 products) and without ("-fp32in": bf16 weights with fp32 inputs, "-panels": the
 int8 kernel's 16-bit inputs).
+
+The shared SmolLM2-135M-Instruct Q4_1 GGUF (a real model in llama.cpp's 4-bit format) is scored
+teacher-forced over the first 513 tokens of the standard library's docstrings
+(decodelab.testing.stdlib_docstrings): each dtype's top-1 agreement with the file's exact values
+(dtype="float32") over 512 positions, and the perplexity of each, next to llama.cpp's own logits
+for the same file and tokens (llama-cpp-python, where installed). --only-gguf runs that part alone.
 """
 import argparse
 import json
@@ -44,14 +50,50 @@ def nll(logits, ids):
     return float(np.mean(lse - x[np.arange(len(x)), ids[1:]]))
 
 
+GGUF = os.path.join(MODELS, "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def gguf_rows(threads):
+    """SmolLM2 Q4_1: top-1 agreement with dtype="float32" and perplexity over 512 positions of real
+    text, for our dtypes and for llama.cpp on the same file and token ids."""
+    ref = decodelab.load(GGUF, dtype="float32", threads=threads)
+    ids = ref.tokenizer.encode(testing.stdlib_docstrings())[:513]
+    base = ref.forward(ids)
+    del ref
+    results = {"float32": base}
+    for dtype in ("int4", "int8", "bfloat16"):
+        results[dtype] = decodelab.load(GGUF, dtype=dtype, threads=threads).forward(ids)
+    try:
+        import llama_cpp
+    except ImportError:
+        print("llama-cpp-python is not installed: no llama.cpp row", file=sys.stderr)
+    else:
+        llm = llama_cpp.Llama(model_path=GGUF, n_ctx=1024, n_batch=512, n_threads=threads, logits_all=True,
+                              verbose=False)
+        llm.eval(ids)
+        results["llama.cpp"] = np.array(llm.scores[:len(ids)], dtype=np.float32)
+    rows = []
+    for name, lg in results.items():  # the 512 positions that predict a next token
+        d = np.abs(lg - base)[:-1]
+        rows.append({"model": "smollm2-135m Q4_1", "dtype": name, "path": "forward", "kv_cache": "-",
+                     "tokens": len(ids) - 1, "max_abs_logit_err": float(d.max()), "mean_abs_logit_err": float(d.mean()),
+                     "argmax_agreement": float(np.mean(lg[:-1].argmax(1) == base[:-1].argmax(1))),
+                     "max_abs_logit": float(np.abs(base).max()), "perplexity": float(np.exp(nll(lg, np.asarray(ids))))})
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default="bench_accuracy.json")
+    ap.add_argument("--only-gguf", action="store_true", help="only the SmolLM2 Q4_1 rows")
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     a = ap.parse_args()
-    rows = []
+    rows = gguf_rows(a.threads) if os.path.exists(GGUF) else []
     with tempfile.TemporaryDirectory() as tmp:
         sources = [("stories260K", os.path.join(MODELS, "stories260K", "stories260K.bin"))]
-        for shape in ("gpt2-124m", "llama-110m"):
+        if a.only_gguf:
+            sources = []
+        for shape in () if a.only_gguf else ("gpt2-124m", "llama-110m"):
             sources.append((shape, testing.write_checkpoint(os.path.join(tmp, shape), shape)))
         for name, path in sources:
             ref = decodelab.load(path)
@@ -95,7 +137,7 @@ def main():
               f"{r['max_abs_logit_err']:>10.2e} "
               f"{r['mean_abs_logit_err']:>11.2e} {r['argmax_agreement']:>13.3f} {ppl:>11}")
     with open(a.json, "w") as f:
-        json.dump({"argv": sys.argv, "text": TEXT, "rows": rows}, f, indent=2)
+        json.dump({"argv": sys.argv, "text": TEXT, "python": sys.version.split()[0], "rows": rows}, f, indent=2)
     print(f"wrote {a.json}")
 
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common.h"
+#include "decodelab/gguf_blocks.h"
 #include "decodelab/aligned.h"
 #include "decodelab/bf16.h"
 #include "decodelab/device.h"
@@ -63,6 +64,60 @@ void check_linear_args(const FloatArray& x, const FloatArray& w, int repeats) {
 }  // namespace
 
 void register_bench(py::module_& m) {
+  m.def(
+      "dequantize_blocks",
+      [](const std::string& dtype, const py::bytes& data) {
+        const BlockFormat* f = find_block_format(dtype);
+        if (!f) throw std::invalid_argument("dtype must be one of ggml's block formats (BLOCK_DTYPES), got '" + dtype + "'");
+        const std::string_view raw = data;
+        if (raw.size() % f->bytes)
+          throw std::invalid_argument(dtype + " blocks are " + std::to_string(f->bytes) + " bytes each; got " +
+                                      std::to_string(raw.size()) + " bytes");
+        const size_t n = raw.size() / f->bytes * f->elems;
+        py::array_t<float> out(static_cast<py::ssize_t>(n));
+        dequantize_blocks(*f, reinterpret_cast<const uint8_t*>(raw.data()), n, out.mutable_data());
+        return out;
+      },
+      py::arg("dtype"), py::arg("data"),
+      "The values of `data`, whole blocks of ggml's format `dtype`, as the engine decodes them (for tests).");
+  m.def(
+      "linear_blocks",
+      [](const FloatArray& x, const std::string& format, const py::bytes& data, int out, const std::string& dtype) {
+        const BlockFormat* f = find_block_format(format);
+        if (!f) throw std::invalid_argument("format must be one of ggml's block formats (BLOCK_DTYPES), got '" + format + "'");
+        const WeightType type = parse_weight_type(dtype);
+        if (x.ndim() != 2 || x.shape(0) < 1 || x.shape(1) < 1 || x.shape(1) % f->elems || out < 1)
+          throw std::invalid_argument("x must be (T, in) with in a multiple of " + std::to_string(f->elems) +
+                                      " and out >= 1");
+        const std::string_view raw = data;
+        const size_t row_bytes = static_cast<size_t>(x.shape(1)) / f->elems * f->bytes;
+        if (raw.size() != row_bytes * out)
+          throw std::invalid_argument("data must hold " + std::to_string(row_bytes * out) + " bytes (" +
+                                      std::to_string(out) + " rows of " + format + " blocks), got " +
+                                      std::to_string(raw.size()));
+        const uint8_t* src = reinterpret_cast<const uint8_t*>(raw.data());
+        Linear L;
+        L.in = static_cast<int>(x.shape(1));
+        L.out = out;
+        QuantizedWeights store;
+        if (type == WeightType::F32) throw std::invalid_argument("dtype must be a converted one, got 'float32'");
+        if (type == WeightType::I4 && f->bits == 4) {
+          pack_i4_blocks(L, *f, src, store);
+        } else {
+          const int in = L.in;
+          const RowSource rows = [f, src, row_bytes, in](int o0, int n, float* dst) {
+            dequantize_blocks(*f, src + o0 * row_bytes, static_cast<size_t>(n) * in, dst);
+          };
+          quantize_linear(L, type, store, nullptr, &rows);
+        }
+        py::array_t<float> y({x.shape(0), static_cast<py::ssize_t>(out)});
+        linear(x.data(), static_cast<int>(x.shape(0)), L, y.mutable_data());
+        return y;
+      },
+      py::arg("x"), py::arg("format"), py::arg("data"), py::arg("out"), py::arg("dtype") = "int4",
+      "y = x W^T with W given as `out` rows of ggml blocks (`format`), stored as the engine stores a GGUF\n"
+      "file's layer of that format under `dtype`: 4-bit formats repacked as they are into int4, others\n"
+      "decoded a panel of rows at a time and converted (for tests).");
   m.def("read_bandwidth", &read_bandwidth, py::arg("nbytes"), py::arg("n_threads"), py::arg("repeats") = 5,
         py::call_guard<py::gil_scoped_release>(),
         "Best read bandwidth in bytes/s summing an nbytes buffer (in huge pages where the system allows): the "

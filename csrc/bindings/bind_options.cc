@@ -9,6 +9,7 @@
 
 #include "decodelab/decoding.h"
 #include "decodelab/dtypes.h"
+#include "decodelab/gguf_blocks.h"
 
 namespace py = pybind11;
 
@@ -31,6 +32,9 @@ void register_options(py::module_& m) {
   for (const auto& e : kKVTypeNames) kv.append(e.name);
   m.attr("WEIGHT_DTYPES") = py::tuple(weights);
   m.attr("KV_DTYPES") = py::tuple(kv);
+  py::list blocks;  // ggml's block formats the engine reads from a GGUF file's mapping (gguf_blocks.h)
+  for (const auto& f : kBlockFormats) blocks.append(f.name);
+  m.attr("BLOCK_DTYPES") = py::tuple(blocks);
   m.def(
       "weight_dtype", [](const std::string& s) { return weight_type_name(parse_weight_type(s)); }, py::arg("name"),
       "The weight dtype's name for `name` or an alias of it (fp32, bf16); ValueError listing the names.");

@@ -20,8 +20,11 @@ size_t quantized_size(const Linear& L, WeightType type) { return isa::quantized_
 bool linear_row_view(const Linear& L, int first, int count, Linear* view) {
   return isa::linear_row_view(L, first, count, view);
 }
-void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* dst) {
-  isa::quantize_linear(L, type, q, dst);
+void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* dst, const RowSource* source) {
+  isa::quantize_linear(L, type, q, dst, source);
+}
+void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst) {
+  isa::pack_i4_blocks(L, f, src, q, dst);
 }
 
 namespace {

@@ -3,6 +3,8 @@
 #include "decodelab/aligned.h"
 #include "decodelab/bf16.h"
 #include "decodelab/dtypes.h"
+#include "decodelab/f16.h"
+#include "decodelab/gguf_blocks.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -79,6 +81,7 @@ WeightStore::WeightStore(const std::vector<std::string>& files, const std::vecto
     // refused only if the model asks for it; its bounds are still checked here.
     DType dt = DType::F32;
     const bool supported = find_dtype(kStorageTypeNames, t.dtype, &dt);
+    const BlockFormat* block = find_block_format(t.dtype);
     uint64_t numel = 1;
     for (int64_t d : t.shape) {
       if (d < 0) throw std::invalid_argument(where + " has a negative dimension in shape " + shape_str(t.shape));
@@ -90,12 +93,24 @@ WeightStore::WeightStore(const std::vector<std::string>& files, const std::vecto
       throw std::invalid_argument(where + " with shape " + shape_str(t.shape) + " and dtype " + t.dtype +
                                   " needs " + std::to_string(numel * dtype_size(dt)) + " bytes, but its data holds " +
                                   std::to_string(t.nbytes));
+    if (block) {  // whole blocks along each row (GGUF's rule), then the bytes those blocks take
+      const int64_t cols = t.shape.empty() ? 1 : t.shape.back();
+      if (cols % block->elems != 0)
+        throw std::invalid_argument(where + " with shape " + shape_str(t.shape) + " has rows of " +
+                                    std::to_string(cols) + " values, not a multiple of " + t.dtype + "'s blocks of " +
+                                    std::to_string(block->elems));
+      const uint64_t need = numel / block->elems * block->bytes;
+      if (need != t.nbytes)
+        throw std::invalid_argument(where + " with shape " + shape_str(t.shape) + " and dtype " + t.dtype +
+                                    " needs " + std::to_string(need) + " bytes, but its data holds " +
+                                    std::to_string(t.nbytes));
+    }
     const uint64_t fsize = files_[t.file]->size();
     if (t.offset > fsize || t.nbytes > fsize - t.offset)
       throw std::invalid_argument(where + " spans bytes [" + std::to_string(t.offset) + ", " +
                                   std::to_string(t.offset + t.nbytes) + ") but " + files_[t.file]->path() +
                                   " has only " + std::to_string(fsize) + " bytes (truncated or corrupt file)");
-    if (!tensors_.emplace(t.name, Entry{t, dt, supported}).second)
+    if (!tensors_.emplace(t.name, Entry{t, dt, supported, block}).second)
       throw std::invalid_argument(where + " appears twice");
   }
 }
@@ -106,44 +121,23 @@ uint64_t WeightStore::mapped_bytes() const {
   return n;
 }
 
-namespace {
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      exp = 127 - 15 + 1;
-      while ((mant & 0x400u) == 0) {
-        mant <<= 1;
-        --exp;
-      }
-      mant &= 0x3ffu;
-      bits = sign | (exp << 23) | (mant << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-}  // namespace
 
 const float* WeightStore::f32(const std::string& name, const std::vector<int64_t>& shape) {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) throw std::invalid_argument("tensor '" + name + "' is missing from the checkpoint");
   const Entry& e = it->second;
-  if (!e.supported) parse_dtype(e.info.dtype, name);  // throws, naming the dtype
+  if (!e.supported && !e.block) parse_dtype(e.info.dtype, name);  // throws, naming the dtype
   if (e.info.shape != shape)
     throw std::invalid_argument("tensor '" + name + "' has shape " + shape_str(e.info.shape) +
                                 " but the config implies " + shape_str(shape));
   const uint8_t* src = files_[e.info.file]->data() + e.info.offset;
+  if (e.block) {  // decoded once into a buffer the store owns
+    const size_t numel = e.info.nbytes / e.block->bytes * e.block->elems;
+    owned_.emplace_back(numel);
+    owned_bytes_ += numel * sizeof(float);
+    dequantize_blocks(*e.block, src, numel, owned_.back().data());
+    return owned_.back().data();
+  }
   const size_t numel = e.info.nbytes / dtype_size(e.dtype);
   if (e.dtype == DType::F32 && reinterpret_cast<uintptr_t>(src) % alignof(float) == 0)
     return reinterpret_cast<const float*>(src);
@@ -160,6 +154,18 @@ const float* WeightStore::f32(const std::string& name, const std::vector<int64_t
     }
   }
   return dst;
+}
+
+const uint8_t* WeightStore::blocks(const std::string& name, const std::vector<int64_t>& shape,
+                                   const BlockFormat** format) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end() || !it->second.block) return nullptr;
+  const Entry& e = it->second;
+  if (e.info.shape != shape)
+    throw std::invalid_argument("tensor '" + name + "' has shape " + shape_str(e.info.shape) +
+                                " but the config implies " + shape_str(shape));
+  *format = e.block;
+  return files_[e.info.file]->data() + e.info.offset;
 }
 
 bool WeightStore::in_place(const std::string& name) const {

@@ -42,7 +42,7 @@ std::vector<Linear*> Transformer::layer_linears() {
   std::vector<Linear*> all;
   for (Layer& l : layers_)
     for (Linear* x : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.fc, &l.down})
-      if (x->w) all.push_back(x);
+      if (x->in > 0) all.push_back(x);
   return all;
 }
 
@@ -67,10 +67,25 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
   // fp32 layers read from the mapping, copied below unless zero_copy: the source name of each.
   const bool copy_f32 = weight_type_ == WeightType::F32 && !zero_copy;
   std::unordered_map<const float*, std::string> to_copy;
-  auto lin = [&](const std::string& name, int64_t in, int64_t out, bool in_major, bool bias) {
-    Linear l;
+  // Layers a file stores in ggml's blocks (GGUF), read from the blocks when they are converted below
+  // rather than decoded whole to fp32 first: each one's format and mapped blocks.
+  struct Blocks {
+    const BlockFormat* format;
+    const uint8_t* data;
+    std::string name;
+  };
+  std::unordered_map<const Linear*, Blocks> blocks_of;
+  auto from_blocks = [&](Linear& l, const std::string& name, int64_t rows, int64_t cols) {
+    const BlockFormat* f = nullptr;
+    const uint8_t* src = weight_type_ == WeightType::F32 ? nullptr : W.blocks(name, {rows, cols}, &f);
+    if (src) blocks_of[&l] = Blocks{f, src, name};
+    return src != nullptr;
+  };
+  auto lin = [&](Linear& l, const std::string& name, int64_t in, int64_t out, bool in_major, bool bias) {
     l.in = static_cast<int>(in);
     l.out = static_cast<int>(out);
+    if (bias) l.b = W.f32(name + ".bias", {out});
+    if (!in_major && from_blocks(l, name + ".weight", out, in)) return;
     const bool copy = copy_f32 && W.in_place(name + ".weight");
     if (in_major && weight_type_ == WeightType::F32 && !copy) {
       // GPT-2's Conv1D (in, out): an (out, in) copy lets batch-1 decode read each weight row once
@@ -83,27 +98,34 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
       source_of[l.w] = name + ".weight";
       if (copy) to_copy[l.w] = name + ".weight";
     }
-    if (bias) l.b = W.f32(name + ".bias", {out});
-    return l;
   };
   layers_.resize(cfg_.n_layers);
   if (cfg_.is_llama()) {
-    tok_embed_ = W.f32("model.embed_tokens.weight", {V, D});
+    if (!from_blocks(lm_head_, "model.embed_tokens.weight", V, D))
+      tok_embed_ = W.f32("model.embed_tokens.weight", {V, D});
     for (int i = 0; i < cfg_.n_layers; ++i) {
       const std::string p = "model.layers." + L(i) + ".";
       Layer& l = layers_[i];
       l.norm1_w = W.f32(p + "input_layernorm.weight", {D});
       l.norm2_w = W.f32(p + "post_attention_layernorm.weight", {D});
-      l.q = lin(p + "self_attn.q_proj", D, QD, false, false);
-      l.k = lin(p + "self_attn.k_proj", D, KVD, false, false);
-      l.v = lin(p + "self_attn.v_proj", D, KVD, false, false);
-      l.o = lin(p + "self_attn.o_proj", QD, D, false, false);
-      l.gate = lin(p + "mlp.gate_proj", D, H, false, false);
-      l.up = lin(p + "mlp.up_proj", D, H, false, false);
-      l.down = lin(p + "mlp.down_proj", H, D, false, false);
+      lin(l.q, p + "self_attn.q_proj", D, QD, false, false);
+      lin(l.k, p + "self_attn.k_proj", D, KVD, false, false);
+      lin(l.v, p + "self_attn.v_proj", D, KVD, false, false);
+      lin(l.o, p + "self_attn.o_proj", QD, D, false, false);
+      lin(l.gate, p + "mlp.gate_proj", D, H, false, false);
+      lin(l.up, p + "mlp.up_proj", D, H, false, false);
+      lin(l.down, p + "mlp.down_proj", H, D, false, false);
     }
     final_w_ = W.f32("model.norm.weight", {D});
-    lm_head_.w = cfg_.tie_word_embeddings ? tok_embed_ : W.f32("lm_head.weight", {V, D});
+    if (blocks_of.count(&lm_head_)) {  // rows of the table decoded per token; a tied head reads the blocks too
+      const Blocks& e = blocks_of[&lm_head_];
+      embed_blocks_ = {e.format, e.data, static_cast<size_t>(D) / e.format->elems * e.format->bytes};
+      if (!cfg_.tie_word_embeddings) blocks_of.erase(&lm_head_);
+    }
+    if (!cfg_.tie_word_embeddings && !from_blocks(lm_head_, "lm_head.weight", V, D))
+      lm_head_.w = W.f32("lm_head.weight", {V, D});
+    else if (cfg_.tie_word_embeddings && tok_embed_)
+      lm_head_.w = tok_embed_;
     // The first positions' RoPE rows are computed once; rows past them are computed per call, so
     // a config's context length alone costs no memory at load.
     rope_positions_ = std::min(cfg_.max_position, kRopeTablePositions);
@@ -121,10 +143,10 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
       l.norm1_b = W.f32(p + "ln_1.bias", {D});
       l.norm2_w = W.f32(p + "ln_2.weight", {D});
       l.norm2_b = W.f32(p + "ln_2.bias", {D});
-      l.qkv = lin(p + "attn.c_attn", D, 3 * D, true, true);
-      l.o = lin(p + "attn.c_proj", D, D, true, true);
-      l.fc = lin(p + "mlp.c_fc", D, H, true, true);
-      l.down = lin(p + "mlp.c_proj", H, D, true, true);
+      lin(l.qkv, p + "attn.c_attn", D, 3 * D, true, true);
+      lin(l.o, p + "attn.c_proj", D, D, true, true);
+      lin(l.fc, p + "mlp.c_fc", D, H, true, true);
+      lin(l.down, p + "mlp.c_proj", H, D, true, true);
     }
     final_w_ = W.f32("transformer.ln_f.weight", {D});
     final_b_ = W.f32("transformer.ln_f.bias", {D});
@@ -163,18 +185,28 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
   // Prefill's matrix products, set up now rather than inside the first request: one trial run per
   // weight shape (oneDNN's primitives are kept per shape), on the first layer of that shape. Every
   // matmul reads (out, in) weights; a GPT-2 source still (in, out) before quantization serves as
-  // K x N floats for the trial run, whose output is discarded.
-  for (const Linear* x : one_per_shape(layer_linears())) matmul_onednn_prepare(x->w, x->in, x->out, x->b);
-  matmul_onednn_prepare(lm_head_.w, lm_head_.in, lm_head_.out);
+  // K x N floats for the trial run, whose output is discarded. Only fp32 and bf16 layers (widened
+  // per call) run the fp32 matmul, and only those with fp32 sources take a trial run here.
+  if (weight_type_ == WeightType::F32 || weight_type_ == WeightType::BF16) {
+    std::vector<Linear*> with_f32;
+    for (Linear* x : layer_linears())
+      if (x->w) with_f32.push_back(x);
+    for (const Linear* x : one_per_shape(with_f32)) matmul_onednn_prepare(x->w, x->in, x->out, x->b);
+    if (lm_head_.w) matmul_onednn_prepare(lm_head_.w, lm_head_.in, lm_head_.out);
+  }
   if (weight_type_ != WeightType::F32) {
     std::vector<Linear*> all = layer_linears();
     all.insert(all.begin(), &lm_head_);
     // Every layer's converted weights in one block of huge pages (see HugePageAllocator), each at a
     // 64-byte boundary: a decode step streams them all, and most layers are smaller than one page.
     // With 4-bit layers the output head keeps 8 bits, as 4-bit GGUF files keep theirs (its logits
-    // are what every token is chosen from).
+    // are what every token is chosen from), and so do layers a file stores in 5 to 8 bits (the
+    // Q6_K and Q8_0 layers of a Q4_K_M file): 4 bits would throw away what the file kept.
     auto type_of = [&](const Linear* x) {
-      return weight_type_ == WeightType::I4 && x == &lm_head_ ? WeightType::I8 : weight_type_;
+      if (weight_type_ != WeightType::I4) return weight_type_;
+      const auto b = blocks_of.find(x);
+      const bool wide = x == &lm_head_ || (b != blocks_of.end() && b->second.format->bits > 4);
+      return wide ? WeightType::I8 : WeightType::I4;
     };
     std::vector<size_t> bytes;
     for (const Linear* x : all) bytes.push_back(quantized_size(*x, type_of(x)));
@@ -187,10 +219,30 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     // is also the embedding table, whose rows are then read one per token.
     source_of.emplace(lm_head_.w, head_name);
     for (size_t i = 0; i < all.size(); ++i) {
-      const float* src = all[i]->w;
-      quantize_linear(*all[i], type_of(all[i]), quantized_[i], arena_.data() + at[i]);
-      auto it = source_of.find(src);
-      if (it != source_of.end()) W.release(it->second);
+      Linear& x = *all[i];
+      const WeightType type = type_of(&x);
+      const auto b = blocks_of.find(&x);
+      if (b == blocks_of.end()) {
+        const float* src = x.w;
+        quantize_linear(x, type, quantized_[i], arena_.data() + at[i]);
+        auto it = source_of.find(src);
+        if (it != source_of.end()) W.release(it->second);
+        continue;
+      }
+      // A file's blocks: 4-bit ones repacked as they are into 4-bit layers, others decoded a panel
+      // of rows at a time into the conversion.
+      const Blocks& e = b->second;
+      if (type == WeightType::I4 && e.format->bits == 4) {
+        pack_i4_blocks(x, *e.format, e.data, quantized_[i], arena_.data() + at[i]);
+      } else {
+        const size_t row_bytes = static_cast<size_t>(x.in) / e.format->elems * e.format->bytes;
+        const int in = x.in;
+        const RowSource rows = [&e, row_bytes, in](int o0, int n, float* dst) {
+          dequantize_blocks(*e.format, e.data + o0 * row_bytes, static_cast<size_t>(n) * in, dst);
+        };
+        quantize_linear(x, type, quantized_[i], arena_.data() + at[i], &rows);
+      }
+      W.release(e.name);
     }
     for (Linear* x : all) x->bf16_activations = this->bf16_matmul();
     if (weight_type_ == WeightType::BF16 || this->bf16_matmul()) {
@@ -441,8 +493,12 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
   for (int s = 0; s < n_seg; ++s)
     for (int t = 0; t < rows[s]; ++t) {
       const int r = first[s] + t;
-      std::memcpy(x + static_cast<size_t>(r) * D, tok_embed_ + static_cast<size_t>(tokens[r]) * D, D * sizeof(float));
-      if (pos_embed_) add_inplace(x + static_cast<size_t>(r) * D, pos_embed_ + static_cast<size_t>(p0[s] + t) * D, D);
+      float* row = x + static_cast<size_t>(r) * D;
+      if (tok_embed_)
+        std::memcpy(row, tok_embed_ + static_cast<size_t>(tokens[r]) * D, D * sizeof(float));
+      else  // a table kept in a file's blocks: one row decoded
+        dequantize_blocks(*embed_blocks_.format, embed_blocks_.data + tokens[r] * embed_blocks_.row_bytes, D, row);
+      if (pos_embed_) add_inplace(row, pos_embed_ + static_cast<size_t>(p0[s] + t) * D, D);
     }
 
   const size_t stream = static_cast<size_t>(R) * D;  // one copy of the residual stream

@@ -2,9 +2,11 @@
 (Hugging Face) names, for load() (its tokenizer: gguf_tokenizer). The `llama` and `gpt2`
 architectures; others are refused by name.
 
-Tensors the engine reads as they are (F32, F16, BF16) stay in the file's memory map; block-quantized
-ones are decoded to float32 (gguf_quants) into one scratch file that the engine maps, which load()
-removes once the engine holds its own converted weights. llama.cpp's converter stores Llama's Q and
+Tensors the engine reads as they are stay in the file's memory map: F32, F16, BF16 and, for Llama,
+ggml's block formats (_core.BLOCK_DTYPES), which the engine repacks (4-bit layers into its int4
+panels, exactly) or decodes a few rows at a time. GPT-2's block-quantized matrices are decoded to
+float32 (gguf_quants) into one scratch file that the engine maps, which load() removes once the
+engine holds its own converted weights. llama.cpp's converter stores Llama's Q and
 K rows in Meta's interleaved RoPE order, so the config says rope_interleaved, as for llama2.c files.
 GGUF stores GPT-2's matrices (out, in); the engine reads GPT-2's as Hugging Face's Conv1D stores
 them, (in, out), so those go through the scratch file transposed.
@@ -17,7 +19,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import gguf_quants
+from . import _core, gguf_quants
 from .config import ModelConfig
 from .gguf_file import GGUFFile
 
@@ -123,9 +125,17 @@ def config_from_gguf(g: GGUFFile) -> ModelConfig:
                        eos_token_id=sorted(set(eos)) or None, source="gguf")
 
 
-def is_quantized(g: GGUFFile) -> bool:
-    """Whether any of the model's tensors is block-quantized (not F32, F16 or BF16)."""
-    return any(t.type.name not in _DIRECT for t in g.tensors.values())
+_FOUR_BIT = ("Q4_0", "Q4_1", "Q4_K")
+
+
+def native_dtype(g: GGUFFile) -> Optional[str]:
+    """The weight dtype that keeps a file's precision in memory: "int4" where its layers hold 4-bit
+    blocks (its wider layers then keep 8 bits), "int8" for other block formats, None for a file of
+    F32, F16 and BF16 tensors."""
+    types = {t.type.name for t in g.tensors.values()}
+    if types & set(_FOUR_BIT):
+        return "int4"
+    return "int8" if types - set(_DIRECT) else None
 
 
 def weight_table(g: GGUFFile, config: ModelConfig) -> Tuple[List[str], list, Optional[str]]:
@@ -145,6 +155,9 @@ def weight_table(g: GGUFFile, config: ModelConfig) -> Tuple[List[str], list, Opt
             conv1d = config.arch == "gpt2" and len(shape) == 2 and target.startswith("transformer.h.")
             if t.type.name in _DIRECT and not conv1d:
                 tensors.append((target, _DIRECT[t.type.name], shape, 0, t.offset, t.nbytes))
+                continue
+            if t.type.name in _core.BLOCK_DTYPES and not conv1d:  # the engine reads the blocks
+                tensors.append((target, t.type.name, shape, 0, t.offset, t.nbytes))
                 continue
             if t.type.name not in gguf_quants.DEQUANTIZERS:
                 raise ValueError(f"{g.path}: tensor {name!r} has type {t.type.name}, which decodelab cannot read "

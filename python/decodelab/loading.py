@@ -29,7 +29,8 @@ _MALFORMED = (TypeError, AttributeError, KeyError, IndexError, OverflowError, Re
 
 def _read_model_files(path: str):
     """(config, weight files, tensor table, the tokenizer or a folder to look for one in, a scratch
-    file to remove once the engine is built, whether the weights are block-quantized)."""
+    file to remove once the engine is built, the dtype that keeps a block-quantized file's precision
+    or None)."""
     if os.path.isdir(path):
         cfg_path = os.path.join(path, "config.json")
         if not os.path.exists(cfg_path):
@@ -42,15 +43,15 @@ def _read_model_files(path: str):
                 raw = dict(raw, eos_token_id=gen["eos_token_id"])
         config = from_hf_dict(raw)
         files, tensors = formats.read_hf_weights(path, config)
-        return config, files, tensors, path, None, False
+        return config, files, tensors, path, None, None
     if gguf_file.is_gguf(path):
         with gguf_file.GGUFFile(path) as g:  # checked whole, so a malformed file says what is wrong
             config = gguf_model.config_from_gguf(g)
             tok = gguf_tokenizer.tokenizer_from_gguf(g)
             files, tensors, scratch = gguf_model.weight_table(g, config)
-            return config, files, tensors, tok, scratch, gguf_model.is_quantized(g)
+            return config, files, tensors, tok, scratch, gguf_model.native_dtype(g)
     config, tensors = formats.read_llama2c(path)
-    return config, [path], tensors, os.path.dirname(os.path.abspath(path)), None, False
+    return config, [path], tensors, os.path.dirname(os.path.abspath(path)), None, None
 
 
 # Models inside the package, by name: stories260K (llama2.c, MIT), the default of the CLI.
@@ -99,10 +100,13 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
     7-bit integers, a scale per 256 values, error at most 1/126 of the block's largest value:
     faster prompts at a measured cost in accuracy; see benchmarks/bench_speed.py and
     benchmarks/bench_accuracy.py), or "int4" (4-bit values per block of 32 inputs with a step and
-    a minimum, GGUF's Q4_1 rule, so a Q4_1 file keeps its own values; each layer's input rounded
-    to int8 per block of 32, as llama.cpp does; the output head keeps int8). The default (None) is "float32", and "int8" for a GGUF file with
-    block-quantized tensors (decoded exactly, then rounded per output row), so that it stays near its
-    size in memory; "float32" gives exactly the values such a file encodes. Activations, norms, attention and accumulation stay fp32, except
+    a minimum, from fp32 or bf16 weights by GGUF's Q4_1 rule; each layer's input rounded to int8
+    per block of 32, as llama.cpp does; the output head keeps int8). A GGUF file's Q4_0, Q4_1 and
+    Q4_K layers become int4 layers with the file's own values, read from its mapping with no fp32
+    copy; under "int4" its 5- to 8-bit layers (Q5_0 ... Q8_0) keep 8 bits (int8), as does the head.
+    The default (None) is "float32", and for a GGUF file with block-quantized tensors the dtype
+    that keeps its precision: "int4" where its layers hold 4-bit blocks, else "int8" (decoded
+    exactly, then rounded per output row); "float32" gives exactly the values such a file encodes. Activations, norms, attention and accumulation stay fp32, except
     that int8 layers round their input to 16-bit fixed point (a scale per 256 values; error at most
     1/65534 of the block's largest value) to sum the products exactly in int32, and bfloat16
     and int8 prompts on a CPU with native bf16 products round theirs to bf16 (``bf16_matmul``).
@@ -155,15 +159,15 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
     if not isinstance(bf16_matmul, bool):
         raise TypeError(f"bf16_matmul must be True or False, got {bf16_matmul!r}")
     try:
-        config, files, tensors, tok_source, scratch, quantized = _read_model_files(path)
+        config, files, tensors, tok_source, scratch, native = _read_model_files(path)
         core_config = config.to_core()
     except _MALFORMED as e:
         # The readers check what they expect; anything else a mutated file can provoke (a JSON value
         # of the wrong type, nesting past the recursion limit, bytes that are not UTF-8) is the
         # file's fault too.
         raise ValueError(f"{path}: malformed model files ({type(e).__name__}: {e})") from None
-    if dtype is None:  # a block-quantized file keeps its memory small: int8 until 4-bit kernels exist
-        dtype = "int8" if quantized else "float32"
+    if dtype is None:  # a block-quantized file keeps its precision, and its size in memory
+        dtype = native or "float32"
     try:
         engine = _core.Engine(core_config, files, tensors, n_threads, dtype, zero_copy, int(kv_block_size),
                               bf16_matmul)

@@ -120,7 +120,8 @@ void i4_panel_rows(const Q8Blocks& xb, int t_lo, int t_hi, const Linear& L, int 
 void linear_many(const float* x, int T, const Linear* const* layers, float* const* ys, int n);
 size_t quantized_size(const Linear& L, WeightType type);
 bool linear_row_view(const Linear& L, int first, int count, Linear* view);
-void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* dst);
+void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* dst, const RowSource* source);
+void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst);
 
 }  // namespace DECODELAB_ISA
 }  // namespace decodelab

@@ -7,29 +7,13 @@
 
 #include "cpu/linear/kernels.h"
 #include "decodelab/bf16.h"
+#include "decodelab/gguf_blocks.h"
 
 namespace decodelab {
 namespace DECODELAB_ISA {
 
-// Packs row-major int8 (out, in) into panels of G-value steps. With `start` (w8a8), also fills
-// start[(p * blocks + b) * 16 + r] with -64 x the sum of row 16p + r over block b: the activations'
-// offset of 64 adds 64 x that to each block's integer sum, so the sum starts there instead of at 0.
 static size_t packed_size(int out, int in, int G) {
   return static_cast<size_t>(panel_count(out)) * kPanel * panel_steps(in, G) * G;
-}
-static void pack_panels(const int8_t* w, int out, int in, int G, int8_t* packed, std::vector<int32_t>* start) {
-  const int steps = panel_steps(in, G), blocks = (in + kI8Block - 1) / kI8Block;
-  std::memset(packed, 0, packed_size(out, in, G));
-  if (start) start->assign(static_cast<size_t>(panel_count(out)) * blocks * kPanel, 0);
-  for (int o = 0; o < out; ++o) {
-    const int p = o / kPanel, r = o % kPanel;
-    int8_t* dst = packed + static_cast<size_t>(p) * kPanel * steps * G + r * G;
-    for (int i = 0; i < in; ++i) {
-      const int8_t v = w[static_cast<size_t>(o) * in + i];
-      dst[static_cast<size_t>(i / G) * kPanel * G + i % G] = v;
-      if (start) (*start)[(static_cast<size_t>(p) * blocks + i / kI8Block) * kPanel + r] -= kA8Offset * v;
-    }
-  }
 }
 
 size_t quantized_size(const Linear& L, WeightType type) {
@@ -67,87 +51,165 @@ bool linear_row_view(const Linear& L, int first, int count, Linear* view) {
   return true;
 }
 
-void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* dst) {
+void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* dst, const RowSource* source) {
   if (type == WeightType::F32) return;
-  const size_t n = static_cast<size_t>(L.out) * L.in;
   q.bytes = DECODELAB_ISA::quantized_size(L, type);
   if (!dst) {
     q.own.resize(q.bytes);
     dst = q.own.data();
   }
-  auto at = [&](int o, int i) {
-    return L.in_major ? L.w[static_cast<size_t>(i) * L.out + o] : L.w[static_cast<size_t>(o) * L.in + i];
+  std::memset(dst, 0, q.bytes);  // padding rows and columns stay zero
+  const int in = L.in, out = L.out, panels = panel_count(out);
+  // Each panel's rows (16, fewer in the last) as fp32 (rows, in): in place where L.w is (out, in),
+  // else in the thread's scratch, from `source` or transposed from an (in, out) L.w. One panel at
+  // a time, so a source decoded from a file's blocks never exists whole in fp32.
+  auto panel_rows = [&](int p, std::vector<float>& scratch) -> const float* {
+    const int o0 = p * kPanel, nr = std::min(kPanel, out - o0);
+    if (!source && !L.in_major) return L.w + static_cast<size_t>(o0) * in;
+    scratch.resize(static_cast<size_t>(nr) * in);
+    if (source) {
+      (*source)(o0, nr, scratch.data());
+    } else {
+      for (int r = 0; r < nr; ++r)
+        for (int i = 0; i < in; ++i) scratch[static_cast<size_t>(r) * in + i] = L.w[static_cast<size_t>(i) * out + o0 + r];
+    }
+    return scratch.data();
   };
   if (type == WeightType::BF16) {
-    // The group layout (see bf16_ld); padding rows and columns are zero.
+    // The group layout (see bf16_ld): a panel's 16 rows are its 4 groups.
     uint16_t* w = reinterpret_cast<uint16_t*>(dst);
-    const int ld = bf16_ld(L.in), groups = (L.out + 3) / 4;
+    const int ld = bf16_ld(in), groups = (out + 3) / 4;
     L.w_bf16 = w;
-#pragma omp parallel for schedule(static)
-    for (int g = 0; g < groups; ++g) {
-      uint16_t* p = w + g * bf16_group_elems(L);
-      for (int r = 0; r < 4; ++r)
-        for (int i = 0; i < ld; ++i) {
-          const int o = 4 * g + r;
-          p[(i / 16) * 64 + 16 * r + i % 16] = o < L.out && i < L.in ? f32_to_bf16(at(o, i)) : 0;
+#pragma omp parallel
+    {
+      std::vector<float> scratch;
+#pragma omp for schedule(static)
+      for (int p = 0; p < panels; ++p) {
+        const float* rows = panel_rows(p, scratch);
+        for (int g = 4 * p; g < std::min(groups, 4 * p + 4); ++g) {
+          uint16_t* dg = w + g * bf16_group_elems(L);
+          for (int r = 0; r < 4 && 4 * g + r < out; ++r) {
+            const float* row = rows + static_cast<size_t>(4 * g + r - p * kPanel) * in;
+            for (int i = 0; i < in; ++i) dg[(i / 16) * 64 + 16 * r + i % 16] = f32_to_bf16(row[i]);
+          }
         }
+      }
     }
   } else if (type == WeightType::I4) {
     // Per block of 32: min and max of its values, 15 steps between them, each value the nearest
     // step (GGUF's Q4_1 rule; a dequantized Q4_1 block comes back with its own values). Steps
-    // first, then minima, in one vector; padding rows and blocks stay zero.
-    const int nb = i4_blocks(L.in), panels = panel_count(L.out);
+    // first, then minima, in one vector.
+    const int nb = i4_blocks(in);
     const size_t per = static_cast<size_t>(panels) * nb * kPanel;
     q.scales.assign(2 * per, 0.0f);
     float* steps = q.scales.data();
     float* mins = steps + per;
-    std::memset(dst, 0, q.bytes);
-#pragma omp parallel for schedule(static)
-    for (int p = 0; p < panels; ++p)
-      for (int r = 0; r < kPanel && p * kPanel + r < L.out; ++r) {
-        const int o = p * kPanel + r;
-        for (int b = 0; b < nb; ++b) {
-          const int i0 = b * kI4Block, i1 = std::min(L.in, i0 + kI4Block);
-          float lo = at(o, i0), hi = lo;
-          for (int i = i0; i < i1; ++i) lo = std::min(lo, at(o, i)), hi = std::max(hi, at(o, i));
-          const float d = (hi - lo) / 15.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-          const size_t k = (static_cast<size_t>(p) * nb + b) * kPanel + r;
-          steps[k] = d;
-          mins[k] = lo;
-          uint8_t* blk = dst + (static_cast<size_t>(p) * nb + b) * kI4BlockBytes;
-          for (int i = i0; i < i1; ++i) {
-            const int v = std::min(15, static_cast<int>((at(o, i) - lo) * id + 0.5f));
-            blk[i4_byte(r, i - i0)] |= static_cast<uint8_t>(v << i4_shift(r));
+#pragma omp parallel
+    {
+      std::vector<float> scratch;
+#pragma omp for schedule(static)
+      for (int p = 0; p < panels; ++p) {
+        const float* rows = panel_rows(p, scratch);
+        for (int r = 0; r < kPanel && p * kPanel + r < out; ++r) {
+          const float* row = rows + static_cast<size_t>(r) * in;
+          for (int b = 0; b < nb; ++b) {
+            const int i0 = b * kI4Block, i1 = std::min(in, i0 + kI4Block);
+            float lo = row[i0], hi = lo;
+            for (int i = i0; i < i1; ++i) lo = std::min(lo, row[i]), hi = std::max(hi, row[i]);
+            const float d = (hi - lo) / 15.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+            const size_t k = (static_cast<size_t>(p) * nb + b) * kPanel + r;
+            steps[k] = d;
+            mins[k] = lo;
+            uint8_t* blk = dst + (static_cast<size_t>(p) * nb + b) * kI4BlockBytes;
+            for (int i = i0; i < i1; ++i) {
+              const int v = std::min(15, static_cast<int>((row[i] - lo) * id + 0.5f));
+              blk[i4_byte(r, i - i0)] |= static_cast<uint8_t>(v << i4_shift(r));
+            }
           }
         }
       }
+    }
     L.w_i4 = dst;
     L.scales = steps;
     L.mins = mins;
   } else {
-    std::vector<int8_t> rows(n);
-    q.scales.resize(L.out);
-#pragma omp parallel for schedule(static)
-    for (int o = 0; o < L.out; ++o) {
-      float mx = 0.0f;
-      for (int i = 0; i < L.in; ++i) mx = std::max(mx, std::fabs(at(o, i)));
-      const float scale = mx > 0.0f ? mx / 127.0f : 1.0f;
-      q.scales[o] = scale;
-      for (int i = 0; i < L.in; ++i)
-        rows[static_cast<size_t>(o) * L.in + i] = static_cast<int8_t>(std::lrint(at(o, i) / scale));
+    // int8 per output row (scale max|w| / 127), packed into panels of G-value steps. w8a8 also
+    // fills wsums[(p * blocks + b) * 16 + r] with -64 x the sum of row 16p + r over block b: the
+    // activations' offset of 64 adds 64 x that to each block's integer sum, so the sum starts
+    // there instead of at 0.
+    const bool a8 = type == WeightType::I8A8;
+    const int G = a8 ? kA8Step : kI8Step, steps = panel_steps(in, G), blocks = (in + kI8Block - 1) / kI8Block;
+    q.scales.resize(out);
+    if (a8) q.wsums.assign(static_cast<size_t>(panels) * blocks * kPanel, 0);
+    int8_t* packed = reinterpret_cast<int8_t*>(dst);
+#pragma omp parallel
+    {
+      std::vector<float> scratch;
+#pragma omp for schedule(static)
+      for (int p = 0; p < panels; ++p) {
+        const float* rows = panel_rows(p, scratch);
+        int8_t* panel = packed + static_cast<size_t>(p) * kPanel * steps * G;
+        for (int r = 0; r < kPanel && p * kPanel + r < out; ++r) {
+          const int o = p * kPanel + r;
+          const float* row = rows + static_cast<size_t>(r) * in;
+          float mx = 0.0f;
+          for (int i = 0; i < in; ++i) mx = std::max(mx, std::fabs(row[i]));
+          const float scale = mx > 0.0f ? mx / 127.0f : 1.0f;
+          q.scales[o] = scale;
+          for (int i = 0; i < in; ++i) {
+            const int8_t v = static_cast<int8_t>(std::lrint(row[i] / scale));
+            panel[static_cast<size_t>(i / G) * kPanel * G + r * G + i % G] = v;
+            if (a8) q.wsums[(static_cast<size_t>(p) * blocks + i / kI8Block) * kPanel + r] -= kA8Offset * v;
+          }
+        }
+      }
     }
-    if (type == WeightType::I8A8) {
-      pack_panels(rows.data(), L.out, L.in, kA8Step, reinterpret_cast<int8_t*>(dst), &q.wsums);
-      L.wsums = q.wsums.data();
-    } else {
-      pack_panels(rows.data(), L.out, L.in, kI8Step, reinterpret_cast<int8_t*>(dst), nullptr);
-    }
-    L.w_i8 = reinterpret_cast<const int8_t*>(dst);
+    if (a8) L.wsums = q.wsums.data();
+    L.w_i8 = packed;
     L.scales = q.scales.data();
   }
   L.type = type;
   L.in_major = false;
   L.w = nullptr;  // the fp32 weights are no longer read
+}
+
+void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst) {
+  q.bytes = DECODELAB_ISA::quantized_size(L, WeightType::I4);
+  if (!dst) {
+    q.own.resize(q.bytes);
+    dst = q.own.data();
+  }
+  std::memset(dst, 0, q.bytes);
+  const int in = L.in, out = L.out, panels = panel_count(out), nb = i4_blocks(in);
+  const size_t per = static_cast<size_t>(panels) * nb * kPanel;
+  q.scales.assign(2 * per, 0.0f);
+  float* steps = q.scales.data();
+  float* mins = steps + per;
+  const size_t row_bytes = static_cast<size_t>(in) / f.elems * f.bytes;
+#pragma omp parallel
+  {
+    std::vector<uint8_t> values(in);
+    std::vector<float> st(nb), mn(nb);
+#pragma omp for schedule(static)
+    for (int p = 0; p < panels; ++p)
+      for (int r = 0; r < kPanel && p * kPanel + r < out; ++r) {
+        q4_sub_blocks(f, src + static_cast<size_t>(p * kPanel + r) * row_bytes, in, values.data(), st.data(), mn.data());
+        for (int b = 0; b < nb; ++b) {
+          const size_t k = (static_cast<size_t>(p) * nb + b) * kPanel + r;
+          steps[k] = st[b];
+          mins[k] = mn[b];
+          uint8_t* blk = dst + (static_cast<size_t>(p) * nb + b) * kI4BlockBytes;
+          for (int j = 0; j < kI4Block; ++j)
+            blk[i4_byte(r, j)] |= static_cast<uint8_t>(values[b * kI4Block + j] << i4_shift(r));
+        }
+      }
+  }
+  L.w_i4 = dst;
+  L.scales = steps;
+  L.mins = mins;
+  L.type = WeightType::I4;
+  L.in_major = false;
+  L.w = nullptr;
 }
 
 }  // namespace DECODELAB_ISA

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "decodelab/aligned.h"
@@ -54,7 +55,16 @@ size_t quantized_size(const Linear& layer, WeightType type);
 // Converts `layer` (fp32, either layout) to `type` and points the layer at the result: the weights
 // go to `dst` (quantized_size bytes, 64-byte aligned) when given, else to store.own; scales and
 // sums go to `store`.
-void quantize_linear(Linear& layer, WeightType type, QuantizedWeights& store, uint8_t* dst = nullptr);
+// `source`, where given, supplies the fp32 rows instead of layer.w (rows of a file's blocks decoded
+// a panel at a time): it fills dst with rows [o0, o0 + n), (n, in), and runs on several threads.
+using RowSource = std::function<void(int o0, int n, float* dst)>;
+void quantize_linear(Linear& layer, WeightType type, QuantizedWeights& store, uint8_t* dst = nullptr,
+                     const RowSource* source = nullptr);
+// An I4 layer straight from a 4-bit GGUF format's blocks (Q4_0, Q4_1, Q4_K; src: `out` rows of
+// in / f.elems blocks): the file's own values, each 32 with its step and minimum, repacked.
+struct BlockFormat;
+void pack_i4_blocks(Linear& layer, const BlockFormat& f, const uint8_t* src, QuantizedWeights& store,
+                    uint8_t* dst = nullptr);
 
 // Points *view at output rows [first, first + count) of L, in place (the weights, scales and
 // sums of those rows, whatever the type), so that part of a fused layer can be computed into its

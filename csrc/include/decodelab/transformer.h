@@ -132,7 +132,12 @@ class Transformer {
   mutable std::atomic<int> auto_n_{0};         // auto_threads' current choice (0: none yet)
   mutable std::atomic<bool> drop_pending_{false};
   mutable std::atomic<int> active_{0};
-  const float* tok_embed_ = nullptr;   // (vocab, dim)
+  const float* tok_embed_ = nullptr;   // (vocab, dim), unless the table stays in a file's blocks:
+  struct BlockRows {
+    const BlockFormat* format = nullptr;
+    const uint8_t* data = nullptr;
+    size_t row_bytes = 0;
+  } embed_blocks_;
   const float* pos_embed_ = nullptr;   // GPT-2: (max_position, dim)
   const float* final_w_ = nullptr;
   const float* final_b_ = nullptr;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "decodelab/aligned.h"
+#include "decodelab/gguf_blocks.h"
 
 namespace decodelab {
 
@@ -62,6 +63,10 @@ class WeightStore {
   // its Conv1D weights (in, out); a matrix-vector product reads (out, in) rows faster.
   const float* f32_transposed(const std::string& name, const std::vector<int64_t>& shape);
 
+  // The mapped blocks of tensor `name` where the file stores it in one of ggml's block formats
+  // (gguf_blocks.h), setting *format; null for any other dtype or a missing tensor. The shape
+  // must equal `shape`. f32() decodes such a tensor into an owned copy instead.
+  const uint8_t* blocks(const std::string& name, const std::vector<int64_t>& shape, const BlockFormat** format) const;
   // Whether f32(name, ...) returns the mapped bytes themselves (fp32 at a 4-byte boundary).
   bool in_place(const std::string& name) const;
 
@@ -82,6 +87,7 @@ class WeightStore {
     TensorInfo info;
     DType dtype;
     bool supported;  // F32, F16 or BF16
+    const BlockFormat* block;  // one of ggml's block formats, else null
   };
   std::vector<std::unique_ptr<MappedFile>> files_;
   std::unordered_map<std::string, Entry> tensors_;

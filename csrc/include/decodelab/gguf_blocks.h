@@ -1,0 +1,39 @@
+// ggml's block formats (GGUF tensor types Q4_0 ... Q6_K): their sizes, their values decoded to
+// fp32 as ggml's reference dequantizers compute them, and the 4-bit ones as steps and minima per
+// 32 values, the form the int4 kernels keep (cpu/linear/layout.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace decodelab {
+
+enum class BlockType { Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K };
+
+struct BlockFormat {
+  BlockType type;
+  const char* name;  // GGUF's spelling
+  int elems;         // values per block
+  int bytes;         // bytes per block
+  int bits;          // bits of each value before scaling: 4, 5, 6 or 8
+};
+
+inline constexpr BlockFormat kBlockFormats[] = {
+    {BlockType::Q4_0, "Q4_0", 32, 18, 4},   {BlockType::Q4_1, "Q4_1", 32, 20, 4},
+    {BlockType::Q5_0, "Q5_0", 32, 22, 5},   {BlockType::Q5_1, "Q5_1", 32, 24, 5},
+    {BlockType::Q8_0, "Q8_0", 32, 34, 8},   {BlockType::Q4_K, "Q4_K", 256, 144, 4},
+    {BlockType::Q5_K, "Q5_K", 256, 176, 5}, {BlockType::Q6_K, "Q6_K", 256, 210, 6}};
+
+// The format named `name`, or null for any other name (F32, F16, an unknown type).
+const BlockFormat* find_block_format(const std::string& name);
+
+// n values (a whole number of blocks) from src into dst.
+void dequantize_blocks(const BlockFormat& f, const uint8_t* src, size_t n, float* dst);
+
+// The blocks of a 4-bit format (bits == 4) holding n values, as q (n values 0..15, one a byte)
+// and per 32 values a step and a minimum with value = step q + min: Q4_0 (d, -8 d), Q4_1 (d, m),
+// Q4_K (d scale, -dmin min of each sub-block, products in fp32 as ggml forms them).
+void q4_sub_blocks(const BlockFormat& f, const uint8_t* src, size_t n, uint8_t* q, float* step, float* min);
+
+}  // namespace decodelab

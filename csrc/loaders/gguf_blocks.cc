@@ -1,0 +1,163 @@
+// ggml's block formats, decoded as ggml-quants.c's reference dequantizers decode them: products
+// and sums in fp32, in their order, so the values equal gguf.quants.dequantize to the bit.
+#include "decodelab/gguf_blocks.h"
+
+#include <cstring>
+
+#include "decodelab/f16.h"
+
+namespace decodelab {
+
+namespace {
+
+float half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
+// Sub-block j's 6-bit scale and min of a Q4_K / Q5_K block (ggml's get_scale_min_k4).
+void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// One block's 32 values q (0..31) of Q5_0 / Q5_1: low nibbles then high ones, bit j of qh on top.
+void five_bits(const uint8_t* qh4, const uint8_t* qs, int* q) {
+  uint32_t qh;
+  std::memcpy(&qh, qh4, 4);
+  for (int j = 0; j < 16; ++j) {
+    q[j] = (qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10);
+    q[j + 16] = (qs[j] >> 4) | ((qh >> (j + 12)) & 0x10);
+  }
+}
+
+}  // namespace
+
+const BlockFormat* find_block_format(const std::string& name) {
+  for (const BlockFormat& f : kBlockFormats)
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
+void dequantize_blocks(const BlockFormat& f, const uint8_t* src, size_t n, float* y) {
+  const size_t nb = n / f.elems;
+  for (size_t i = 0; i < nb; ++i, src += f.bytes, y += f.elems) {
+    switch (f.type) {
+      case BlockType::Q8_0: {
+        const float d = half(src);
+        for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(src[2 + j])) * d;
+        break;
+      }
+      case BlockType::Q4_0: {
+        const float d = half(src);
+        for (int j = 0; j < 16; ++j) {
+          y[j] = static_cast<float>((src[2 + j] & 0x0F) - 8) * d;
+          y[j + 16] = static_cast<float>((src[2 + j] >> 4) - 8) * d;
+        }
+        break;
+      }
+      case BlockType::Q4_1: {
+        const float d = half(src), m = half(src + 2);
+        for (int j = 0; j < 16; ++j) {
+          y[j] = static_cast<float>(src[4 + j] & 0x0F) * d + m;
+          y[j + 16] = static_cast<float>(src[4 + j] >> 4) * d + m;
+        }
+        break;
+      }
+      case BlockType::Q5_0: {
+        int q[32];
+        five_bits(src + 2, src + 6, q);
+        const float d = half(src);
+        for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(q[j] - 16) * d;
+        break;
+      }
+      case BlockType::Q5_1: {
+        int q[32];
+        five_bits(src + 4, src + 8, q);
+        const float d = half(src), m = half(src + 2);
+        for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(q[j]) * d + m;
+        break;
+      }
+      case BlockType::Q4_K:
+      case BlockType::Q5_K: {
+        const bool five = f.type == BlockType::Q5_K;
+        const float d = half(src), dmin = half(src + 2);
+        const uint8_t* scales = src + 4;
+        const uint8_t* qh = src + 16;
+        const uint8_t* ql = src + (five ? 48 : 16);
+        float* out = y;
+        uint8_t u1 = 1, u2 = 2;
+        for (int j = 0, is = 0; j < 256; j += 64, is += 2, ql += 32, u1 <<= 2, u2 <<= 2) {
+          int sc, m;
+          scale_min_k4(is, scales, &sc, &m);
+          const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+          scale_min_k4(is + 1, scales, &sc, &m);
+          const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
+          for (int l = 0; l < 32; ++l)
+            *out++ = d1 * static_cast<float>((ql[l] & 0x0F) + (five && (qh[l] & u1) ? 16 : 0)) - m1;
+          for (int l = 0; l < 32; ++l)
+            *out++ = d2 * static_cast<float>((ql[l] >> 4) + (five && (qh[l] & u2) ? 16 : 0)) - m2;
+        }
+        break;
+      }
+      case BlockType::Q6_K: {
+        const uint8_t* ql = src;
+        const uint8_t* qh = src + 128;
+        const int8_t* sc = reinterpret_cast<const int8_t*>(src + 192);
+        const float d = half(src + 208);
+        float* out = y;
+        for (int n128 = 0; n128 < 2; ++n128, out += 128, ql += 64, qh += 32, sc += 8)
+          for (int l = 0; l < 32; ++l) {
+            const int is = l / 16;
+            const int q1 = ((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            const int q2 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            out[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
+            out[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+            out[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+            out[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+          }
+        break;
+      }
+    }
+  }
+}
+
+void q4_sub_blocks(const BlockFormat& f, const uint8_t* src, size_t n, uint8_t* q, float* step, float* min) {
+  const size_t nb = n / f.elems;
+  for (size_t i = 0; i < nb; ++i, src += f.bytes) {
+    if (f.type == BlockType::Q4_0 || f.type == BlockType::Q4_1) {
+      const float d = half(src);
+      *step++ = d;
+      *min++ = f.type == BlockType::Q4_0 ? -8.0f * d : half(src + 2);
+      const uint8_t* qs = src + (f.type == BlockType::Q4_0 ? 2 : 4);
+      for (int j = 0; j < 16; ++j) {
+        q[j] = qs[j] & 0x0F;
+        q[j + 16] = qs[j] >> 4;
+      }
+      q += 32;
+    } else {  // Q4_K: 8 sub-blocks of 32, in the order dequantize_blocks writes them
+      const float d = half(src), dmin = half(src + 2);
+      const uint8_t* ql = src + 16;
+      for (int is = 0; is < 8; is += 2, ql += 32) {
+        for (int h = 0; h < 2; ++h) {
+          int sc, m;
+          scale_min_k4(is + h, src + 4, &sc, &m);
+          *step++ = d * static_cast<float>(sc);
+          *min++ = -(dmin * static_cast<float>(m));
+          for (int l = 0; l < 32; ++l) q[l] = h ? ql[l] >> 4 : ql[l] & 0x0F;
+          q += 32;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace decodelab

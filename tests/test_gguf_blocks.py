@@ -1,0 +1,154 @@
+"""ggml's block formats read natively: the engine's decoder equals gguf's on every format, 4-bit
+layers keep the file's values (the int4 kernel against a numpy emulation of its arithmetic on the
+blocks' own steps, minima and nibbles), wider ones convert a panel of rows at a time exactly as
+from fp32, and a GGUF file of 4-bit layers loads as int4 without an fp32 copy."""
+import os
+
+import gguf
+import numpy as np
+import pytest
+
+import decodelab
+from decodelab import _core, testing
+
+FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
+# Byte offsets of each block's f16 scales (d, and m / dmin where there is one).
+SCALES = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2],
+          "Q6_K": [208]}
+
+
+def random_blocks(fmt, n_blocks, rng):
+    """Random bytes with finite f16 scales of either sign, some of them zero (an all-zero block)."""
+    size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[fmt]][1]
+    raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
+    for at in SCALES[fmt]:
+        scale = (rng.standard_normal(n_blocks) * 0.01).astype(np.float16)
+        scale[0] = 0.0
+        raw[:, at:at + 2] = scale.view(np.uint8).reshape(n_blocks, 2)
+    return raw
+
+
+def test_the_block_formats_are_ggml_s():
+    assert _core.BLOCK_DTYPES == tuple(FORMATS)
+    for fmt in FORMATS:
+        elems, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[fmt]]
+        assert len(_core.dequantize_blocks(fmt, bytes(size))) == elems
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_decoding_equals_gguf_bit_for_bit(fmt):
+    raw = random_blocks(fmt, 40, np.random.default_rng(FORMATS.index(fmt)))
+    ours = _core.dequantize_blocks(fmt, raw.tobytes())
+    theirs = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[fmt]).reshape(-1)
+    np.testing.assert_array_equal(ours.view(np.uint32), theirs.astype(np.float32).view(np.uint32))
+
+
+def test_bad_blocks_are_refused():
+    with pytest.raises(ValueError, match="Q4_1 blocks are 20 bytes each; got 21 bytes"):
+        _core.dequantize_blocks("Q4_1", bytes(21))
+    with pytest.raises(ValueError, match="one of ggml's block formats .* got 'Q3_K'"):
+        _core.dequantize_blocks("Q3_K", bytes(110))
+    with pytest.raises(ValueError, match="data must hold 80 bytes"):
+        _core.linear_blocks(np.zeros((1, 64), np.float32), "Q4_1", bytes(79), 2)
+
+
+def _f16(raw, at):
+    return raw[:, at:at + 2].copy().view(np.float16).astype(np.float32)[:, 0]
+
+
+def four_bit_parts(fmt, raw):
+    """(q, step, min) per 32 values of 4-bit blocks, as ggml defines them: Q4_0 (d, -8 d), Q4_1
+    (d, m), Q4_K (d x scale, -(dmin x min) per sub-block, the products in fp32)."""
+    if fmt in ("Q4_0", "Q4_1"):
+        qs = raw[:, 2:] if fmt == "Q4_0" else raw[:, 4:]
+        q = np.concatenate([qs & 0x0F, qs >> 4], axis=1)
+        d = _f16(raw, 0)
+        m = -8 * d if fmt == "Q4_0" else _f16(raw, 2)
+        return q, d[:, None], m[:, None]
+    from decodelab.gguf_quants import _k_scales
+
+    d, dmin = _f16(raw, 0), _f16(raw, 2)
+    sc, mn = _k_scales(raw[:, 4:16])
+    ql = raw[:, 16:].reshape(-1, 4, 32)
+    q = np.stack([ql & 0x0F, ql >> 4], axis=2).reshape(-1, 256)
+    return q, (d[:, None] * sc).astype(np.float32), -(dmin[:, None] * mn).astype(np.float32)
+
+
+def int4_emulation(x, fmt, raw, out):
+    """The int4 kernel's arithmetic on blocks: activations rounded to int8 per 32 (max / 127), each
+    32 values' integer sum exact, scaled by step dx, plus min dx sum(xq)."""
+    q, step, mn = four_bit_parts(fmt, raw)
+    T, n = x.shape
+    q = q.reshape(out, n // 32, 32).astype(np.int64)
+    step, mn = step.reshape(out, n // 32), mn.reshape(out, n // 32)
+    xb = x.reshape(T, n // 32, 32)
+    dx = (np.abs(xb).max(axis=2) / np.float32(127)).astype(np.float32)
+    xq = np.rint(xb * np.where(dx > 0, np.float32(1) / np.where(dx > 0, dx, 1), 0)[..., None]).astype(np.int64)
+    ints = np.einsum("onk,tnk->ton", q, xq).astype(np.float64)
+    return (ints * (step[None] * dx[:, None]) + mn[None] * (dx * xq.sum(axis=2))[:, None]).sum(axis=2)
+
+
+@pytest.mark.parametrize("fmt", ["Q4_0", "Q4_1", "Q4_K"])
+@pytest.mark.parametrize("T,out", [(1, 37), (5, 16), (17, 3)])
+def test_int4_layers_keep_the_files_values(fmt, T, out):
+    """4-bit blocks repacked as they are: the kernel equals the emulation on the file's own q, step
+    and min, and each row is the same bits at any row count."""
+    rng = np.random.default_rng(T * 100 + out)
+    n = 512 if fmt == "Q4_K" else 96
+    elems, _ = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[fmt]]
+    raw = random_blocks(fmt, out * n // elems, rng)
+    x = rng.standard_normal((T, n)).astype(np.float32)
+    x[0, :32] = 0.0  # an all-zero activation block
+    y = _core.linear_blocks(x, fmt, raw.tobytes(), out)
+    ref = int4_emulation(x, fmt, raw, out)
+    np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+    alone = np.concatenate([_core.linear_blocks(x[t:t + 1], fmt, raw.tobytes(), out) for t in range(T)])
+    np.testing.assert_array_equal(y, alone)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", ["int8", "bfloat16"])
+def test_wider_layers_convert_as_from_fp32(fmt, dtype):
+    """Blocks decoded a panel of rows at a time give the conversion of the whole decoded matrix."""
+    rng = np.random.default_rng(7)
+    out, n = 37, 512
+    elems, _ = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[fmt]]
+    raw = random_blocks(fmt, out * n // elems, rng)
+    w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[fmt]).reshape(out, n).astype(np.float32)
+    x = rng.standard_normal((3, n)).astype(np.float32)
+    np.testing.assert_array_equal(_core.linear_blocks(x, fmt, raw.tobytes(), out, dtype), _core.linear(x, w, dtype))
+
+
+@pytest.fixture(scope="module")
+def tiny_q4k(tmp_path_factory):
+    """A tiny random Llama exported with Q4_K layers (rows of 256 values) and Q5_0 where a row is
+    not a multiple of 256, as llama.cpp's Q4_K_M does."""
+    from decodelab import gguf_export
+
+    tmp = tmp_path_factory.mktemp("q4k")
+    folder = str(tmp / "model")
+    testing.write_checkpoint(folder, {"arch": "llama", "hidden_size": 256, "intermediate_size": 384, "num_hidden_layers": 2,
+                                      "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 320,
+                                      "max_position_embeddings": 256, "tie_word_embeddings": True})
+    path = str(tmp / "model.Q4_K.gguf")
+    gguf_export.export(folder, path, "Q4_K")
+    return path
+
+
+def test_a_4_bit_gguf_loads_as_int4_from_its_mapping(tiny_q4k):
+    from decodelab.gguf_file import GGUFFile
+
+    with GGUFFile(tiny_q4k) as g:
+        types = {t.type.name for t in g.tensors.values()}
+    assert {"Q4_K", "Q5_0"} <= types, types
+    m = decodelab.load(tiny_q4k)
+    assert m.dtype == "int4"
+    assert m.weight_bytes["converted"] == 0  # no fp32 copy of any tensor
+    exact = decodelab.load(tiny_q4k, dtype="float32")
+    ids = list(range(3, 67))
+    a, b = m.forward(ids), exact.forward(ids)
+    assert (a.argmax(-1) == b.argmax(-1)).mean() >= 0.9
+    np.testing.assert_allclose(a, b, atol=0.05 * np.abs(b).max())
+    # Greedy decoding runs on the native layers, and dtype="int8" reads the same file too.
+    assert len(m.generate(ids[:4], max_new_tokens=8, eos_token_id=[]).token_ids) == 8
+    assert decodelab.load(tiny_q4k, dtype="int8").dtype == "int8"
