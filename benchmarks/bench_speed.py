@@ -2,7 +2,7 @@
 plain-C baseline on the same checkpoints, thread count and precision, with the memory-bandwidth
 bound of decoding.
 
-    python benchmarks/bench_speed.py [--models gpt2-124m llama-110m stories260K] [--rounds 2] [--json bench_speed.json]
+    python benchmarks/bench_speed.py [--models gpt2-124m llama-110m stories260K smollm2-q4_1] [--rounds 2] [--json bench_speed.json]
 
 Each (engine, model, weight precision, KV-cache precision) runs in its own process so that peak
 RSS is its own; the KV column says what each engine keeps its cache in. Per row:
@@ -22,7 +22,11 @@ round (the probe its largest), so a slow spell of this shared host does not land
 only; the JSON keeps every round. llama.cpp rows need
 llama-cpp-python (PyPI has only its source: `pip install llama-cpp-python gguf` builds llama.cpp,
 about 11 minutes on 2 cores); the GGUF files come from decodelab/gguf_export.py and llama.cpp's
-own quantizer.
+own quantizer. smollm2-q4_1 is the shared SmolLM2-135M-Instruct Q4_1 GGUF file itself, run by
+decodelab (its default for the file: int4, the file's own 4-bit values) and by llama.cpp (the
+file as it is, "q4_1"); the other engines do not read GGUF and are left out for it. Its bound
+counts the bytes each engine's step reads: our int4 panels (4 bits and an fp32 step and minimum
+per 32 weights) and int8 head, or the file's Q4_1 and Q8_0 blocks.
 """
 import argparse
 import hashlib
@@ -42,9 +46,39 @@ MODELS = os.environ.get("DECODELAB_MODELS", os.path.join(ROOT, "..", "shared", "
 
 # --- checkpoints -------------------------------------------------------------------------------------
 
+GGUF_MODELS = {"smollm2-q4_1": os.path.join(MODELS, "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+
+
+def model_cfg(folder):
+    """The model's Hugging Face config: config.json, or for a GGUF file the fields read here."""
+    if folder.endswith(".gguf"):
+        from decodelab.gguf_file import GGUFFile
+        from decodelab.gguf_model import config_from_gguf
+
+        with GGUFFile(folder) as g:
+            c = config_from_gguf(g)
+        return {"model_type": c.arch, "hidden_size": c.hidden_size, "num_hidden_layers": c.n_layers,
+                "num_attention_heads": c.n_heads, "num_key_value_heads": c.n_kv_heads, "head_dim": c.head_dim,
+                "intermediate_size": c.intermediate_size, "vocab_size": c.vocab_size}
+    return json.load(open(os.path.join(folder, "config.json")))
+
+
+def gguf_step_bytes(path):
+    """Bytes of a GGUF file's matrices one decode step reads: each layer's and the head's blocks."""
+    from decodelab.gguf_file import GGUFFile
+
+    with GGUFFile(path) as g:
+        head = "output.weight" if "output.weight" in g.tensors else "token_embd.weight"
+        return sum(t.nbytes for n, t in g.tensors.items() if len(t.shape) == 2 and (n.startswith("blk.") or n == head))
+
+
 def prepare(name, tmp):
-    """A Hugging Face folder with a tokenizer.json (CTranslate2 needs token strings)."""
+    """A Hugging Face folder with a tokenizer.json (CTranslate2 needs token strings), or a shared
+    GGUF file as it is."""
     from decodelab import testing
+
+    if name in GGUF_MODELS:
+        return GGUF_MODELS[name]
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     out = os.path.join(tmp, name)
@@ -67,18 +101,22 @@ def prepare(name, tmp):
 
 def weight_bytes_per_step(folder, dtype):
     """Bytes of weights one batch-1 decode step reads: every linear layer and the head, once."""
-    cfg = json.load(open(os.path.join(folder, "config.json")))
-    # q8_0 stores a 2-byte scale per 32 weights.
-    per = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "w8a8": 1, "q8_0": 34 / 32}[dtype]
+    cfg = model_cfg(folder)
+    if folder.endswith(".gguf") and dtype.startswith("q"):  # llama.cpp reads the file's blocks
+        return gguf_step_bytes(folder)
+    # q8_0 stores a 2-byte scale per 32 weights, q4_1 two; our int4 an fp32 step and minimum per 32
+    # weights, with an int8 head.
+    per = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "w8a8": 1, "q8_0": 34 / 32, "q4_1": 20 / 32,
+           "int4": 24 / 32}[dtype]
+    head_per = {"int4": 1, "q4_1": 34 / 32}.get(dtype, per)
     if cfg["model_type"] == "gpt2":
         D, L, V = cfg["n_embd"], cfg["n_layer"], cfg["vocab_size"]
-        n = L * (D * 3 * D + D * D + 2 * D * 4 * D) + V * D
+        return (L * (D * 3 * D + D * D + 2 * D * 4 * D)) * per + V * D * head_per
     else:
         D, L, V, H = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"], cfg["intermediate_size"]
         hd = cfg.get("head_dim", D // cfg["num_attention_heads"])
         q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
-        n = L * (D * q + 2 * D * kv + q * D + 3 * D * H) + V * D
-    return n * per
+        return L * (D * q + 2 * D * kv + q * D + 3 * D * H) * per + V * D * head_per
 
 
 def head_dim(cfg):
@@ -90,7 +128,7 @@ def head_dim(cfg):
 
 def kv_bytes_per_step(folder, kv_dtype, context):
     """Bytes of keys and values one decode step reads at `context` cached positions."""
-    cfg = json.load(open(os.path.join(folder, "config.json")))
+    cfg = model_cfg(folder)
     hd = head_dim(cfg)
     if cfg["model_type"] == "gpt2":
         L, width = cfg["n_layer"], cfg["n_embd"]
@@ -209,18 +247,21 @@ def work_llamacpp(folder, dtype, a):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from decodelab import gguf_export
 
-    f32 = folder + ".f32.gguf"
-    if not os.path.exists(f32):
-        gguf_export.export(folder, f32)
-    path = f32
     lc.llama_backend_init()
-    if dtype != "float32":
+    if folder.endswith(".gguf"):  # a shared file, run as it is
+        path = folder
+    else:
+        path = folder + ".f32.gguf"
+        if not os.path.exists(path):
+            gguf_export.export(folder, path)
+    f32 = path
+    if dtype != "float32" and not folder.endswith(".gguf"):
         path = folder + f".{dtype}.gguf"
         if not os.path.exists(path):
             qp = lc.llama_model_quantize_default_params()
             qp.nthread = a.threads
             qp.ftype = {"float16": lc.LLAMA_FTYPE_MOSTLY_F16, "bfloat16": lc.LLAMA_FTYPE_MOSTLY_BF16,
-                        "q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0}[dtype]
+                        "q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0, "q4_1": lc.LLAMA_FTYPE_MOSTLY_Q4_1}[dtype]
             if lc.llama_model_quantize(f32.encode(), path.encode(), ctypes.byref(qp)) != 0:
                 raise RuntimeError("llama_model_quantize failed")
     mp = lc.llama_model_default_params()
@@ -231,7 +272,7 @@ def work_llamacpp(folder, dtype, a):
     model = lc.llama_model_load_from_file(path.encode(), mp)
     if not model:
         raise RuntimeError("llama.cpp could not load " + path)
-    cfg = json.load(open(os.path.join(folder, "config.json")))
+    cfg = model_cfg(folder)
     V = cfg["vocab_size"]
     rng = np.random.default_rng(0)
     max_seq = 16
@@ -286,6 +327,13 @@ def work_llamacpp(folder, dtype, a):
         tok = submit(ctx, [(0, [tok], a.prompt + k)])[0]
     tn = time.perf_counter()
     res = {"prefill_tok_s": a.prompt / (t1 - t0), "decode_tok_s": (a.decode - 1) / (tn - t1), "ttft_s": t1 - t0}
+    # The same decode after a one-token prompt, as decodelab's decode@1.
+    lc.llama_memory_clear(mem, True)
+    tok = submit(ctx, [(0, prompt[:1], 0)])[0]
+    t1 = time.perf_counter()
+    for k in range(a.decode - 1):
+        tok = submit(ctx, [(0, [tok], 1 + k)])[0]
+    res["decode_short_tok_s"] = (a.decode - 1) / (time.perf_counter() - t1)
     lc.llama_free(ctx)
     for B in (1, 4, 16):
         ctx = context(B * (32 + a.batch_steps + 16), B)
@@ -305,7 +353,7 @@ def llama2c_export(folder, out):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from decodelab.gguf_export import _tensors, _unpermute
 
-    cfg = json.load(open(os.path.join(folder, "config.json")))
+    cfg = model_cfg(folder)
     t = _tensors(folder)
     D, L, V = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -329,7 +377,7 @@ def llama2c_export(folder, out):
 
 def work_plainc(folder, dtype, a):
     """benchmarks/baseline/plainc.c: token-at-a-time fp32 decoding in the llama2.c style."""
-    cfg = json.load(open(os.path.join(folder, "config.json")))
+    cfg = model_cfg(folder)
     if cfg["model_type"] != "llama":
         raise RuntimeError("the plain-C baseline runs Llama checkpoints only")
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "baseline", "plainc.c")
@@ -390,17 +438,19 @@ WORKERS = {"decodelab": work_decodelab, "transformers": work_transformers, "ctra
 CONFIGS = [("decodelab", "float32", "float32"), ("decodelab", "float32", "bfloat16"),
            ("decodelab", "bfloat16", "float32"), ("decodelab", "bfloat16", "bfloat16"),
            ("decodelab", "int8", "float32"), ("decodelab", "int8", "bfloat16"),
-           ("decodelab", "int8", "int8"), ("decodelab", "w8a8", "float32"),
+           ("decodelab", "int8", "int8"), ("decodelab", "w8a8", "float32"), ("decodelab", "int4", "float32"),
            ("transformers", "float32", "float32"), ("transformers", "bfloat16", "bfloat16"),
            ("ctranslate2", "float32", "float32"), ("ctranslate2", "int8", "float32"),
            ("llama.cpp", "float32", "float16"), ("llama.cpp", "float16", "float16"), ("llama.cpp", "q8_0", "float16"),
-           ("llama.cpp", "q8_0", "q8_0"),
+           ("llama.cpp", "q8_0", "q8_0"), ("llama.cpp", "q4_1", "float16"),
            ("plain-C", "float32", "float32")]
 # Precision classes for the ratios: each of ours against every peer format of the same width.
 # w8a8 (int8 weights, 7-bit activations) is set against the same 8-bit peers; CTranslate2's int8
 # also rounds activations (to 8 bits, one scale per row).
 CLASSES = {"float32": ["float32"], "bfloat16": ["bfloat16", "float16"], "int8": ["int8", "q8_0"],
-           "w8a8": ["int8", "q8_0"]}
+           "w8a8": ["int8", "q8_0"], "int4": ["q4_1"]}
+# What runs on a shared GGUF file: decodelab at its native int4 and llama.cpp on the file itself.
+GGUF_ROWS = {("decodelab", "int4"), ("llama.cpp", "q4_1")}
 
 
 def main():
@@ -450,9 +500,11 @@ def main():
     for name in a.models:
         folder = prepare(name, tmp)
         prompt = min(a.prompt, 256) if name == "stories260K" else a.prompt
-        arch = json.load(open(os.path.join(folder, "config.json")))["model_type"]
+        arch = model_cfg(folder)["model_type"]
         for engine, dtype, kv in [c for c in CONFIGS if c[0] in a.engines and f"{c[0]}:{c[1]}" not in a.skip]:
             if engine == "plain-C" and arch != "llama":
+                continue
+            if folder.endswith(".gguf") and (engine, dtype) not in GGUF_ROWS:
                 continue
             plan.append((name, folder, prompt, engine, dtype, kv))
     # Rounds go over every row in turn, so a slow spell of this shared host lands on all engines
@@ -545,14 +597,18 @@ def main():
             if not peers:
                 continue
             parts = []
-            for key, label in (("prefill_tok_s", "prefill"), ("decode_tok_s", "decode"), ("batch16_tok_s", "b16")):
+            for key, label in (("prefill_tok_s", "prefill"), ("decode_tok_s", "decode"),
+                               ("decode_short_tok_s", "decode@1"), ("batch16_tok_s", "b16")):
                 have = [r for r in peers if r.get(key) is not None]
-                if not have:
+                if not have or ours.get(key) is None:
                     continue
                 best = max(have, key=lambda r: r[key])
                 parts.append(f"{label} {ours[key] / best[key]:.2f}x vs {best['engine']}")
             frac = ours["decode_tok_s"] / ours["decode_bound_tok_s"]
             frac_kv = ours["decode_tok_s"] / ours["decode_bound_with_kv_tok_s"]
+            rss_peers = [r["peak_rss_mib"] for r in peers if r.get("peak_rss_mib")]
+            if rss_peers and ours.get("peak_rss_mib"):
+                parts.append(f"peak RSS {ours['peak_rss_mib']:.0f} MiB vs {min(rss_peers):.0f}")
             if own and ours is not own:
                 parts.append(f"own fp32 {ours['decode_tok_s'] / own['decode_tok_s']:.2f}x")
             print(f"  {name:<12} {ours['dtype']:<9} KV {ours['kv_cache']:<9} " + ", ".join(parts)

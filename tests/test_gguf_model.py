@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import decodelab
-from decodelab import gguf_model
+from decodelab import gguf_model, testing
 from decodelab.gguf_file import GGUFFile
 
 from conftest import MODELS, _need
@@ -260,16 +260,16 @@ def test_the_adapter_refuses_a_chain_that_picks_the_token():
 
 
 def test_int4_keeps_the_files_4_bit_values_and_agrees_with_fp32(ours):
-    """dtype="int4" on the Q4_1 file: its layers come back as the file's own 4-bit values (only the
-    activations are rounded, to int8 per block of 32, as llama.cpp rounds them), in fewer bytes than
-    int8; teacher-forced top-1 agreement with the exact fp32 read over 256 positions of this
-    project's README."""
-    q4 = decodelab.load(PATH, dtype="int4")
+    """The Q4_1 file's default, int4: its layers are the file's own 4-bit values (only the
+    activations are rounded, to int8 per block of 32, as llama.cpp rounds them), in fewer bytes
+    than int8; teacher-forced top-1 agreement with the exact fp32 read over 512 positions of real
+    text (the standard library's docstrings) is at least 97 % (bench_accuracy.py reports it with the
+    perplexities and llama.cpp's figure)."""
+    q4 = decodelab.load(PATH)
     q8 = decodelab.load(PATH, dtype="int8")
-    assert q4.weight_bytes["quantized"] < 0.85 * q8.weight_bytes["quantized"]
-    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")) as f:
-        ids = ours.tokenizer.encode(f.read())[:256]
-    agree = (q4.forward(ids).argmax(-1) == ours.forward(ids).argmax(-1)).mean()
-    assert agree >= 0.95, agree
+    assert q4.dtype == "int4" and q4.weight_bytes["quantized"] < 0.85 * q8.weight_bytes["quantized"]
+    ids = ours.tokenizer.encode(testing.stdlib_docstrings())[:513]
+    agree = (q4.forward(ids[:512]).argmax(-1) == ours.forward(ids[:512]).argmax(-1)).mean()
+    assert agree >= 0.97, agree
     assert "Paris" in q4.chat([{"role": "user", "content": "What is the capital of France? Answer in one word."}],
                               max_new_tokens=8).text
