@@ -193,9 +193,9 @@ def test_config_out_of_range(checkpoint, tmp_path):
 def test_unsupported_rope_scaling(checkpoint, tmp_path):
     d = _copy(checkpoint("llama-tiny"), tmp_path)
     cfg = json.loads((d / "config.json").read_text())
-    cfg["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
+    cfg["rope_scaling"] = {"rope_type": "longrope", "factor": 4.0}
     (d / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ValueError, match="rope scaling 'yarn' is not supported"):
+    with pytest.raises(ValueError, match="rope scaling 'longrope' is not supported; supported: 'default', 'linear'"):
         decodelab.load(d)
 
 

@@ -1,5 +1,6 @@
 // ModelConfig: the architecture the engine runs, filled from Python's config readers.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include "decodelab/config.h"
 
@@ -23,6 +24,14 @@ void register_config(py::module_& m) {
       .def_readwrite("rope_theta", &ModelConfig::rope_theta)
       .def_readwrite("rope_interleaved", &ModelConfig::rope_interleaved)
       .def_readwrite("tie_word_embeddings", &ModelConfig::tie_word_embeddings)
+      .def_readwrite("qkv_bias", &ModelConfig::qkv_bias)
+      .def_readwrite("o_bias", &ModelConfig::o_bias)
+      .def_readwrite("qk_norm", &ModelConfig::qk_norm)
+      .def_readwrite("sliding_window", &ModelConfig::sliding_window)
+      .def_readwrite("rope_inv_freq", &ModelConfig::rope_inv_freq)
+      .def_readwrite("rope_attention_factor", &ModelConfig::rope_attention_factor)
+      .def_readwrite("rope_dynamic_factor", &ModelConfig::rope_dynamic_factor)
+      .def_readwrite("rope_original_max", &ModelConfig::rope_original_max)
       .def("validate", &ModelConfig::validate);
 }
 

@@ -1,4 +1,5 @@
 // ModelConfig::validate: the ranges a model's shape must lie in before any buffer is sized from it.
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -29,6 +30,24 @@ void ModelConfig::validate() const {
   require(norm_eps > 0.0f && norm_eps < 1.0f, "norm epsilon must be in (0, 1), got " + std::to_string(norm_eps));
   require(rope_theta > 0.0, "rope_theta must be > 0, got " + std::to_string(rope_theta));
   if (is_gpt2()) require(n_kv_heads == n_heads && n_heads * head_dim == dim, "GPT-2 needs n_heads * head_dim == hidden size");
+  require(!is_gpt2() || (!qkv_bias && !o_bias && !qk_norm && sliding_window.empty() && rope_inv_freq.empty()),
+          "GPT-2 takes none of the Llama-family options (biases, qk_norm, sliding_window, RoPE frequencies)");
+  require(sliding_window.empty() || static_cast<int>(sliding_window.size()) == n_layers,
+          "sliding_window must give one window per layer (" + L(n_layers) + "), got " + L(static_cast<int>(sliding_window.size())));
+  for (int w : sliding_window) require(w >= 0, "a sliding window must be >= 0 (0: none), got " + L(w));
+  require(rope_inv_freq.empty() || static_cast<int>(rope_inv_freq.size()) == head_dim / 2,
+          "rope_inv_freq must hold head_dim / 2 = " + L(head_dim / 2) + " frequencies, got " +
+              L(static_cast<int>(rope_inv_freq.size())));
+  for (float f : rope_inv_freq)
+    require(std::isfinite(f) && f > 0.0f, "RoPE frequencies must be finite and > 0, got " + std::to_string(f));
+  require(std::isfinite(rope_attention_factor) && rope_attention_factor > 0.0f,
+          "rope_attention_factor must be finite and > 0, got " + std::to_string(rope_attention_factor));
+  require(rope_dynamic_factor == 0.0f || (std::isfinite(rope_dynamic_factor) && rope_dynamic_factor >= 1.0f),
+          "rope_dynamic_factor must be 0 (off) or >= 1, got " + std::to_string(rope_dynamic_factor));
+  require(rope_dynamic_factor == 0.0f || rope_inv_freq.empty(), "a dynamic RoPE takes no fixed frequencies");
+  require(rope_dynamic_factor == 0.0f || head_dim > 2, "a dynamic RoPE needs head_dim > 2");
+  require(rope_dynamic_factor == 0.0f || (rope_original_max >= 1 && rope_original_max <= max_position),
+          "a dynamic RoPE needs rope_original_max in [1, max_position], got " + L(rope_original_max));
 }
 
 }  // namespace decodelab

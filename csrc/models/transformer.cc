@@ -108,10 +108,14 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
       Layer& l = layers_[i];
       l.norm1_w = W.f32(p + "input_layernorm.weight", {D});
       l.norm2_w = W.f32(p + "post_attention_layernorm.weight", {D});
-      lin(l.q, p + "self_attn.q_proj", D, QD, false, false);
-      lin(l.k, p + "self_attn.k_proj", D, KVD, false, false);
-      lin(l.v, p + "self_attn.v_proj", D, KVD, false, false);
-      lin(l.o, p + "self_attn.o_proj", QD, D, false, false);
+      lin(l.q, p + "self_attn.q_proj", D, QD, false, cfg_.qkv_bias);
+      lin(l.k, p + "self_attn.k_proj", D, KVD, false, cfg_.qkv_bias);
+      lin(l.v, p + "self_attn.v_proj", D, KVD, false, cfg_.qkv_bias);
+      lin(l.o, p + "self_attn.o_proj", QD, D, false, cfg_.o_bias);
+      if (cfg_.qk_norm) {
+        l.q_norm_w = W.f32(p + "self_attn.q_norm.weight", {cfg_.head_dim});
+        l.k_norm_w = W.f32(p + "self_attn.k_norm.weight", {cfg_.head_dim});
+      }
       lin(l.gate, p + "mlp.gate_proj", D, H, false, false);
       lin(l.up, p + "mlp.up_proj", D, H, false, false);
       lin(l.down, p + "mlp.down_proj", H, D, false, false);
@@ -128,7 +132,9 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
       lm_head_.w = tok_embed_;
     // The first positions' RoPE rows are computed once; rows past them are computed per call, so
     // a config's context length alone costs no memory at load.
-    rope_positions_ = std::min(cfg_.max_position, kRopeTablePositions);
+    // (A dynamic RoPE's rows change past its original length: the table stops there.)
+    rope_positions_ = std::min(cfg_.rope_dynamic_factor > 0.0f ? cfg_.rope_original_max : cfg_.max_position,
+                               kRopeTablePositions);
     const size_t half = cfg_.head_dim / 2;
     rope_cos_.resize(rope_positions_ * half);
     rope_sin_.resize(rope_cos_.size());
@@ -277,14 +283,29 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
 
 // RoPE rows for positions p0 .. p0+T-1, (T, head_dim/2), as Hugging Face computes them: inv_freq
 // and the angles in fp32, cos and sin in double.
-void Transformer::rope_rows(int p0, int T, float* cos_out, float* sin_out) const {
-  const int half = cfg_.head_dim / 2;
+// A scaled RoPE (rope_inv_freq, from Python's rope.py) gives its own frequencies, and YaRN a factor
+// on cos and sin, applied in fp32 as transformers applies it.
+// Dynamic NTK past rope_original_max: the base stretched for seq_len, in fp32 as transformers computes it.
+void Transformer::rope_rows(int p0, int T, float* cos_out, float* sin_out, int seq_len) const {
+  const int half = cfg_.head_dim / 2, dim = cfg_.head_dim;
+  const float factor = cfg_.rope_attention_factor, dyn = cfg_.rope_dynamic_factor;
+  const bool stretched = dyn > 0.0f && seq_len > cfg_.rope_original_max;
+  float base = 0.0f;
+  if (stretched) {
+    const float s = dyn * static_cast<float>(seq_len) / static_cast<float>(cfg_.rope_original_max) - (dyn - 1.0f);
+    base = static_cast<float>(cfg_.rope_theta) * std::pow(s, static_cast<float>(dim) / static_cast<float>(dim - 2));
+  }
   for (int i = 0; i < half; ++i) {
-    const float inv_freq = static_cast<float>(1.0 / std::pow(cfg_.rope_theta, (2.0 * i) / cfg_.head_dim));
+    const float inv_freq =
+        stretched                     ? 1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(dim))
+        : cfg_.rope_inv_freq.empty() ? static_cast<float>(1.0 / std::pow(cfg_.rope_theta, (2.0 * i) / cfg_.head_dim))
+                                      : cfg_.rope_inv_freq[i];
     for (int t = 0; t < T; ++t) {
       const float angle = static_cast<float>(p0 + t) * inv_freq;
-      cos_out[static_cast<size_t>(t) * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      sin_out[static_cast<size_t>(t) * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
+      const float s = static_cast<float>(std::sin(static_cast<double>(angle)));
+      cos_out[static_cast<size_t>(t) * half + i] = factor == 1.0f ? c : c * factor;
+      sin_out[static_cast<size_t>(t) * half + i] = factor == 1.0f ? s : s * factor;
     }
   }
 }
@@ -485,7 +506,7 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
       }
       float* c = ws.rope_cos.data() + static_cast<size_t>(first[s]) * half;
       float* sn = ws.rope_sin.data() + static_cast<size_t>(first[s]) * half;
-      rope_rows(p0[s], rows[s], c, sn);
+      rope_rows(p0[s], rows[s], c, sn, p0[s] + rows[s]);
       rope_cos[s] = c, rope_sin[s] = sn;
     }
   }
@@ -533,6 +554,10 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
       float* ks = k + static_cast<size_t>(first[s]) * KVD;
       float* vs = v + static_cast<size_t>(first[s]) * KVD;
       if (cfg_.is_llama()) {
+        if (cfg_.qk_norm) {  // per head, in place
+          rmsnorm(qs, l.q_norm_w, rows[s] * NH, HD, cfg_.norm_eps, qs);
+          rmsnorm(ks, l.k_norm_w, rows[s] * KVH, HD, cfg_.norm_eps, ks);
+        }
         rope(qs, rows[s], NH, HD, 0, rope_cos[s], rope_sin[s], cfg_.rope_interleaved);
         rope(ks, rows[s], KVH, HD, 0, rope_cos[s], rope_sin[s], cfg_.rope_interleaved);
       }
@@ -540,7 +565,8 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
       const int* table = caches[s]->block_table().data();
       store_kv(ks, vs, pool, table, li, rows[s], p0[s]);
       attention_paged(qs, pool, table, li, rows[s], p0[s], NH, ws.att.data() + static_cast<size_t>(first[s]) * QD,
-                      scratch, score_stride, ws.gather.data(), threads);
+                      scratch, score_stride, ws.gather.data(), threads,
+                      cfg_.sliding_window.empty() ? 0 : cfg_.sliding_window[li]);
     };
     if (per_seq) {
 #pragma omp parallel for schedule(dynamic) num_threads(n_threads)

@@ -20,6 +20,14 @@ class ModelConfig:
     rope_theta: float
     rope_interleaved: bool
     tie_word_embeddings: bool
+    qkv_bias: bool
+    o_bias: bool
+    qk_norm: bool
+    sliding_window: List[int]
+    rope_inv_freq: List[float]
+    rope_attention_factor: float
+    rope_dynamic_factor: float
+    rope_original_max: int
     def __init__(self) -> None: ...
     def validate(self) -> None: ...
 

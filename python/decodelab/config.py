@@ -2,11 +2,17 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
+from . import rope as rope_params
 from ._native import _core
 
-SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM": "llama", "GPT2LMHeadModel": "gpt2"}
+# Hugging Face architectures the engine runs, by family. The Llama family shares the engine's
+# "llama" forward pass with the options each member needs (biases, q/k norms, sliding windows).
+FAMILIES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
+            "Qwen3ForCausalLM": "qwen3", "GPT2LMHeadModel": "gpt2"}
+SUPPORTED_ARCHITECTURES = {a: "gpt2" if f == "gpt2" else "llama" for a, f in FAMILIES.items()}
+_MODEL_TYPES = {f: f for f in FAMILIES.values()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +35,16 @@ class ModelConfig:
     bos_token_id: Optional[int] = None
     eos_token_id: Optional[list] = None
     source: str = "hf"             # "hf" or "llama2c"
+    family: str = ""               # "llama", "mistral", "qwen2", "qwen3", "gpt2" (default: arch)
+    qkv_bias: bool = False         # q, k, v projections with biases (Qwen2; Llama's attention_bias)
+    o_bias: bool = False           # the output projection with a bias (Llama's attention_bias)
+    qk_norm: bool = False          # RMSNorm of each query and key head before RoPE (Qwen3)
+    sliding_window: Optional[Tuple[int, ...]] = None  # per layer: keys a query sees (0: all)
+    rope: rope_params.Rope = rope_params.Rope()
+
+    def __post_init__(self):
+        if not self.family:  # a GGUF, llama2.c or GPT-2 config: the family is the arch
+            object.__setattr__(self, "family", self.arch)
 
     def to_core(self) -> "_core.ModelConfig":
         c = _core.ModelConfig()
@@ -45,6 +61,14 @@ class ModelConfig:
         c.rope_theta = self.rope_theta
         c.rope_interleaved = self.rope_interleaved
         c.tie_word_embeddings = self.tie_word_embeddings
+        c.qkv_bias = self.qkv_bias
+        c.o_bias = self.o_bias
+        c.qk_norm = self.qk_norm
+        c.sliding_window = list(self.sliding_window or [])
+        c.rope_inv_freq = list(self.rope.inv_freq or [])
+        c.rope_attention_factor = self.rope.attention_factor
+        c.rope_dynamic_factor = self.rope.dynamic_factor
+        c.rope_original_max = self.rope.original_max
         c.validate()
         return c
 
@@ -79,51 +103,21 @@ def from_hf_dict(cfg: dict) -> ModelConfig:
     """Map a Hugging Face config.json onto ModelConfig, refusing what the engine does not run."""
     archs = cfg.get("architectures") or []
     model_type = cfg.get("model_type")
-    arch = None
+    family = None
     for a in archs:
-        arch = SUPPORTED_ARCHITECTURES.get(a, arch)
-    if arch is None and model_type in ("llama", "gpt2") and not archs:
-        arch = model_type
-    if arch is None:
+        family = FAMILIES.get(a, family)
+    if family is None and model_type in _MODEL_TYPES and not archs:
+        family = _MODEL_TYPES[model_type]
+    if family is None:
         got = archs[0] if archs else model_type
         raise ValueError(
             f"unknown architecture {got!r}; supported: {', '.join(sorted(SUPPORTED_ARCHITECTURES))}")
+    arch = "gpt2" if family == "gpt2" else "llama"
     bos_ids = _special_ids(cfg, "bos_token_id")
     bos = bos_ids[0] if bos_ids else None
     eos = _special_ids(cfg, "eos_token_id")
     if arch == "llama":
-        act = cfg.get("hidden_act", "silu")
-        if act != "silu":
-            raise ValueError(f"Llama hidden_act {act!r} is not supported; supported: 'silu'")
-        for flag in ("attention_bias", "mlp_bias"):
-            if cfg.get(flag):
-                raise ValueError(f"Llama with {flag}=true is not supported")
-        rope = cfg.get("rope_parameters") or {}
-        scaling = cfg.get("rope_scaling") or None
-        rope_type = (scaling or {}).get("rope_type", (scaling or {}).get("type")) or rope.get("rope_type", "default")
-        if rope_type not in ("default", None):
-            raise ValueError(f"rope scaling {rope_type!r} is not supported; supported: 'default'")
-        theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
-        hidden = _int(cfg, "hidden_size")
-        heads = _int(cfg, "num_attention_heads")
-        if heads <= 0:
-            raise ValueError(f"config.json 'num_attention_heads' must be > 0, got {heads}")
-        return ModelConfig(
-            arch="llama",
-            n_layers=_int(cfg, "num_hidden_layers"),
-            hidden_size=hidden,
-            n_heads=heads,
-            n_kv_heads=_int(cfg, "num_key_value_heads", heads),
-            head_dim=_int(cfg, "head_dim", hidden // heads),
-            intermediate_size=_int(cfg, "intermediate_size"),
-            vocab_size=_int(cfg, "vocab_size"),
-            max_position_embeddings=_int(cfg, "max_position_embeddings", 2048),
-            norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(theta),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            bos_token_id=bos,
-            eos_token_id=eos,
-        )
+        return _llama_family(cfg, family, bos, eos)
     act = cfg.get("activation_function", "gelu_new")
     if act not in ("gelu_new", "gelu_pytorch_tanh"):
         raise ValueError(f"GPT-2 activation_function {act!r} is not supported; supported: 'gelu_new'")
@@ -148,6 +142,87 @@ def from_hf_dict(cfg: dict) -> ModelConfig:
         max_position_embeddings=_int(cfg, "n_positions", 1024),
         norm_eps=float(cfg.get("layer_norm_epsilon", 1e-5)),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+        bos_token_id=bos,
+        eos_token_id=eos,
+    )
+
+
+def _sliding_windows(cfg: dict, family: str, n_layers: int) -> Optional[Tuple[int, ...]]:
+    """Each layer's window as transformers sets it: Mistral's sliding_window on every layer; Qwen2
+    and Qwen3 only with use_sliding_window, on the layers layer_types marks "sliding_attention"
+    (by default those from max_window_layers on)."""
+    if family == "llama":
+        return None
+    window = cfg.get("sliding_window", 4096)
+    if family in ("qwen2", "qwen3") and not cfg.get("use_sliding_window", False):
+        window = None
+    if window is None:
+        return None
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"config.json 'sliding_window' must be an integer >= 1 or null, got {window!r}")
+    if family == "mistral":
+        if cfg.get("layer_types") is not None:
+            raise ValueError("Mistral with layer_types (alternating attention) is not supported")
+        return (window,) * n_layers
+    types = cfg.get("layer_types")
+    if types is None:
+        first = _int(cfg, "max_window_layers", 28)
+        types = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layers)]
+    if not isinstance(types, list) or len(types) != n_layers or \
+            any(t not in ("sliding_attention", "full_attention") for t in types):
+        raise ValueError(f"config.json 'layer_types' must list 'sliding_attention' or 'full_attention' for each "
+                         f"of the {n_layers} layers, got {types!r}")
+    windows = tuple(window if t == "sliding_attention" else 0 for t in types)
+    return windows if any(windows) else None
+
+
+def _llama_family(cfg: dict, family: str, bos: Optional[int], eos: Optional[list]) -> ModelConfig:
+    """Llama, Mistral, Qwen2 and Qwen3: one forward pass with each family's options, defaults as
+    transformers' config classes give them."""
+    act = cfg.get("hidden_act", "silu")
+    if act != "silu":
+        raise ValueError(f"{family} hidden_act {act!r} is not supported; supported: 'silu'")
+    if cfg.get("mlp_bias"):
+        raise ValueError(f"{family} with mlp_bias=true is not supported")
+    attention_bias = bool(cfg.get("attention_bias", False))
+    if family == "mistral" and attention_bias:
+        raise ValueError("Mistral with attention_bias=true is not supported")
+    hidden = _int(cfg, "hidden_size")
+    heads = _int(cfg, "num_attention_heads")
+    if heads <= 0:
+        raise ValueError(f"config.json 'num_attention_heads' must be > 0, got {heads}")
+    head_dim = cfg.get("head_dim")
+    if head_dim is None:  # Qwen3's default is 128, the others' hidden / heads
+        head_dim = 128 if family == "qwen3" else hidden // heads
+    cfg = dict(cfg, head_dim=head_dim)
+    n_layers = _int(cfg, "num_hidden_layers")
+    max_pos = _int(cfg, "max_position_embeddings", 32768 if family in ("qwen2", "qwen3") else
+                   131072 if family == "mistral" else 2048)
+    head_dim = _int(cfg, "head_dim")
+    if head_dim <= 0 or head_dim % 2:
+        raise ValueError(f"config.json 'head_dim' must be even and > 0, got {head_dim}")
+    rope = rope_params.from_config(cfg, head_dim, max_pos)
+    if rope.dynamic_factor:  # the context window dynamic NTK stretches max_position_embeddings to
+        max_pos = min(int(max_pos * rope.dynamic_factor), 1 << 22)
+    return ModelConfig(
+        arch="llama",
+        family=family,
+        n_layers=n_layers,
+        hidden_size=hidden,
+        n_heads=heads,
+        n_kv_heads=_int(cfg, "num_key_value_heads", heads),
+        head_dim=head_dim,
+        intermediate_size=_int(cfg, "intermediate_size"),
+        vocab_size=_int(cfg, "vocab_size"),
+        max_position_embeddings=max_pos,
+        norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        rope_theta=rope.theta,
+        rope=rope,
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        qkv_bias=family == "qwen2" or attention_bias,
+        o_bias=attention_bias,
+        qk_norm=family == "qwen3",
+        sliding_window=_sliding_windows(cfg, family, n_layers),
         bos_token_id=bos,
         eos_token_id=eos,
     )

@@ -69,11 +69,14 @@ void add_weighted_values_heads(int G, const typename Read::Elem* v, const float*
 
 template <typename E>
 void attend_heads(const float* q, const BlockPool& pool, const int* table, int layer, int t, int p0, int n_heads,
-                  int kh0, int kh1, float* out, float* sc, int stride, bool vec) {
+                  int kh0, int kh1, float* out, float* sc, int stride, bool vec, int window) {
   const int n_kv = pool.n_kv_heads(), hd = pool.head_dim(), bs = pool.block_size();
   const int group = n_heads / n_kv, nh = (kh1 - kh0) * group;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int n_ctx = p0 + t + 1, n_blocks = (n_ctx + bs - 1) / bs;
+  // A sliding window sees keys [lo, n_ctx): blocks before b_lo are not read at all, and the keys
+  // of block b_lo before lo get no weight. Scores stay indexed by position.
+  const int lo = window > 0 ? std::max(0, n_ctx - window) : 0, b_lo = lo / bs;
   auto slab = [&](int b, int kind, int kh) {
     return reinterpret_cast<const E*>(pool.data(table[b])) + pool.slab(layer, kind, kh);
   };
@@ -102,16 +105,16 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
   }
   const float* qd = qd_buf.data();
   float* od = od_buf.data();
-  for (int b = 0; b < n_blocks; ++b) {
+  for (int b = b_lo; b < n_blocks; ++b) {
     const int rows = rows_of(b);
     for (int kh = kh0; kh < kh1; ++kh) {
       const E* kb = slab(b, 0, kh);
       // This head's next slab: its keys in the next block, or after the last its values' first.
-      const E* next = b + 1 < n_blocks ? slab(b + 1, 0, kh) : slab(0, 1, kh);
-      const size_t next_bytes = static_cast<size_t>(rows_of(b + 1 < n_blocks ? b + 1 : 0)) * hd * sizeof(E);
+      const E* next = b + 1 < n_blocks ? slab(b + 1, 0, kh) : slab(b_lo, 1, kh);
+      const size_t next_bytes = static_cast<size_t>(rows_of(b + 1 < n_blocks ? b + 1 : b_lo)) * hd * sizeof(E);
       if (!vec) prefetch_range(next, next_bytes);
       if (b + 1 < n_blocks) prefetch_scales(b + 1, 0, kh);
-      else prefetch_scales(0, 1, kh);
+      else prefetch_scales(b_lo, 1, kh);
       if constexpr (i8) {
         if (i8_512) {
           for (int g0 = 0; g0 < group; g0 += 4) {
@@ -178,7 +181,7 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
       const int kh = kh0 + j / group;
       float* s = sc + static_cast<size_t>(j) * stride;
       float mx = -std::numeric_limits<float>::infinity();
-      for (int b = 0; b < n_blocks; ++b) {
+      for (int b = b_lo; b < n_blocks; ++b) {
         Eigen::Map<Eigen::ArrayXf> sb(s + static_cast<size_t>(b) * bs, rows_of(b));
         sb *= Eigen::Map<const Eigen::ArrayXf>(scales_of(b, 0, kh), sb.size());  // vectorised, as is the max
         mx = std::max(mx, sb.maxCoeff());
@@ -186,15 +189,21 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
       m[j] = mx;
     }
   }
+  if (lo > b_lo * bs)  // the first block's keys before the window: no weight, and the largest score again
+    for (int j = 0; j < nh; ++j) {
+      float* s = sc + static_cast<size_t>(j) * stride;
+      std::fill(s + b_lo * bs, s + lo, -std::numeric_limits<float>::infinity());
+      m[j] = Eigen::Map<const Eigen::ArrayXf>(s + lo, n_ctx - lo).maxCoeff();
+    }
   for (int j = 0; j < nh; ++j) {
-    Eigen::Map<Eigen::ArrayXf> p(sc + static_cast<size_t>(j) * stride, n_ctx);
+    Eigen::Map<Eigen::ArrayXf> p(sc + static_cast<size_t>(j) * stride + b_lo * bs, n_ctx - b_lo * bs);
     p = (p - m[j]).exp();  // vectorised
     m[j] = 1.0f / p.sum();
     const int h = kh0 * group + j;
     float* o = out + (static_cast<size_t>(t) * n_heads + h) * hd;
     std::fill(o, o + hd, 0.0f);
   }
-  for (int b = 0; b < n_blocks; ++b) {
+  for (int b = b_lo; b < n_blocks; ++b) {
     const int rows = rows_of(b);
     for (int kh = kh0; kh < kh1; ++kh) {
       const E* vb = slab(b, 1, kh);
@@ -286,7 +295,7 @@ constexpr int64_t kAttentionThreadsMinWork = int64_t(1) << 12;
 // share them). scratch holds n_threads * n_heads * stride floats.
 template <typename E>
 void attention_runs(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0, int n_heads,
-                    float* out, float* scratch, int stride, int n_threads) {
+                    float* out, float* scratch, int stride, int n_threads, int window) {
   const int n_kv = pool.n_kv_heads(), hd = pool.head_dim();
   const bool vec = kVectorAttention && hd % 8 == 0;
   const int items = T * n_kv;
@@ -296,7 +305,7 @@ void attention_runs(const float* q, const BlockPool& pool, const int* table, int
     const int i1 = static_cast<int>(static_cast<int64_t>(items) * (id + 1) / nth);
     for (int i = static_cast<int>(static_cast<int64_t>(items) * id / nth); i < i1;) {
       const int t = i / n_kv, kh0 = i % n_kv, kh1 = std::min(n_kv, kh0 + (i1 - i));
-      attend_heads<E>(q, pool, table, layer, t, p0, n_heads, kh0, kh1, out, sc, stride, vec);
+      attend_heads<E>(q, pool, table, layer, t, p0, n_heads, kh0, kh1, out, sc, stride, vec, window);
       i += kh1 - kh0;
     }
   };
@@ -312,15 +321,15 @@ void attention_runs(const float* q, const BlockPool& pool, const int* table, int
 
 template <typename E>
 void attention_decode(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0,
-                      int n_heads, float* out, float* scratch, int stride, int n_threads) {
-  attention_runs<E>(q, pool, table, layer, T, p0, n_heads, out, scratch, stride, n_threads);
+                      int n_heads, float* out, float* scratch, int stride, int n_threads, int window) {
+  attention_runs<E>(q, pool, table, layer, T, p0, n_heads, out, scratch, stride, n_threads, window);
 }
 template void attention_decode<float>(const float*, const BlockPool&, const int*, int, int, int, int, float*, float*,
-                                      int, int);
+                                      int, int, int);
 template void attention_decode<uint16_t>(const float*, const BlockPool&, const int*, int, int, int, int, float*,
-                                         float*, int, int);
+                                         float*, int, int, int);
 template void attention_decode<int8_t>(const float*, const BlockPool&, const int*, int, int, int, int, float*,
-                                       float*, int, int);
+                                       float*, int, int, int);
 
 }  // namespace DECODELAB_ISA
 }  // namespace decodelab

@@ -12,22 +12,23 @@ namespace decodelab {
 namespace DECODELAB_ISA {
 
 void attention_paged(const float* q, const BlockPool& pool, const int* block_table, int layer, int T, int p0,
-                     int n_heads, float* out, float* scratch, int scratch_stride, float* gather, int n_threads) {
+                     int n_heads, float* out, float* scratch, int scratch_stride, float* gather, int n_threads,
+                     int window) {
   // Eight or more queries: matrix products over keys and values gathered (and widened) per head.
   switch (pool.dtype()) {
     case KVDType::F32:
-      if (T >= 8) attention_prefill<float>(q, pool, block_table, layer, T, p0, n_heads, out, gather, n_threads);
-      else attention_decode<float>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride, n_threads);
+      if (T >= 8) attention_prefill<float>(q, pool, block_table, layer, T, p0, n_heads, out, gather, n_threads, window);
+      else attention_decode<float>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride, n_threads, window);
       break;
     case KVDType::BF16:
-      if (T >= 8) attention_prefill<uint16_t>(q, pool, block_table, layer, T, p0, n_heads, out, gather, n_threads);
+      if (T >= 8) attention_prefill<uint16_t>(q, pool, block_table, layer, T, p0, n_heads, out, gather, n_threads, window);
       else attention_decode<uint16_t>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride,
-                                    n_threads);
+                                    n_threads, window);
       break;
     case KVDType::I8:
-      if (T >= 8) attention_prefill<int8_t>(q, pool, block_table, layer, T, p0, n_heads, out, gather, n_threads);
+      if (T >= 8) attention_prefill<int8_t>(q, pool, block_table, layer, T, p0, n_heads, out, gather, n_threads, window);
       else attention_decode<int8_t>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride,
-                                  n_threads);
+                                  n_threads, window);
       break;
   }
 }

@@ -162,7 +162,7 @@ void panel_product(const float* a, int64_t lda, int rows, const float* b, size_t
 // first and the team finishes together.
 template <typename E>
 void attention_prefill(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0,
-                       int n_heads, float* out, float* kv_all, int n_threads) {
+                       int n_heads, float* out, float* kv_all, int n_threads, int window) {
   constexpr int kTile = 32;
   const int n_kv = pool.n_kv_heads(), hd = pool.head_dim(), bs = pool.block_size();
   const int group = n_heads / n_kv;
@@ -233,12 +233,14 @@ void attention_prefill(const float* q, const BlockPool& pool, const int* table, 
           StridedRows Q(qh, rows, hd, Eigen::OuterStride<>(qstride));
           S.noalias() = Q * Km.transpose();
         }
-        for (int r = 0; r < rows; ++r) {
-          const int valid = p0 + t0 + r + 1;
+        for (int r = 0; r < rows; ++r) {  // keys [lo, valid) of the row's query: its window
+          const int valid = p0 + t0 + r + 1, lo = window > 0 ? std::max(0, valid - window) : 0;
           auto row = S.row(r);
-          const float mx = row.head(valid).maxCoeff();
-          row.head(valid) = ((row.head(valid).array() - mx) * scale).exp();
-          row.head(valid) /= row.head(valid).sum();
+          auto seen = row.segment(lo, valid - lo);
+          const float mx = seen.maxCoeff();
+          seen = ((seen.array() - mx) * scale).exp();
+          seen /= seen.sum();
+          row.head(lo).setZero();
           row.segment(valid, n_ctx - valid).setZero();
         }
 #if defined(__AVX2__) && defined(__FMA__)
@@ -256,11 +258,11 @@ void attention_prefill(const float* q, const BlockPool& pool, const int* table, 
 }
 
 template void attention_prefill<float>(const float*, const BlockPool&, const int*, int, int, int, int, float*, float*,
-                                       int);
+                                       int, int);
 template void attention_prefill<uint16_t>(const float*, const BlockPool&, const int*, int, int, int, int, float*,
-                                          float*, int);
+                                          float*, int, int);
 template void attention_prefill<int8_t>(const float*, const BlockPool&, const int*, int, int, int, int, float*,
-                                        float*, int);
+                                        float*, int, int);
 
 }  // namespace DECODELAB_ISA
 }  // namespace decodelab

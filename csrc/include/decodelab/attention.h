@@ -9,9 +9,11 @@ namespace decodelab {
 // that holds positions 0 .. p0+T-1. q (T, n_heads, head_dim); out (T, n_heads, head_dim);
 // scratch holds n_threads * n_heads * scratch_stride floats, scratch_stride >= p0 + T (a
 // multiple of 16 keeps each head's scores on a cache line); gather (used from 8 queries up)
-// holds 2 * n_kv_heads * aligned_stride(p0 + T) * head_dim floats.
+// holds 2 * n_kv_heads * aligned_stride(p0 + T) * head_dim floats. window > 0 (sliding-window
+// attention, as Mistral's): the query at position p sees keys at positions (p - window, p] only.
 void attention_paged(const float* q, const BlockPool& pool, const int* block_table, int layer, int T, int p0,
-                     int n_heads, float* out, float* scratch, int scratch_stride, float* gather, int n_threads);
+                     int n_heads, float* out, float* scratch, int scratch_stride, float* gather, int n_threads,
+                     int window = 0);
 
 // Write k, v (T, n_kv_heads, head_dim) into one layer of a paged cache at positions p0 .. p0+T-1.
 void store_kv(const float* k, const float* v, BlockPool& pool, const int* block_table, int layer, int T, int p0);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace decodelab {
 
@@ -20,6 +21,17 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   bool rope_interleaved = false;  // llama2.c / Meta order: rotate pairs (2i, 2i+1)
   bool tie_word_embeddings = false;
+  // Llama-family variants (Qwen2, Qwen3, Mistral, Llama 3), as transformers defines them:
+  bool qkv_bias = false;         // q, k and v projections with biases (Qwen2, attention_bias)
+  bool o_bias = false;           // the output projection too (Llama's attention_bias)
+  bool qk_norm = false;          // each query and key head RMS-normalised before RoPE (Qwen3)
+  std::vector<int> sliding_window;  // per layer: a query sees this many latest keys (0: all); empty: all
+  std::vector<float> rope_inv_freq;  // head_dim / 2 RoPE frequencies (scaled RoPE); empty: from rope_theta
+  float rope_attention_factor = 1.0f;  // cos and sin scaled by it (YaRN)
+  // Dynamic NTK RoPE: its factor (0: off). A call reaching past max_position takes frequencies
+  // from a base stretched for its own length, as transformers recomputes them per forward pass.
+  float rope_dynamic_factor = 0.0f;
+  int rope_original_max = 0;  // dynamic NTK: the max_position_embeddings it stretches (max_position: factor x it)
 
   bool is_llama() const { return arch == "llama"; }
   bool is_gpt2() const { return arch == "gpt2"; }

@@ -109,6 +109,8 @@ class Transformer {
     const float* norm1_b = nullptr;
     const float* norm2_w = nullptr;
     const float* norm2_b = nullptr;
+    const float* q_norm_w = nullptr;  // Qwen3: (head_dim), applied to each query head
+    const float* k_norm_w = nullptr;  // and each key head
     Linear q, k, v;    // Llama
     Linear qkv;        // GPT-2: one (dim, 3*dim) Conv1D
     Linear qkv_rows[3];  // GPT-2: its q, k and v rows in place, when the layout allows (qkv_split)
@@ -119,7 +121,7 @@ class Transformer {
     Linear down;
   };
   void norm(const float* x, const float* w, const float* b, int T, float* y) const;
-  void rope_rows(int p0, int T, float* cos_out, float* sin_out) const;
+  void rope_rows(int p0, int T, float* cos_out, float* sin_out, int seq_len = 0) const;
   std::vector<Linear*> layer_linears();  // every layer's linear layers present in this architecture
   void run(const int32_t* tokens, int R, KVCache* const* caches, const int* rows, int n_seg, float* logits,
            bool all_logits, Workspace& ws, float* hidden = nullptr) const;

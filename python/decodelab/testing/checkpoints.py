@@ -32,7 +32,41 @@ SHAPES: Dict[str, dict] = {
     "llama-tiny-tied": dict(arch="llama", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
                             num_attention_heads=4, num_key_value_heads=1, vocab_size=512,
                             max_position_embeddings=128, tie_word_embeddings=True),
+    # The Llama family at their published widths (config.json of each), and tiny ones for fast tests.
+    "qwen2.5-0.5b": dict(arch="llama", family="qwen2", hidden_size=896, intermediate_size=4864,
+                         num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+                         max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                         tie_word_embeddings=True),
+    "qwen3-0.6b": dict(arch="llama", family="qwen3", hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+                       max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                       tie_word_embeddings=True),
+    "llama-3.2-1b": dict(arch="llama", hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                         num_attention_heads=32, num_key_value_heads=8, head_dim=64, vocab_size=128256,
+                         max_position_embeddings=131072, rope_theta=500000.0, tie_word_embeddings=True,
+                         rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+    "mistral-7b": dict(arch="llama", family="mistral", hidden_size=4096, intermediate_size=14336,
+                       num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
+                       max_position_embeddings=32768, sliding_window=4096, tie_word_embeddings=False),
+    "qwen2-tiny": dict(arch="llama", family="qwen2", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, vocab_size=512, max_position_embeddings=256,
+                       rope_theta=1000000.0, tie_word_embeddings=True),
+    "qwen3-tiny": dict(arch="llama", family="qwen3", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=512,
+                       max_position_embeddings=256, rope_theta=1000000.0, tie_word_embeddings=True),
+    "mistral-tiny": dict(arch="llama", family="mistral", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, vocab_size=512, max_position_embeddings=256,
+                         sliding_window=24, tie_word_embeddings=False),
+    "llama3-tiny": dict(arch="llama", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, vocab_size=512, max_position_embeddings=256,
+                        rope_theta=500000.0, tie_word_embeddings=True,
+                        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 32}),
 }
+# Hugging Face's names for each Llama-family member.
+_FAMILY_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
+                "qwen3": ("Qwen3ForCausalLM", "qwen3"), "mistral": ("MistralForCausalLM", "mistral")}
 
 
 def _config_and_shapes(shape: dict):
@@ -60,16 +94,28 @@ def _config_and_shapes(shape: dict):
         return cfg, shapes
     if arch != "llama":
         raise ValueError(f"unknown arch {arch!r}; supported: 'gpt2', 'llama'")
-    D, L, V = s["hidden_size"], s["num_hidden_layers"], s["vocab_size"]
-    NH, KV, H = s["num_attention_heads"], s["num_key_value_heads"], s["intermediate_size"]
-    hd = s.get("head_dim", D // NH)
-    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": D,
+    family = s.pop("family", "llama")
+    if family not in _FAMILY_ARCH:
+        raise ValueError(f"unknown family {family!r}; supported: {', '.join(_FAMILY_ARCH)}")
+    D, L, V = s.pop("hidden_size"), s.pop("num_hidden_layers"), s.pop("vocab_size")
+    NH, KV, H = s.pop("num_attention_heads"), s.pop("num_key_value_heads"), s.pop("intermediate_size")
+    hd = s.pop("head_dim", D // NH)
+    cfg = {"architectures": [_FAMILY_ARCH[family][0]], "model_type": _FAMILY_ARCH[family][1], "hidden_size": D,
            "intermediate_size": H, "num_hidden_layers": L, "num_attention_heads": NH,
            "num_key_value_heads": KV, "head_dim": hd, "vocab_size": V,
-           "max_position_embeddings": s["max_position_embeddings"], "rms_norm_eps": s.get("rms_norm_eps", 1e-5),
-           "rope_theta": s.get("rope_theta", 10000.0), "hidden_act": "silu",
-           "tie_word_embeddings": s["tie_word_embeddings"], "bos_token_id": 1, "eos_token_id": 2,
-           "attention_bias": False, "mlp_bias": False, "dtype": "float32"}
+           "max_position_embeddings": s.pop("max_position_embeddings"), "rms_norm_eps": s.pop("rms_norm_eps", 1e-5),
+           "rope_theta": s.pop("rope_theta", 10000.0), "hidden_act": "silu",
+           "tie_word_embeddings": s.pop("tie_word_embeddings"), "bos_token_id": 1, "eos_token_id": 2,
+           "attention_bias": s.pop("attention_bias", False), "dtype": "float32"}
+    if family == "llama":
+        cfg["mlp_bias"] = False
+    if family == "mistral":
+        cfg["sliding_window"] = s.pop("sliding_window", None)
+    cfg.update(s)  # the rest as given: rope_scaling, use_sliding_window, layer_types ...
+    # Biases: Qwen2's q, k and v always; attention_bias adds q, k, v and o (Llama, Qwen3).
+    bias = {"q", "k", "v"} if family == "qwen2" else set()
+    if cfg["attention_bias"]:
+        bias |= {"q", "k", "v", "o"}
     shapes = {"model.embed_tokens.weight": (V, D), "model.norm.weight": (D,)}
     for i in range(L):
         p = f"model.layers.{i}."
@@ -80,7 +126,11 @@ def _config_and_shapes(shape: dict):
             p + "mlp.gate_proj.weight": (H, D), p + "mlp.up_proj.weight": (H, D),
             p + "mlp.down_proj.weight": (D, H),
         })
-    if not s["tie_word_embeddings"]:
+        out = {"q": NH * hd, "k": KV * hd, "v": KV * hd, "o": D}
+        shapes.update({p + f"self_attn.{b}_proj.bias": (out[b],) for b in sorted(bias)})
+        if family == "qwen3":
+            shapes.update({p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
+    if not cfg["tie_word_embeddings"]:
         shapes["lm_head.weight"] = (V, D)
     return cfg, shapes
 

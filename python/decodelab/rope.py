@@ -1,0 +1,127 @@
+"""RoPE's scaled variants as transformers defines them (modeling_rope_utils.py): the frequencies of
+"linear", "llama3" and "yarn" and YaRN's factor on cos and sin, computed here in float32 in
+transformers' order; "dynamic" (NTK) depends on each call's length, so the engine computes it from
+its factor. An unknown rope_type, or one missing a field it needs, is refused by name."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional, Tuple
+
+import numpy as np
+
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
+
+
+@dataclasses.dataclass(frozen=True)
+class Rope:
+    """What the engine needs of a model's RoPE."""
+
+    rope_type: str = "default"
+    theta: float = 10000.0
+    inv_freq: Optional[Tuple[float, ...]] = None  # head_dim / 2 frequencies where they are scaled
+    attention_factor: float = 1.0                 # YaRN: cos and sin times this
+    dynamic_factor: float = 0.0                   # dynamic NTK: its factor (0: not dynamic)
+    original_max: int = 0                         # dynamic NTK: the max_position_embeddings it stretches
+
+
+def _need(params: dict, key: str, rope_type: str):
+    v = params.get(key)
+    if v is None:
+        raise ValueError(f"rope scaling {rope_type!r} needs {key!r} in the config's rope parameters")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise ValueError(f"rope parameter {key!r} must be a number > 0, got {v!r}")
+    return float(v)
+
+
+def _base_inv_freq(base: float, dim: int) -> np.ndarray:
+    """1 / base ** (arange(0, dim, 2) / dim), in float32 as transformers computes it."""
+    exps = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
+    return (np.float32(1.0) / (np.float32(base) ** exps)).astype(np.float32)
+
+
+def _yarn(params: dict, base: float, dim: int, max_pos: int) -> Tuple[np.ndarray, float]:
+    factor = params.get("factor")
+    original = int(_need(params, "original_max_position_embeddings", "yarn"))
+    factor = max_pos / original if factor is None else _need(params, "factor", "yarn")
+
+    def get_mscale(scale, mscale=1.0):
+        return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+    attention_factor = params.get("attention_factor")
+    if attention_factor is None:
+        mscale, mscale_all_dim = params.get("mscale"), params.get("mscale_all_dim")
+        if mscale and mscale_all_dim:
+            attention_factor = get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+        else:
+            attention_factor = get_mscale(factor)
+    beta_fast = params.get("beta_fast") or 32
+    beta_slow = params.get("beta_slow") or 1
+
+    def correction_dim(rotations):
+        return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if params.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # transformers' guard against a zero-width ramp
+    pos_freqs = np.float32(base) ** (np.arange(0, dim, 2).astype(np.float32) / np.float32(dim))
+    extrapolation = np.float32(1.0) / pos_freqs
+    interpolation = np.float32(1.0) / (np.float32(factor) * pos_freqs)
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float32) - np.float32(low)) / np.float32(high - low), 0, 1)
+    extra_factor = np.float32(1) - ramp.astype(np.float32)
+    inv = interpolation * (np.float32(1) - extra_factor) + extrapolation * extra_factor
+    return inv.astype(np.float32), float(attention_factor)
+
+
+def _llama3(params: dict, base: float, dim: int) -> np.ndarray:
+    inv = _base_inv_freq(base, dim)
+    factor = np.float32(_need(params, "factor", "llama3"))
+    low_ff = _need(params, "low_freq_factor", "llama3")
+    high_ff = _need(params, "high_freq_factor", "llama3")
+    old = _need(params, "original_max_position_embeddings", "llama3")
+    if high_ff == low_ff:
+        raise ValueError("rope scaling 'llama3' needs high_freq_factor != low_freq_factor")
+    low_wavelen, high_wavelen = old / low_ff, old / high_ff
+    wavelen = np.float32(2 * math.pi) / inv
+    scaled = np.where(wavelen > np.float32(low_wavelen), inv / factor, inv).astype(np.float32)
+    smooth = ((np.float32(old) / wavelen - np.float32(low_ff)) / np.float32(high_ff - low_ff)).astype(np.float32)
+    smoothed = (np.float32(1) - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < np.float32(high_wavelen)) & ~(wavelen > np.float32(low_wavelen))
+    return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def from_config(cfg: dict, head_dim: int, max_pos: int) -> Rope:
+    """The RoPE of a Hugging Face config: rope_parameters (transformers 5) or rope_scaling and
+    rope_theta (earlier configs)."""
+    params = dict(cfg.get("rope_parameters") or {})
+    scaling = cfg.get("rope_scaling") or {}
+    if not isinstance(params, dict) or not isinstance(scaling, dict):
+        raise ValueError("rope_parameters and rope_scaling must be objects")
+    params.update(scaling)
+    rope_type = params.get("rope_type", params.get("type")) or "default"
+    if rope_type not in ROPE_TYPES:
+        raise ValueError(f"rope scaling {rope_type!r} is not supported; supported: "
+                         + ", ".join(repr(t) for t in ROPE_TYPES))
+    theta = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0 or not math.isfinite(theta):
+        raise ValueError(f"rope_theta must be a number > 0, got {theta!r}")
+    theta = float(theta)
+    if params.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ValueError("partial_rotary_factor != 1 is not supported for this architecture")
+    if rope_type == "default":
+        return Rope("default", theta)
+    if rope_type == "linear":
+        inv = _base_inv_freq(theta, head_dim) / np.float32(_need(params, "factor", "linear"))
+        return Rope("linear", theta, tuple(float(v) for v in inv))
+    if rope_type == "dynamic":
+        factor = _need(params, "factor", "dynamic")
+        if factor < 1:
+            raise ValueError(f"rope scaling 'dynamic' needs factor >= 1, got {factor}")
+        return Rope("dynamic", theta, dynamic_factor=factor, original_max=max_pos)
+    if rope_type == "llama3":
+        return Rope("llama3", theta, tuple(float(v) for v in _llama3(params, theta, head_dim)))
+    inv, attention_factor = _yarn(params, theta, head_dim, max_pos)
+    return Rope("yarn", theta, tuple(float(v) for v in inv), attention_factor)

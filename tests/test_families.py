@@ -1,0 +1,159 @@
+"""The Llama family's members (Qwen2, Qwen3, Mistral, Llama 3 RoPE scaling) equal transformers on
+the same random weights: forward logits and prefill + cached decode within 1e-4, greedy tokens
+over 64 steps, beam search sequences; sliding windows past the window, scaled RoPE past the
+original context, and bad configs refused by name."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import decodelab
+from decodelab import testing
+
+pytestmark = pytest.mark.reference
+TOL = 1e-4
+FAMILIES = ["qwen2-tiny", "qwen3-tiny", "mistral-tiny", "llama3-tiny"]
+
+
+def _folder(tmp_path_factory, shape, **overrides):
+    spec = dict(testing.SHAPES[shape], **overrides)
+    out = str(tmp_path_factory.mktemp(shape.replace(".", "_")))
+    return testing.write_checkpoint(out, spec, seed=3)
+
+
+def _prompt(vocab, n, seed=0):
+    return np.random.default_rng(seed).integers(3, vocab, size=n).tolist()
+
+
+def _hf_cached(ref, ids, n_prompt):
+    """transformers' own prefill, then one token at a time through its cache: the logits of each."""
+    import torch
+
+    with torch.no_grad():
+        out = ref(torch.tensor([ids[:n_prompt]]), use_cache=True)
+        rows, past = [out.logits[0, -1].numpy()], out.cache
+        for i in range(n_prompt, len(ids)):
+            out = ref(torch.tensor([[ids[i]]]), cache=past, use_cache=True)
+            rows.append(out.logits[0, -1].numpy())
+            past = out.cache
+    return rows
+
+
+def _forward_and_cached(folder, n_prompt, n_decode, seed=0):
+    from reference import hf_logits, hf_model, max_abs_diff
+
+    ours = decodelab.load(folder)
+    ref = hf_model(folder)
+    ids = _prompt(ours.config.vocab_size, n_prompt + n_decode, seed)
+    want = hf_logits(ref, ids)
+    assert max_abs_diff(ours.forward(ids), want) <= TOL
+    # A dynamic RoPE's frequencies depend on each call's length, so cached keys keep the ones of
+    # their own call: the reference for decoding is transformers' own cached decoding then.
+    stepwise = _hf_cached(ref, ids, n_prompt) if ours.config.rope.rope_type == "dynamic" else \
+        [want[i] for i in range(n_prompt - 1, len(ids))]
+    cache = ours.new_cache()
+    step = ours.prefill(ids[:n_prompt], cache)
+    assert max_abs_diff(step, stepwise[0]) <= TOL
+    for i in range(n_prompt, len(ids)):
+        assert max_abs_diff(ours.decode(ids[i], cache), stepwise[i - n_prompt + 1]) <= TOL, f"position {i}"
+    return ours, ref
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request, tmp_path_factory):
+    return request.param, _folder(tmp_path_factory, request.param)
+
+
+def test_forward_and_cached_decode_equal_transformers(family):
+    shape, folder = family
+    ours, ref = _forward_and_cached(folder, 40, 24)
+    assert ours.config.family == testing.SHAPES[shape].get("family", "llama")
+    with open(os.path.join(folder, "config.json")) as f:
+        assert type(ref).__name__ == json.load(f)["architectures"][0]
+
+
+def test_greedy_64_tokens_and_beams_equal_transformers(family):
+    import torch
+
+    from reference import hf_greedy, hf_model
+
+    _, folder = family
+    ours, ref = decodelab.load(folder), hf_model(folder)
+    ids = _prompt(ours.config.vocab_size, 12, 1)
+    assert ours.generate(ids, max_new_tokens=64, eos_token_id=[]).token_ids == hf_greedy(ref, ids, 64, stop_on_eos=False)
+    eos = [5, 7]
+    with torch.no_grad():
+        out = ref.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                           do_sample=False, num_beams=3, num_return_sequences=3, max_new_tokens=10,
+                           eos_token_id=eos, pad_token_id=eos[0], length_penalty=1.0, early_stopping=False)
+    want = []
+    for row in out[:, len(ids):].tolist():
+        want.append(row[:next((i + 1 for i, t in enumerate(row) if t in eos), len(row))])  # after EOS: padding
+    got = ours.generate(ids, num_beams=3, num_return_sequences=3, max_new_tokens=10, eos_token_id=eos)
+    assert [s.token_ids for s in got.sequences] == want
+
+
+def test_sliding_window_past_the_window(tmp_path_factory):
+    """Mistral with a window of 24 over 90 positions: prompt rows, cached decode and a batch all see
+    only the latest 24 keys; with the window removed the logits differ (so the window is applied)."""
+    folder = _folder(tmp_path_factory, "mistral-tiny")
+    ours, _ = _forward_and_cached(folder, 50, 40, seed=2)
+    ids = _prompt(ours.config.vocab_size, 90, 2)
+    full = decodelab.load(_folder(tmp_path_factory, "mistral-tiny", sliding_window=None))
+    assert np.abs(full.forward(ids)[-1] - ours.forward(ids)[-1]).max() > 1e-3
+    # Batched decode gives each sequence its own window.
+    caches = [ours.new_cache(), ours.new_cache()]
+    ours.prefill(ids[:60], caches[0])
+    ours.prefill(ids[:30], caches[1])
+    batch = ours.decode_batch([ids[60], ids[30]], caches)
+    want = ours.forward(ids[:61])[-1], ours.forward(ids[:31])[-1]
+    np.testing.assert_allclose(batch, np.stack(want), atol=TOL)
+
+
+@pytest.mark.parametrize("shape,layer_types", [("qwen2-tiny", None), ("qwen3-tiny", ["full_attention", "sliding_attention"])])
+def test_qwen_sliding_layers(tmp_path_factory, shape, layer_types):
+    """use_sliding_window: layers from max_window_layers on (or as layer_types says) slide."""
+    extra = dict(use_sliding_window=True, sliding_window=16, max_window_layers=1)
+    if layer_types:
+        extra["layer_types"] = layer_types
+    folder = _folder(tmp_path_factory, shape, **extra)
+    ours, _ = _forward_and_cached(folder, 40, 10, seed=4)
+    assert ours.config.sliding_window == (0, 16)
+
+
+@pytest.mark.parametrize("scaling", [
+    {"rope_type": "linear", "factor": 4.0},
+    {"rope_type": "dynamic", "factor": 3.0},
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+    {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64, "beta_fast": 16,
+     "attention_factor": 1.3},
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 32},
+])
+def test_scaled_rope_equals_transformers(tmp_path_factory, scaling):
+    """Each rope_type past its original context (dynamic: past max_position_embeddings, 64 here,
+    which its factor stretches: the context window is 64 x 3)."""
+    max_pos = 64 if scaling["rope_type"] == "dynamic" else 128
+    folder = _folder(tmp_path_factory, "llama-tiny", rope_scaling=scaling, max_position_embeddings=max_pos)
+    ours, _ = _forward_and_cached(folder, 50, 40, seed=5)
+    assert ours.config.rope.rope_type == scaling["rope_type"]
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"rope_scaling": {"rope_type": "longrope", "factor": 2.0}}, "rope scaling 'longrope' is not supported"),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rope scaling 'llama3' needs 'low_freq_factor'"),
+    ({"rope_scaling": {"rope_type": "linear", "factor": -1}}, "'factor' must be a number > 0, got -1"),
+    ({"sliding_window": 0}, "'sliding_window' must be an integer >= 1 or null, got 0"),
+    ({"layer_types": ["full_attention", "sliding_attention"]}, "Mistral with layer_types"),
+])
+def test_bad_family_configs_are_refused_by_name(tmp_path, change, message):
+    folder = testing.write_checkpoint(str(tmp_path / "m"), "mistral-tiny")
+    path = os.path.join(folder, "config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    cfg.update(change)
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        decodelab.load(folder)
