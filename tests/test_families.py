@@ -157,3 +157,58 @@ def test_bad_family_configs_are_refused_by_name(tmp_path, change, message):
         json.dump(cfg, f)
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         decodelab.load(folder)
+
+
+def test_sampling_defaults_come_from_generation_config(tmp_path):
+    """A folder's generation_config.json sets generate()'s sampling when the call names none, with
+    transformers' defaults for the fields it leaves out; any explicit option replaces them all."""
+    from decodelab import samplers
+
+    folder = testing.write_checkpoint(str(tmp_path / "m"), "qwen2-tiny")
+    with open(os.path.join(folder, "generation_config.json"), "w") as f:
+        json.dump({"do_sample": True, "temperature": 0.7, "top_p": 0.8, "repetition_penalty": 1.05,
+                   "eos_token_id": [2, 3]}, f)
+    m = decodelab.load(folder)
+    assert m.config.generation_defaults == {"temperature": 0.7, "top_k": 50, "top_p": 0.8,
+                                            "repetition_penalty": 1.05}
+    ids = _prompt(m.config.vocab_size, 6)
+    a = m.generate(ids, max_new_tokens=12, seed=5, eos_token_id=[])
+    b = m.generate(ids, max_new_tokens=12, eos_token_id=[], sampler=samplers.Chain(
+        [samplers.RepetitionPenalty(1.05), samplers.Temperature(0.7), samplers.TopK(50), samplers.TopP(0.8),
+         samplers.Dist(5)]))
+    assert a.token_ids == b.token_ids
+    greedy = m.generate(ids, max_new_tokens=12, temperature=0, eos_token_id=[])
+    assert greedy.token_ids == m.generate(ids, max_new_tokens=12, temperature=0, eos_token_id=[]).token_ids
+    with open(os.path.join(folder, "generation_config.json"), "w") as f:
+        json.dump({"do_sample": True, "temperature": "hot"}, f)
+    with pytest.raises(ValueError, match="generation_config.json 'temperature' must be a number >= 0, got 'hot'"):
+        decodelab.load(folder)
+
+
+@pytest.mark.parametrize("shape", ["qwen2-tiny", "qwen3-tiny", "llama3-tiny"])
+def test_gguf_export_and_load_per_family(tmp_path, shape):
+    """Our exporter writes each family as llama.cpp names it (qwen2, qwen3; Llama 3's RoPE factors in
+    rope_freqs): decodelab reads the file back as the same model, and llama.cpp's logits on it
+    agree with the folder's."""
+    from decodelab import gguf_export
+    from decodelab.gguf_file import GGUFFile
+
+    folder = testing.write_checkpoint(str(tmp_path / "hf"), shape, byte_tokenizer=True)
+    out = gguf_export.export(folder, str(tmp_path / "m.gguf"))
+    with GGUFFile(out) as g:
+        assert g.metadata["general.architecture"] == {"qwen2-tiny": "qwen2", "qwen3-tiny": "qwen3"}.get(shape, "llama")
+    ours, ref = decodelab.load(out), decodelab.load(folder)
+    assert (ours.config.family, ours.config.qkv_bias, ours.config.qk_norm) == \
+        (ref.config.family, ref.config.qkv_bias, ref.config.qk_norm)
+    ids = _prompt(ref.config.vocab_size, 80, 6)
+    np.testing.assert_allclose(ours.forward(ids), ref.forward(ids), atol=TOL, rtol=0)
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python runs the exported file")
+    assert gguf_export.check(folder, out, n_tokens=48) < 2e-3
+
+
+def test_sliding_window_models_are_not_exported(tmp_path):
+    from decodelab import gguf_export
+
+    folder = testing.write_checkpoint(str(tmp_path / "hf"), "mistral-tiny")
+    with pytest.raises(ValueError, match="without sliding windows"):
+        gguf_export.export(folder, str(tmp_path / "m.gguf"))

@@ -41,6 +41,9 @@ class ModelConfig:
     qk_norm: bool = False          # RMSNorm of each query and key head before RoPE (Qwen3)
     sliding_window: Optional[Tuple[int, ...]] = None  # per layer: keys a query sees (0: all)
     rope: rope_params.Rope = rope_params.Rope()
+    # generation_config.json's sampling options (loading.generation_defaults): what generate()
+    # uses when given no sampling option, sampler or preset.
+    generation_defaults: dict = dataclasses.field(default_factory=dict, compare=False)
 
     def __post_init__(self):
         if not self.family:  # a GGUF, llama2.c or GPT-2 config: the family is the arch

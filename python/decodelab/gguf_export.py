@@ -137,11 +137,22 @@ def export(folder, out, tensor_type="F32"):
                 names[f"blk.{i}.{dst}.bias"] = t[h + src + ".bias"]
         if "lm_head.weight" in t and not cfg.get("tie_word_embeddings", True):
             names["output.weight"] = t["lm_head.weight"]
-    elif cfg["model_type"] == "llama":
-        arch = "llama"
+    elif cfg["model_type"] in ("llama", "qwen2", "qwen3", "mistral"):
+        from .config import from_hf_dict
+
+        model = from_hf_dict(cfg)  # checks the config, and its RoPE, as load() would
+        if model.sliding_window:
+            raise ValueError("llama.cpp reads this family as 'llama', without sliding windows: a model with "
+                             "sliding_window set would not be the same model there")
+        if model.rope.rope_type not in ("default", "llama3"):
+            raise ValueError(f"rope scaling {model.rope.rope_type!r} is not exported (default and llama3 are)")
+        # llama.cpp's names: Qwen2 and Qwen3 have their own architectures with rotate_half RoPE;
+        # Mistral without a sliding window is a Llama.
+        arch = {"qwen2": "qwen2", "qwen3": "qwen3"}.get(cfg["model_type"], "llama")
         D, L = cfg["hidden_size"], cfg["num_hidden_layers"]
-        nh, nkv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
-        hd = cfg.get("head_dim") or D // nh
+        nh, nkv = model.n_heads, model.n_kv_heads
+        hd = model.head_dim
+        permute = _unpermute if arch == "llama" else (lambda x, n: x)
         w = gguf.GGUFWriter(out, arch)
         w.add_context_length(cfg["max_position_embeddings"])
         w.add_embedding_length(D)
@@ -152,24 +163,36 @@ def export(folder, out, tensor_type="F32"):
         w.add_key_length(hd)
         w.add_value_length(hd)
         w.add_rope_dimension_count(hd)
-        w.add_rope_freq_base(float(cfg.get("rope_theta", 10000.0)))
-        w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+        w.add_rope_freq_base(model.rope_theta)
+        w.add_layer_norm_rms_eps(model.norm_eps)
         names = {"token_embd.weight": t["model.embed_tokens.weight"], "output_norm.weight": t["model.norm.weight"]}
-        if not cfg.get("tie_word_embeddings", False):
+        if not model.tie_word_embeddings:
             names["output.weight"] = t["lm_head.weight"]
+        if model.rope.rope_type == "llama3":  # llama.cpp divides each frequency by its factor
+            base = 1.0 / model.rope_theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
+            names["rope_freqs.weight"] = (base.astype(np.float32) / np.asarray(model.rope.inv_freq, np.float32))
         for i in range(L):
             h = f"model.layers.{i}."
             names[f"blk.{i}.attn_norm.weight"] = t[h + "input_layernorm.weight"]
             names[f"blk.{i}.ffn_norm.weight"] = t[h + "post_attention_layernorm.weight"]
-            names[f"blk.{i}.attn_q.weight"] = _unpermute(t[h + "self_attn.q_proj.weight"], nh)
-            names[f"blk.{i}.attn_k.weight"] = _unpermute(t[h + "self_attn.k_proj.weight"], nkv)
+            names[f"blk.{i}.attn_q.weight"] = permute(t[h + "self_attn.q_proj.weight"], nh)
+            names[f"blk.{i}.attn_k.weight"] = permute(t[h + "self_attn.k_proj.weight"], nkv)
             names[f"blk.{i}.attn_v.weight"] = t[h + "self_attn.v_proj.weight"]
             names[f"blk.{i}.attn_output.weight"] = t[h + "self_attn.o_proj.weight"]
+            for x, n in (("q", nh), ("k", nkv), ("v", 0), ("o", 0)):
+                b = t.get(h + f"self_attn.{x}_proj.bias")
+                if b is not None:
+                    names[f"blk.{i}.attn_{'output' if x == 'o' else x}.bias"] = permute(b[:, None], n)[:, 0] \
+                        if n else b
+            if model.qk_norm:
+                names[f"blk.{i}.attn_q_norm.weight"] = t[h + "self_attn.q_norm.weight"]
+                names[f"blk.{i}.attn_k_norm.weight"] = t[h + "self_attn.k_norm.weight"]
             names[f"blk.{i}.ffn_gate.weight"] = t[h + "mlp.gate_proj.weight"]
             names[f"blk.{i}.ffn_up.weight"] = t[h + "mlp.up_proj.weight"]
             names[f"blk.{i}.ffn_down.weight"] = t[h + "mlp.down_proj.weight"]
     else:
-        raise ValueError(f"model_type {cfg['model_type']!r}: only gpt2 and llama are exported")
+        raise ValueError(f"model_type {cfg['model_type']!r}: only gpt2, llama, mistral, qwen2 and qwen3 are "
+                         "exported")
     w.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
                      "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q5_1": gguf.LlamaFileType.MOSTLY_Q5_1,
                      "Q5_0": gguf.LlamaFileType.MOSTLY_Q5_0, "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,

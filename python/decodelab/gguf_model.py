@@ -20,10 +20,11 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from . import _core, gguf_quants
+from . import rope as rope_params
 from .config import ModelConfig
 from .gguf_file import GGUFFile
 
-ARCHITECTURES = ("llama", "gpt2")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "gpt2")
 _DIRECT = {"F32": "F32", "F16": "F16", "BF16": "BF16"}  # types the engine maps in place
 
 # GGUF tensor names (llama.cpp's llama-arch.cpp) -> the engine's.
@@ -33,7 +34,10 @@ _LAYER = {"attn_norm.weight": "input_layernorm.weight", "attn_q.weight": "self_a
           "attn_k.weight": "self_attn.k_proj.weight", "attn_v.weight": "self_attn.v_proj.weight",
           "attn_output.weight": "self_attn.o_proj.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
           "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
-          "ffn_down.weight": "mlp.down_proj.weight"}
+          "ffn_down.weight": "mlp.down_proj.weight", "attn_q.bias": "self_attn.q_proj.bias",
+          "attn_k.bias": "self_attn.k_proj.bias", "attn_v.bias": "self_attn.v_proj.bias",
+          "attn_output.bias": "self_attn.o_proj.bias", "attn_q_norm.weight": "self_attn.q_norm.weight",
+          "attn_k_norm.weight": "self_attn.k_norm.weight"}
 
 
 _GPT2_GLOBAL = {"token_embd.weight": "transformer.wte.weight", "position_embd.weight": "transformer.wpe.weight",
@@ -45,7 +49,7 @@ _GPT2_LAYER = {f"{src}.{kind}": f"{dst}.{kind}" for kind in ("weight", "bias") f
 
 
 def _engine_name(name: str, n_layers: int, arch: str = "llama") -> Optional[str]:
-    top, layer, prefix = (_GLOBAL, _LAYER, "model.layers.") if arch == "llama" else \
+    top, layer, prefix = (_GLOBAL, _LAYER, "model.layers.") if arch != "gpt2" else \
         (_GPT2_GLOBAL, _GPT2_LAYER, "transformer.h.")
     if name in top:
         return top[name]
@@ -81,12 +85,14 @@ def config_from_gguf(g: GGUFFile) -> ModelConfig:
                          f"{', '.join(ARCHITECTURES)})")
     hidden = _int(g, f"{arch}.embedding_length", hi=1 << 16)
     heads = _int(g, f"{arch}.attention.head_count", hi=1024)
-    kv = _int(g, f"{arch}.attention.head_count_kv", heads, hi=1024) if arch == "llama" else heads
-    if hidden % heads or heads % kv:
+    kv = _int(g, f"{arch}.attention.head_count_kv", heads, hi=1024) if arch != "gpt2" else heads
+    if heads % kv or (f"{arch}.attention.key_length" not in g.metadata and hidden % heads):
         raise ValueError(f"{g.path}: embedding_length {hidden}, head_count {heads} and head_count_kv {kv} do not "
                          "divide evenly")
-    head_dim = hidden // heads
-    rot = _int(g, f"{arch}.rope.dimension_count", head_dim, hi=1 << 16) if arch == "llama" else head_dim
+    head_dim = _int(g, f"{arch}.attention.key_length", hidden // heads, hi=1024) if arch != "gpt2" else hidden // heads
+    if arch != "gpt2" and _int(g, f"{arch}.attention.value_length", head_dim, hi=1024) != head_dim:
+        raise ValueError(f"{g.path}: {arch}.attention.value_length differs from key_length {head_dim}")
+    rot = _int(g, f"{arch}.rope.dimension_count", head_dim, hi=1 << 16) if arch != "gpt2" else head_dim
     if rot != head_dim:
         raise ValueError(f"{g.path}: {arch}.rope.dimension_count {rot} differs from the head size {head_dim}; "
                          "partial rotary embeddings are not supported")
@@ -115,14 +121,42 @@ def config_from_gguf(g: GGUFFile) -> ModelConfig:
                            norm_eps=_float(g, "gpt2.attention.layer_norm_epsilon", 1e-5, 1e-12, 1.0),
                            tie_word_embeddings="output.weight" not in g.tensors, bos_token_id=bos,
                            eos_token_id=sorted(set(eos)) or None, source="gguf")
-    return ModelConfig(arch="llama", n_layers=_int(g, f"{arch}.block_count", hi=1024), hidden_size=hidden,
-                       n_heads=heads, n_kv_heads=kv, head_dim=head_dim,
+    theta = _float(g, f"{arch}.rope.freq_base", 10000.0, 1.0, 1e12)
+    return ModelConfig(arch="llama", family=arch, n_layers=_int(g, f"{arch}.block_count", hi=1024),
+                       hidden_size=hidden, n_heads=heads, n_kv_heads=kv, head_dim=head_dim,
                        intermediate_size=_int(g, f"{arch}.feed_forward_length", hi=1 << 20), vocab_size=vocab,
                        max_position_embeddings=_int(g, f"{arch}.context_length", hi=1 << 22),
                        norm_eps=_float(g, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5, 1e-12, 1.0),
-                       rope_theta=_float(g, f"{arch}.rope.freq_base", 10000.0, 1.0, 1e12), rope_interleaved=True,
+                       rope_theta=theta, rope=_rope(g, arch, theta, head_dim),
+                       # llama.cpp's converter stores Llama's q and k rows in Meta's interleaved order
+                       rope_interleaved=arch == "llama",
+                       qkv_bias="blk.0.attn_q.bias" in g.tensors, o_bias="blk.0.attn_output.bias" in g.tensors,
+                       qk_norm="blk.0.attn_q_norm.weight" in g.tensors,
                        tie_word_embeddings="output.weight" not in g.tensors, bos_token_id=bos,
                        eos_token_id=sorted(set(eos)) or None, source="gguf")
+
+
+def _rope(g: GGUFFile, arch: str, theta: float, head_dim: int) -> rope_params.Rope:
+    """RoPE from the metadata: linear scaling's factor, or Llama 3's per-frequency factors in the
+    rope_freqs tensor (llama.cpp divides each frequency by its factor); YaRN is refused by name."""
+    kind = g.metadata.get(f"{arch}.rope.scaling.type", "none")
+    base = (1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)).astype(np.float32)
+    if "rope_freqs.weight" in g.tensors:
+        t = g.tensors["rope_freqs.weight"]
+        if t.type.name != "F32" or list(t.shape) != [head_dim // 2]:
+            raise ValueError(f"{g.path}: rope_freqs.weight must be F32 with {head_dim // 2} values, got "
+                             f"{t.type.name} {list(t.shape)}")
+        factors = gguf_quants.dequantize_tensor(g, t).reshape(-1)
+        if not np.all(np.isfinite(factors)) or np.any(factors <= 0):
+            raise ValueError(f"{g.path}: rope_freqs.weight holds factors that are not finite and > 0")
+        return rope_params.Rope("llama3", theta, tuple(float(v) for v in base / factors))
+    if kind in ("none", None):
+        return rope_params.Rope("default", theta)
+    if kind == "linear":
+        factor = _float(g, f"{arch}.rope.scaling.factor", 1.0, 1e-6, 1e6)
+        return rope_params.Rope("linear", theta, tuple(float(v) for v in base / np.float32(factor)))
+    raise ValueError(f"{g.path}: GGUF rope scaling {kind!r} is not supported (supported: none, linear, and "
+                     "Llama 3's rope_freqs)")
 
 
 _FOUR_BIT = ("Q4_0", "Q4_1", "Q4_K")

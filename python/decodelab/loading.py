@@ -1,6 +1,8 @@
 """load(): a model path (Hugging Face folder, GGUF file or llama2.c .bin) to a Model."""
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import re
 import struct
@@ -27,6 +29,36 @@ _MALFORMED = (TypeError, AttributeError, KeyError, IndexError, OverflowError, Re
               struct.error, MemoryError)
 
 
+# generation_config.json's sampling fields with transformers' GenerationConfig defaults, used where
+# do_sample is true; repetition_penalty applies to greedy decoding too, as in transformers.
+_SAMPLING_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0, "min_p": None, "typical_p": 1.0}
+
+
+def generation_defaults(gen: dict) -> dict:
+    """The sampling options a model's generation_config.json asks for, in generate()'s names:
+    what generate() uses when it is given no sampling option, sampler or preset."""
+    out = {}
+    if gen.get("do_sample"):
+        for key, default in _SAMPLING_DEFAULTS.items():
+            v = gen.get(key, default)
+            if v is not None:
+                out[key] = v
+        if out.get("top_p") == 1.0:  # the neutral values transformers leaves out of its chain
+            del out["top_p"]
+        if out.get("typical_p") == 1.0:
+            del out["typical_p"]
+        if out.get("top_k") == 0:
+            del out["top_k"]
+    if gen.get("repetition_penalty", 1.0) != 1.0:
+        out["repetition_penalty"] = gen["repetition_penalty"]
+    for key, v in out.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"generation_config.json {key!r} must be a number >= 0, got {v!r}")
+    if "top_k" in out and not isinstance(out["top_k"], int):
+        raise ValueError(f"generation_config.json 'top_k' must be an integer, got {out['top_k']!r}")
+    return out
+
+
 def _read_model_files(path: str):
     """(config, weight files, tensor table, the tokenizer or a folder to look for one in, a scratch
     file to remove once the engine is built, the dtype that keeps a block-quantized file's precision
@@ -37,11 +69,15 @@ def _read_model_files(path: str):
             raise FileNotFoundError(f"{path} has no config.json")
         raw = formats.load_json(cfg_path)
         gen_path = os.path.join(path, "generation_config.json")
+        gen = {}
         if os.path.exists(gen_path):
             gen = formats.load_json(gen_path)
+            if not isinstance(gen, dict):
+                raise ValueError(f"{gen_path} must hold a JSON object")
             if gen.get("eos_token_id") is not None:
                 raw = dict(raw, eos_token_id=gen["eos_token_id"])
         config = from_hf_dict(raw)
+        config = dataclasses.replace(config, generation_defaults=generation_defaults(gen))
         files, tensors = formats.read_hf_weights(path, config)
         return config, files, tensors, path, None, None
     if gguf_file.is_gguf(path):

@@ -211,7 +211,12 @@ class Model:
         ``preset`` starts from a named configuration (``decodelab.samplers.PRESETS``); or pass
         ``sampler=Chain([...])`` yourself (with a list of prompts, a list of samplers gives each
         prompt its own). ``temperature`` 0 (the default) is greedy decoding: penalties still
-        apply, the truncation samplers would not, so giving one is an error. A chain that does not
+        apply, the truncation samplers would not, so giving one is an error. A call that names no
+        sampling option, ``sampler`` or ``preset`` uses the model's own defaults where its folder has a
+        generation_config.json (``config.generation_defaults``: with do_sample, its temperature,
+        top_k, top_p, ... with transformers' defaults for those it leaves out; repetition_penalty
+        always), as transformers' generate() does; ``temperature=0`` asks for greedy decoding
+        then. A chain that does not
         end in a selector gets ``Dist(seed)`` appended. ``seed=None`` draws a fresh seed, reported
         in ``Generation.seed``; the random stream depends only on (seed, sample, step), so a
         prompt gives the same tokens alone or inside a list.
@@ -323,6 +328,12 @@ class Model:
         return 2 * c.n_layers * c.n_kv_heads * c.head_dim * self.kv_block_size * 4
 
     def _options(self, run: dict, sampling: dict) -> options.RunOptions:
+        # The model's own sampling defaults (generation_config.json), as transformers applies them,
+        # where the call names no sampling option, sampler or preset.
+        defaults = self.config.generation_defaults
+        if defaults and run.get("sampler") is None and run.get("preset") is None and \
+                all(v is None for v in sampling.values()):
+            sampling = dict(sampling, **{k: v for k, v in defaults.items() if k in sampling})
         opts = options.resolve(run, sampling, vocab_size=self.config.vocab_size,
                                block_bytes=self._fp32_block_bytes(), default_eos=self._default_eos(),
                                make_chain=self._sampler_chain, encode=self._ids)
