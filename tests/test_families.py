@@ -48,9 +48,9 @@ def _forward_and_cached(folder, n_prompt, n_decode, seed=0):
     ids = _prompt(ours.config.vocab_size, n_prompt + n_decode, seed)
     want = hf_logits(ref, ids)
     assert max_abs_diff(ours.forward(ids), want) <= TOL
-    # A dynamic RoPE's frequencies depend on each call's length, so cached keys keep the ones of
+    # A dynamic RoPE's (and longrope's) frequencies depend on each call's length, so cached keys keep the ones of
     # their own call: the reference for decoding is transformers' own cached decoding then.
-    stepwise = _hf_cached(ref, ids, n_prompt) if ours.config.rope.rope_type == "dynamic" else \
+    stepwise = _hf_cached(ref, ids, n_prompt) if ours.config.rope.rope_type in ("dynamic", "longrope") else \
         [want[i] for i in range(n_prompt - 1, len(ids))]
     cache = ours.new_cache()
     step = ours.prefill(ids[:n_prompt], cache)
@@ -141,11 +141,12 @@ def test_scaled_rope_equals_transformers(tmp_path_factory, scaling):
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"rope_scaling": {"rope_type": "longrope", "factor": 2.0}}, "rope scaling 'longrope' is not supported"),
+    ({"rope_scaling": {"rope_type": "su", "factor": 2.0}}, "rope scaling 'su' is not supported"),
+    ({"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0]}}, "'longrope' needs 'short_factor': 8 numbers"),
     ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rope scaling 'llama3' needs 'low_freq_factor'"),
     ({"rope_scaling": {"rope_type": "linear", "factor": -1}}, "'factor' must be a number > 0, got -1"),
     ({"sliding_window": 0}, "'sliding_window' must be an integer >= 1 or null, got 0"),
-    ({"layer_types": ["full_attention", "sliding_attention"]}, "Mistral with layer_types"),
+    ({"layer_types": ["full_attention", "sliding_attention"]}, "mistral with layer_types"),
 ])
 def test_bad_family_configs_are_refused_by_name(tmp_path, change, message):
     folder = testing.write_checkpoint(str(tmp_path / "m"), "mistral-tiny")
@@ -212,3 +213,19 @@ def test_sliding_window_models_are_not_exported(tmp_path):
     folder = testing.write_checkpoint(str(tmp_path / "hf"), "mistral-tiny")
     with pytest.raises(ValueError, match="without sliding windows"):
         gguf_export.export(folder, str(tmp_path / "m.gguf"))
+
+
+def test_phi3_fused_matrices_and_longrope(tmp_path_factory):
+    """Phi-3: fused qkv_proj and gate_up_proj read as row ranges in place; its sliding window; and
+    longrope (short factors up to the original length, long ones past it, with its attention
+    factor) against transformers, decoding across the switch."""
+    folder = _folder(tmp_path_factory, "phi3-tiny")
+    ours, _ = _forward_and_cached(folder, 45, 20, seed=7)
+    assert ours.config.sliding_window == (40, 40)
+    rng = np.random.default_rng(8)
+    scaling = {"rope_type": "longrope", "short_factor": (1 + rng.random(8)).tolist(),
+               "long_factor": (2 + 4 * rng.random(8)).tolist()}
+    folder = _folder(tmp_path_factory, "phi3-tiny", rope_scaling=scaling, original_max_position_embeddings=48,
+                     sliding_window=None)
+    ours, _ = _forward_and_cached(folder, 30, 40, seed=9)
+    assert ours.config.rope.rope_type == "longrope" and ours.config.rope.attention_factor > 1

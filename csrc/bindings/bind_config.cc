@@ -32,6 +32,7 @@ void register_config(py::module_& m) {
       .def_readwrite("rope_attention_factor", &ModelConfig::rope_attention_factor)
       .def_readwrite("rope_dynamic_factor", &ModelConfig::rope_dynamic_factor)
       .def_readwrite("rope_original_max", &ModelConfig::rope_original_max)
+      .def_readwrite("rope_long_inv_freq", &ModelConfig::rope_long_inv_freq)
       .def("validate", &ModelConfig::validate);
 }
 

@@ -48,6 +48,10 @@ void ModelConfig::validate() const {
   require(rope_dynamic_factor == 0.0f || head_dim > 2, "a dynamic RoPE needs head_dim > 2");
   require(rope_dynamic_factor == 0.0f || (rope_original_max >= 1 && rope_original_max <= max_position),
           "a dynamic RoPE needs rope_original_max in [1, max_position], got " + L(rope_original_max));
+  require(rope_long_inv_freq.empty() || (rope_long_inv_freq.size() == rope_inv_freq.size() && rope_original_max >= 1),
+          "longrope needs as many long frequencies as short ones and rope_original_max >= 1");
+  for (float f : rope_long_inv_freq)
+    require(std::isfinite(f) && f > 0.0f, "RoPE frequencies must be finite and > 0, got " + std::to_string(f));
 }
 
 }  // namespace decodelab

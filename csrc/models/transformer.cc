@@ -132,8 +132,9 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
       lm_head_.w = tok_embed_;
     // The first positions' RoPE rows are computed once; rows past them are computed per call, so
     // a config's context length alone costs no memory at load.
-    // (A dynamic RoPE's rows change past its original length: the table stops there.)
-    rope_positions_ = std::min(cfg_.rope_dynamic_factor > 0.0f ? cfg_.rope_original_max : cfg_.max_position,
+    // (A dynamic RoPE's or longrope's rows change past the original length: the table stops there.)
+    const bool per_call = cfg_.rope_dynamic_factor > 0.0f || !cfg_.rope_long_inv_freq.empty();
+    rope_positions_ = std::min(per_call ? std::min(cfg_.rope_original_max, cfg_.max_position) : cfg_.max_position,
                                kRopeTablePositions);
     const size_t half = cfg_.head_dim / 2;
     rope_cos_.resize(rope_positions_ * half);
@@ -290,6 +291,7 @@ void Transformer::rope_rows(int p0, int T, float* cos_out, float* sin_out, int s
   const int half = cfg_.head_dim / 2, dim = cfg_.head_dim;
   const float factor = cfg_.rope_attention_factor, dyn = cfg_.rope_dynamic_factor;
   const bool stretched = dyn > 0.0f && seq_len > cfg_.rope_original_max;
+  const bool long_freq = !cfg_.rope_long_inv_freq.empty() && seq_len > cfg_.rope_original_max;
   float base = 0.0f;
   if (stretched) {
     const float s = dyn * static_cast<float>(seq_len) / static_cast<float>(cfg_.rope_original_max) - (dyn - 1.0f);
@@ -298,6 +300,7 @@ void Transformer::rope_rows(int p0, int T, float* cos_out, float* sin_out, int s
   for (int i = 0; i < half; ++i) {
     const float inv_freq =
         stretched                     ? 1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(dim))
+        : long_freq                   ? cfg_.rope_long_inv_freq[i]
         : cfg_.rope_inv_freq.empty() ? static_cast<float>(1.0 / std::pow(cfg_.rope_theta, (2.0 * i) / cfg_.head_dim))
                                       : cfg_.rope_inv_freq[i];
     for (int t = 0; t < T; ++t) {

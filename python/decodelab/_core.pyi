@@ -28,6 +28,7 @@ class ModelConfig:
     rope_attention_factor: float
     rope_dynamic_factor: float
     rope_original_max: int
+    rope_long_inv_freq: List[float]
     def __init__(self) -> None: ...
     def validate(self) -> None: ...
 

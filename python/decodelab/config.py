@@ -10,7 +10,7 @@ from ._native import _core
 # Hugging Face architectures the engine runs, by family. The Llama family shares the engine's
 # "llama" forward pass with the options each member needs (biases, q/k norms, sliding windows).
 FAMILIES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
-            "Qwen3ForCausalLM": "qwen3", "GPT2LMHeadModel": "gpt2"}
+            "Qwen3ForCausalLM": "qwen3", "Phi3ForCausalLM": "phi3", "GPT2LMHeadModel": "gpt2"}
 SUPPORTED_ARCHITECTURES = {a: "gpt2" if f == "gpt2" else "llama" for a, f in FAMILIES.items()}
 _MODEL_TYPES = {f: f for f in FAMILIES.values()}
 
@@ -72,6 +72,7 @@ class ModelConfig:
         c.rope_attention_factor = self.rope.attention_factor
         c.rope_dynamic_factor = self.rope.dynamic_factor
         c.rope_original_max = self.rope.original_max
+        c.rope_long_inv_freq = list(self.rope.long_inv_freq or [])
         c.validate()
         return c
 
@@ -156,16 +157,16 @@ def _sliding_windows(cfg: dict, family: str, n_layers: int) -> Optional[Tuple[in
     (by default those from max_window_layers on)."""
     if family == "llama":
         return None
-    window = cfg.get("sliding_window", 4096)
+    window = cfg.get("sliding_window", None if family == "phi3" else 4096)
     if family in ("qwen2", "qwen3") and not cfg.get("use_sliding_window", False):
         window = None
     if window is None:
         return None
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise ValueError(f"config.json 'sliding_window' must be an integer >= 1 or null, got {window!r}")
-    if family == "mistral":
+    if family in ("mistral", "phi3"):  # every layer slides
         if cfg.get("layer_types") is not None:
-            raise ValueError("Mistral with layer_types (alternating attention) is not supported")
+            raise ValueError(f"{family} with layer_types (alternating attention) is not supported")
         return (window,) * n_layers
     types = cfg.get("layer_types")
     if types is None:
@@ -180,8 +181,9 @@ def _sliding_windows(cfg: dict, family: str, n_layers: int) -> Optional[Tuple[in
 
 
 def _llama_family(cfg: dict, family: str, bos: Optional[int], eos: Optional[list]) -> ModelConfig:
-    """Llama, Mistral, Qwen2 and Qwen3: one forward pass with each family's options, defaults as
-    transformers' config classes give them."""
+    """Llama, Mistral, Qwen2, Qwen3 and Phi-3: one forward pass with each family's options, defaults
+    as transformers' config classes give them (Phi-3's fused q/k/v and gate/up matrices are read as
+    row ranges of themselves, formats.split_fused)."""
     act = cfg.get("hidden_act", "silu")
     if act != "silu":
         raise ValueError(f"{family} hidden_act {act!r} is not supported; supported: 'silu'")
@@ -204,7 +206,7 @@ def _llama_family(cfg: dict, family: str, bos: Optional[int], eos: Optional[list
     head_dim = _int(cfg, "head_dim")
     if head_dim <= 0 or head_dim % 2:
         raise ValueError(f"config.json 'head_dim' must be even and > 0, got {head_dim}")
-    rope = rope_params.from_config(cfg, head_dim, max_pos)
+    rope = rope_params.from_config(cfg, head_dim, max_pos, family)
     if rope.dynamic_factor:  # the context window dynamic NTK stretches max_position_embeddings to
         max_pos = min(int(max_pos * rope.dynamic_factor), 1 << 22)
     return ModelConfig(

@@ -133,7 +133,40 @@ def read_hf_weights(folder: str, config: ModelConfig) -> Tuple[List[str], List[T
         tensors.extend(read_safetensors_header(p, i))
     if config.arch == "gpt2":
         tensors = [(_gpt2_name(t[0]),) + tuple(t[1:]) for t in tensors]
+    if config.family == "phi3":
+        tensors = split_fused(tensors, config)
     return files, tensors
+
+
+_ELEM_BYTES = {"F32": 4, "F16": 2, "BF16": 2}
+
+
+def split_fused(tensors: List[TensorEntry], config: ModelConfig) -> List[TensorEntry]:
+    """Phi-3's fused matrices as the engine's separate ones, each a range of rows of the fused
+    tensor in place in its file: qkv_proj's [q | k | v] rows and gate_up_proj's [gate | up]."""
+    q = config.n_heads * config.head_dim
+    kv = config.n_kv_heads * config.head_dim
+    parts = {"self_attn.qkv_proj.weight": [("self_attn.q_proj.weight", q), ("self_attn.k_proj.weight", kv),
+                                           ("self_attn.v_proj.weight", kv)],
+             "mlp.gate_up_proj.weight": [("mlp.gate_proj.weight", config.intermediate_size),
+                                         ("mlp.up_proj.weight", config.intermediate_size)]}
+    out = []
+    for name, dtype, shape, file, offset, nbytes in tensors:
+        suffix = next((s for s in parts if name.endswith("." + s)), None)
+        if suffix is None:
+            out.append((name, dtype, shape, file, offset, nbytes))
+            continue
+        rows = sum(n for _, n in parts[suffix])
+        if dtype not in _ELEM_BYTES or len(shape) != 2 or shape[0] != rows or \
+                nbytes != shape[0] * shape[1] * _ELEM_BYTES[dtype]:
+            raise ValueError(f"tensor {name!r} ({dtype} {list(shape)}) is not the fused matrix of {rows} rows "
+                             "the config implies")
+        row_bytes = shape[1] * _ELEM_BYTES[dtype]
+        prefix = name[:-len(suffix)]
+        for part, n in parts[suffix]:
+            out.append((prefix + part, dtype, [n, shape[1]], file, offset, n * row_bytes))
+            offset += n * row_bytes
+    return out
 
 
 LLAMA2C_HEADER = struct.Struct("<7i")

@@ -1,7 +1,7 @@
 """RoPE's scaled variants as transformers defines them (modeling_rope_utils.py): the frequencies of
 "linear", "llama3" and "yarn" and YaRN's factor on cos and sin, computed here in float32 in
 transformers' order; "dynamic" (NTK) depends on each call's length, so the engine computes it from
-its factor. An unknown rope_type, or one missing a field it needs, is refused by name."""
+its factor; "longrope" (Phi-3) gives two sets, the long one for calls past the original length. An unknown rope_type, or one missing a field it needs, is refused by name."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +10,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +22,8 @@ class Rope:
     inv_freq: Optional[Tuple[float, ...]] = None  # head_dim / 2 frequencies where they are scaled
     attention_factor: float = 1.0                 # YaRN: cos and sin times this
     dynamic_factor: float = 0.0                   # dynamic NTK: its factor (0: not dynamic)
-    original_max: int = 0                         # dynamic NTK: the max_position_embeddings it stretches
+    original_max: int = 0                         # dynamic NTK, longrope: the length past which they change
+    long_inv_freq: Optional[Tuple[float, ...]] = None  # longrope: the frequencies past original_max
 
 
 def _need(params: dict, key: str, rope_type: str):
@@ -93,7 +94,27 @@ def _llama3(params: dict, base: float, dim: int) -> np.ndarray:
     return np.where(medium, smoothed, scaled).astype(np.float32)
 
 
-def from_config(cfg: dict, head_dim: int, max_pos: int) -> Rope:
+def _longrope(params: dict, base: float, dim: int, max_pos: int) -> Tuple[np.ndarray, np.ndarray, float]:
+    original = params["original_max_position_embeddings"]
+    factors = []
+    for key in ("short_factor", "long_factor"):
+        f = params.get(key)
+        if not isinstance(f, list) or len(f) != dim // 2 or \
+                any(isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 for v in f):
+            raise ValueError(f"rope scaling 'longrope' needs {key!r}: {dim // 2} numbers > 0")
+        factors.append(np.asarray(f, dtype=np.float32))
+    factor = params.get("factor")
+    factor = max_pos / original if factor is None else _need(params, "factor", "longrope")
+    attention_factor = params.get("attention_factor")
+    if attention_factor is None:
+        attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    shape = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
+    powers = np.float32(base) ** shape
+    short, long_ = (np.float32(1.0) / (f * powers) for f in factors)
+    return short.astype(np.float32), long_.astype(np.float32), float(attention_factor)
+
+
+def from_config(cfg: dict, head_dim: int, max_pos: int, family: str = "llama") -> Rope:
     """The RoPE of a Hugging Face config: rope_parameters (transformers 5) or rope_scaling and
     rope_theta (earlier configs)."""
     params = dict(cfg.get("rope_parameters") or {})
@@ -102,6 +123,13 @@ def from_config(cfg: dict, head_dim: int, max_pos: int) -> Rope:
         raise ValueError("rope_parameters and rope_scaling must be objects")
     params.update(scaling)
     rope_type = params.get("rope_type", params.get("type")) or "default"
+    if family == "phi3" and rope_type in ("su", "yarn"):  # Phi-3's older names for longrope
+        rope_type = "longrope"
+    if rope_type in ("llama3", "yarn", "longrope"):  # the pretraining length, as transformers finds it
+        if family == "phi3":
+            params["original_max_position_embeddings"] = cfg.get("original_max_position_embeddings", 4096)
+        params.setdefault("original_max_position_embeddings", cfg.get("original_max_position_embeddings", max_pos))
+        _need(params, "original_max_position_embeddings", rope_type)
     if rope_type not in ROPE_TYPES:
         raise ValueError(f"rope scaling {rope_type!r} is not supported; supported: "
                          + ", ".join(repr(t) for t in ROPE_TYPES))
@@ -123,5 +151,10 @@ def from_config(cfg: dict, head_dim: int, max_pos: int) -> Rope:
         return Rope("dynamic", theta, dynamic_factor=factor, original_max=max_pos)
     if rope_type == "llama3":
         return Rope("llama3", theta, tuple(float(v) for v in _llama3(params, theta, head_dim)))
+    if rope_type == "longrope":
+        short, long_, attention_factor = _longrope(params, theta, head_dim, max_pos)
+        return Rope("longrope", theta, tuple(float(v) for v in short), attention_factor,
+                    original_max=int(params["original_max_position_embeddings"]),
+                    long_inv_freq=tuple(float(v) for v in long_))
     inv, attention_factor = _yarn(params, theta, head_dim, max_pos)
     return Rope("yarn", theta, tuple(float(v) for v in inv), attention_factor)

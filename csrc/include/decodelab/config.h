@@ -31,7 +31,8 @@ struct ModelConfig {
   // Dynamic NTK RoPE: its factor (0: off). A call reaching past max_position takes frequencies
   // from a base stretched for its own length, as transformers recomputes them per forward pass.
   float rope_dynamic_factor = 0.0f;
-  int rope_original_max = 0;  // dynamic NTK: the max_position_embeddings it stretches (max_position: factor x it)
+  int rope_original_max = 0;  // dynamic NTK, longrope: the length past which a call's frequencies change
+  std::vector<float> rope_long_inv_freq;  // longrope: the frequencies of calls past rope_original_max
 
   bool is_llama() const { return arch == "llama"; }
   bool is_gpt2() const { return arch == "gpt2"; }

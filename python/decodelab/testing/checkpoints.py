@@ -58,6 +58,14 @@ SHAPES: Dict[str, dict] = {
     "mistral-tiny": dict(arch="llama", family="mistral", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, vocab_size=512, max_position_embeddings=256,
                          sliding_window=24, tie_word_embeddings=False),
+    "phi-3-mini": dict(arch="llama", family="phi3", hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+                       num_attention_heads=32, num_key_value_heads=32, vocab_size=32064,
+                       max_position_embeddings=4096, original_max_position_embeddings=4096, sliding_window=2047,
+                       tie_word_embeddings=False),
+    "phi3-tiny": dict(arch="llama", family="phi3", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, vocab_size=512, max_position_embeddings=256,
+                      original_max_position_embeddings=256, sliding_window=40, tie_word_embeddings=False,
+                      pad_token_id=0),
     "llama3-tiny": dict(arch="llama", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
                         num_attention_heads=4, num_key_value_heads=2, vocab_size=512, max_position_embeddings=256,
                         rope_theta=500000.0, tie_word_embeddings=True,
@@ -66,6 +74,7 @@ SHAPES: Dict[str, dict] = {
 }
 # Hugging Face's names for each Llama-family member.
 _FAMILY_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
+                "phi3": ("Phi3ForCausalLM", "phi3"),
                 "qwen3": ("Qwen3ForCausalLM", "qwen3"), "mistral": ("MistralForCausalLM", "mistral")}
 
 
@@ -109,7 +118,7 @@ def _config_and_shapes(shape: dict):
            "attention_bias": s.pop("attention_bias", False), "dtype": "float32"}
     if family == "llama":
         cfg["mlp_bias"] = False
-    if family == "mistral":
+    if family in ("mistral", "phi3"):
         cfg["sliding_window"] = s.pop("sliding_window", None)
     cfg.update(s)  # the rest as given: rope_scaling, use_sliding_window, layer_types ...
     # Biases: Qwen2's q, k and v always; attention_bias adds q, k, v and o (Llama, Qwen3).
@@ -126,6 +135,12 @@ def _config_and_shapes(shape: dict):
             p + "mlp.gate_proj.weight": (H, D), p + "mlp.up_proj.weight": (H, D),
             p + "mlp.down_proj.weight": (D, H),
         })
+        if family == "phi3":  # fused, as Phi-3 stores them: [q | k | v] and [gate | up] rows
+            for part in ("q", "k", "v"):
+                del shapes[p + f"self_attn.{part}_proj.weight"]
+            del shapes[p + "mlp.gate_proj.weight"], shapes[p + "mlp.up_proj.weight"]
+            shapes[p + "self_attn.qkv_proj.weight"] = ((NH + 2 * KV) * hd, D)
+            shapes[p + "mlp.gate_up_proj.weight"] = (2 * H, D)
         out = {"q": NH * hd, "k": KV * hd, "v": KV * hd, "o": D}
         shapes.update({p + f"self_attn.{b}_proj.bias": (out[b],) for b in sorted(bias)})
         if family == "qwen3":
