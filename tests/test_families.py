@@ -13,7 +13,7 @@ from decodelab import testing
 
 pytestmark = pytest.mark.reference
 TOL = 1e-4
-FAMILIES = ["qwen2-tiny", "qwen3-tiny", "mistral-tiny", "llama3-tiny"]
+FAMILIES = ["qwen2-tiny", "qwen3-tiny", "mistral-tiny", "llama3-tiny", "phi3-tiny", "pythia-tiny"]
 
 
 def _folder(tmp_path_factory, shape, **overrides):
@@ -68,7 +68,8 @@ def family(request, tmp_path_factory):
 def test_forward_and_cached_decode_equal_transformers(family):
     shape, folder = family
     ours, ref = _forward_and_cached(folder, 40, 24)
-    assert ours.config.family == testing.SHAPES[shape].get("family", "llama")
+    spec = testing.SHAPES[shape]
+    assert ours.config.family == spec.get("family", spec["arch"])
     with open(os.path.join(folder, "config.json")) as f:
         assert type(ref).__name__ == json.load(f)["architectures"][0]
 
@@ -229,3 +230,10 @@ def test_phi3_fused_matrices_and_longrope(tmp_path_factory):
                      sliding_window=None)
     ours, _ = _forward_and_cached(folder, 30, 40, seed=9)
     assert ours.config.rope.rope_type == "longrope" and ours.config.rope.attention_factor > 1
+
+
+def test_pythia_sequential_residual_and_full_rotary(tmp_path_factory):
+    """GPT-NeoX's other settings: use_parallel_residual false, and RoPE over the whole head."""
+    folder = _folder(tmp_path_factory, "pythia-tiny", use_parallel_residual=False, rotary_pct=1.0)
+    ours, _ = _forward_and_cached(folder, 30, 12, seed=11)
+    assert not ours.config.parallel_residual and ours.config.rotary_dim == 0

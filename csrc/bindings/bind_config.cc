@@ -33,6 +33,8 @@ void register_config(py::module_& m) {
       .def_readwrite("rope_dynamic_factor", &ModelConfig::rope_dynamic_factor)
       .def_readwrite("rope_original_max", &ModelConfig::rope_original_max)
       .def_readwrite("rope_long_inv_freq", &ModelConfig::rope_long_inv_freq)
+      .def_readwrite("rotary_dim", &ModelConfig::rotary_dim)
+      .def_readwrite("parallel_residual", &ModelConfig::parallel_residual)
       .def("validate", &ModelConfig::validate);
 }
 

@@ -57,11 +57,12 @@ void layernorm(const float* x, const float* w, const float* b, int T, int dim, f
   isa::layernorm(x, w, b, T, dim, eps, y);
 }
 void gelu_tanh_inplace(float* x, size_t n) { isa::gelu_tanh_inplace(x, n); }
+void gelu_erf_inplace(float* x, size_t n) { isa::gelu_erf_inplace(x, n); }
 void silu_mul(const float* gate, const float* up, float* out, size_t n) { isa::silu_mul(gate, up, out, n); }
 void add_inplace(float* x, const float* y, size_t n) { isa::add_inplace(x, y, n); }
 void rope(float* x, int T, int n_heads, int head_dim, int p0, const float* cos_table, const float* sin_table,
-          bool interleaved) {
-  isa::rope(x, T, n_heads, head_dim, p0, cos_table, sin_table, interleaved);
+          bool interleaved, int rot_dim) {
+  isa::rope(x, T, n_heads, head_dim, p0, cos_table, sin_table, interleaved, rot_dim);
 }
 
 void attention_paged(const float* q, const BlockPool& pool, const int* block_table, int layer, int T, int p0,

@@ -20,6 +20,15 @@ void gelu_tanh_inplace(float* x, size_t n) {
   });
 }
 
+void gelu_erf_inplace(float* x, size_t n) {
+  constexpr size_t kChunk = 16384;
+  const long n_chunks = static_cast<long>((n + kChunk - 1) / kChunk);
+  for_each_index(n_chunks, n_chunks > 1, [&](int64_t ch) {
+    const size_t lo = static_cast<size_t>(ch) * kChunk, hi = std::min(n, lo + kChunk);
+    for (size_t i = lo; i < hi; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * static_cast<float>(M_SQRT1_2)));
+  });
+}
+
 void silu_mul(const float* gate, const float* up, float* out, size_t n) {
   constexpr size_t kChunk = 16384;
   const long n_chunks = static_cast<long>((n + kChunk - 1) / kChunk);

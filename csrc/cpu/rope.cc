@@ -7,8 +7,8 @@ namespace decodelab {
 namespace DECODELAB_ISA {
 
 void rope(float* x, int T, int n_heads, int head_dim, int p0, const float* cos_table,
-          const float* sin_table, bool interleaved) {
-  const int half = head_dim / 2;
+          const float* sin_table, bool interleaved, int rot_dim) {
+  const int half = (rot_dim > 0 ? rot_dim : head_dim) / 2;
   for (int t = 0; t < T; ++t) {
     const float* c = cos_table + static_cast<size_t>(p0 + t) * half;
     const float* s = sin_table + static_cast<size_t>(p0 + t) * half;

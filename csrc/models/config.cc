@@ -15,7 +15,8 @@ std::string L(int i) { return std::to_string(i); }
 }  // namespace
 
 void ModelConfig::validate() const {
-  require(arch == "llama" || arch == "gpt2", "arch must be 'llama' or 'gpt2', got '" + arch + "'");
+  require(arch == "llama" || arch == "gpt2" || arch == "gpt_neox",
+          "arch must be 'llama', 'gpt2' or 'gpt_neox', got '" + arch + "'");
   require(n_layers >= 1 && n_layers <= 1024, "n_layers must be in [1, 1024], got " + L(n_layers));
   require(dim >= 1 && dim <= 65536, "hidden size must be in [1, 65536], got " + L(dim));
   require(n_heads >= 1 && n_heads <= 1024, "n_heads must be in [1, 1024], got " + L(n_heads));
@@ -29,15 +30,21 @@ void ModelConfig::validate() const {
           "max_position_embeddings must be in [1, 2^22], got " + L(max_position));
   require(norm_eps > 0.0f && norm_eps < 1.0f, "norm epsilon must be in (0, 1), got " + std::to_string(norm_eps));
   require(rope_theta > 0.0, "rope_theta must be > 0, got " + std::to_string(rope_theta));
-  if (is_gpt2()) require(n_kv_heads == n_heads && n_heads * head_dim == dim, "GPT-2 needs n_heads * head_dim == hidden size");
-  require(!is_gpt2() || (!qkv_bias && !o_bias && !qk_norm && sliding_window.empty() && rope_inv_freq.empty()),
-          "GPT-2 takes none of the Llama-family options (biases, qk_norm, sliding_window, RoPE frequencies)");
+  if (is_gpt2() || is_neox())
+    require(n_kv_heads == n_heads && n_heads * head_dim == dim, arch + " needs n_heads * head_dim == hidden size");
+  require(rotary_dim >= 0 && rotary_dim <= head_dim && rotary_dim % 2 == 0,
+          "rotary_dim must be even and in [0, head_dim = " + L(head_dim) + "], got " + L(rotary_dim));
+  require(rotary_dim == 0 || is_neox(), "rotary_dim (partial RoPE) is for gpt_neox only");
+  require(rope_inv_freq.empty() || static_cast<int>(rope_inv_freq.size()) == rope_dim() / 2,
+          "rope_inv_freq must hold rotary_dim / 2 = " + L(rope_dim() / 2) + " frequencies, got " +
+              L(static_cast<int>(rope_inv_freq.size())));
+  require(is_llama() || (!qkv_bias && !o_bias && !qk_norm && sliding_window.empty()),
+          arch + " takes none of the Llama-family options (q/k/v biases, qk_norm, sliding_window)");
+  require(!is_gpt2() || (rope_inv_freq.empty() && rope_dynamic_factor == 0.0f && rope_long_inv_freq.empty()),
+          "GPT-2 has no RoPE to scale");
   require(sliding_window.empty() || static_cast<int>(sliding_window.size()) == n_layers,
           "sliding_window must give one window per layer (" + L(n_layers) + "), got " + L(static_cast<int>(sliding_window.size())));
   for (int w : sliding_window) require(w >= 0, "a sliding window must be >= 0 (0: none), got " + L(w));
-  require(rope_inv_freq.empty() || static_cast<int>(rope_inv_freq.size()) == head_dim / 2,
-          "rope_inv_freq must hold head_dim / 2 = " + L(head_dim / 2) + " frequencies, got " +
-              L(static_cast<int>(rope_inv_freq.size())));
   for (float f : rope_inv_freq)
     require(std::isfinite(f) && f > 0.0f, "RoPE frequencies must be finite and > 0, got " + std::to_string(f));
   require(std::isfinite(rope_attention_factor) && rope_attention_factor > 0.0f,
@@ -45,7 +52,7 @@ void ModelConfig::validate() const {
   require(rope_dynamic_factor == 0.0f || (std::isfinite(rope_dynamic_factor) && rope_dynamic_factor >= 1.0f),
           "rope_dynamic_factor must be 0 (off) or >= 1, got " + std::to_string(rope_dynamic_factor));
   require(rope_dynamic_factor == 0.0f || rope_inv_freq.empty(), "a dynamic RoPE takes no fixed frequencies");
-  require(rope_dynamic_factor == 0.0f || head_dim > 2, "a dynamic RoPE needs head_dim > 2");
+  require(rope_dynamic_factor == 0.0f || rope_dim() > 2, "a dynamic RoPE needs more than 2 rotary dimensions");
   require(rope_dynamic_factor == 0.0f || (rope_original_max >= 1 && rope_original_max <= max_position),
           "a dynamic RoPE needs rope_original_max in [1, max_position], got " + L(rope_original_max));
   require(rope_long_inv_freq.empty() || (rope_long_inv_freq.size() == rope_inv_freq.size() && rope_original_max >= 1),

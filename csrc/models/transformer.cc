@@ -130,16 +130,25 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
       lm_head_.w = W.f32("lm_head.weight", {V, D});
     else if (cfg_.tie_word_embeddings && tok_embed_)
       lm_head_.w = tok_embed_;
-    // The first positions' RoPE rows are computed once; rows past them are computed per call, so
-    // a config's context length alone costs no memory at load.
-    // (A dynamic RoPE's or longrope's rows change past the original length: the table stops there.)
-    const bool per_call = cfg_.rope_dynamic_factor > 0.0f || !cfg_.rope_long_inv_freq.empty();
-    rope_positions_ = std::min(per_call ? std::min(cfg_.rope_original_max, cfg_.max_position) : cfg_.max_position,
-                               kRopeTablePositions);
-    const size_t half = cfg_.head_dim / 2;
-    rope_cos_.resize(rope_positions_ * half);
-    rope_sin_.resize(rope_cos_.size());
-    rope_rows(0, rope_positions_, rope_cos_.data(), rope_sin_.data());
+  } else if (cfg_.is_neox()) {
+    // GPT-NeoX (Pythia): nn.Linear layers with biases, LayerNorms with biases, one fused q/k/v
+    // matrix whose rows go head by head [q_h | k_h | v_h], split after the product.
+    tok_embed_ = W.f32("gpt_neox.embed_in.weight", {V, D});
+    for (int i = 0; i < cfg_.n_layers; ++i) {
+      const std::string p = "gpt_neox.layers." + L(i) + ".";
+      Layer& l = layers_[i];
+      l.norm1_w = W.f32(p + "input_layernorm.weight", {D});
+      l.norm1_b = W.f32(p + "input_layernorm.bias", {D});
+      l.norm2_w = W.f32(p + "post_attention_layernorm.weight", {D});
+      l.norm2_b = W.f32(p + "post_attention_layernorm.bias", {D});
+      lin(l.qkv, p + "attention.query_key_value", D, 3 * D, false, true);
+      lin(l.o, p + "attention.dense", D, D, false, true);
+      lin(l.fc, p + "mlp.dense_h_to_4h", D, H, false, true);
+      lin(l.down, p + "mlp.dense_4h_to_h", H, D, false, true);
+    }
+    final_w_ = W.f32("gpt_neox.final_layer_norm.weight", {D});
+    final_b_ = W.f32("gpt_neox.final_layer_norm.bias", {D});
+    lm_head_.w = cfg_.tie_word_embeddings ? tok_embed_ : W.f32("embed_out.weight", {V, D});
   } else {
     tok_embed_ = W.f32("transformer.wte.weight", {V, D});
     pos_embed_ = W.f32("transformer.wpe.weight", {cfg_.max_position, D});
@@ -159,11 +168,25 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     final_b_ = W.f32("transformer.ln_f.bias", {D});
     lm_head_.w = cfg_.tie_word_embeddings ? tok_embed_ : W.f32("lm_head.weight", {V, D});
   }
+  if (cfg_.has_rope()) {
+  // The first positions' RoPE rows are computed once; rows past them are computed per call, so
+  // a config's context length alone costs no memory at load.
+  // (A dynamic RoPE's or longrope's rows change past the original length: the table stops there.)
+  const bool per_call = cfg_.rope_dynamic_factor > 0.0f || !cfg_.rope_long_inv_freq.empty();
+  rope_positions_ = std::min(per_call ? std::min(cfg_.rope_original_max, cfg_.max_position) : cfg_.max_position,
+                             kRopeTablePositions);
+  const size_t half = cfg_.rope_dim() / 2;
+  rope_cos_.resize(rope_positions_ * half);
+  rope_sin_.resize(rope_cos_.size());
+  rope_rows(0, rope_positions_, rope_cos_.data(), rope_sin_.data());
+  }
   lm_head_.in = cfg_.dim;
   lm_head_.out = cfg_.vocab_size;
-  const std::string head_name = !cfg_.tie_word_embeddings ? "lm_head.weight"
-                                : cfg_.is_llama()         ? "model.embed_tokens.weight"
-                                                          : "transformer.wte.weight";
+  const std::string head_name = cfg_.is_neox()             ? (cfg_.tie_word_embeddings ? "gpt_neox.embed_in.weight"
+                                                                                       : "embed_out.weight")
+                                : !cfg_.tie_word_embeddings ? "lm_head.weight"
+                                : cfg_.is_llama()          ? "model.embed_tokens.weight"
+                                                           : "transformer.wte.weight";
   if (copy_f32) {
     // fp32 weights read on every decode step are copied once from the file mapping into one block
     // of huge pages (see HugePageAllocator), each layer at a 64-byte boundary, and their mapped
@@ -288,7 +311,7 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
 // on cos and sin, applied in fp32 as transformers applies it.
 // Dynamic NTK past rope_original_max: the base stretched for seq_len, in fp32 as transformers computes it.
 void Transformer::rope_rows(int p0, int T, float* cos_out, float* sin_out, int seq_len) const {
-  const int half = cfg_.head_dim / 2, dim = cfg_.head_dim;
+  const int dim = cfg_.rope_dim(), half = dim / 2;
   const float factor = cfg_.rope_attention_factor, dyn = cfg_.rope_dynamic_factor;
   const bool stretched = dyn > 0.0f && seq_len > cfg_.rope_original_max;
   const bool long_freq = !cfg_.rope_long_inv_freq.empty() && seq_len > cfg_.rope_original_max;
@@ -301,7 +324,7 @@ void Transformer::rope_rows(int p0, int T, float* cos_out, float* sin_out, int s
     const float inv_freq =
         stretched                     ? 1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(dim))
         : long_freq                   ? cfg_.rope_long_inv_freq[i]
-        : cfg_.rope_inv_freq.empty() ? static_cast<float>(1.0 / std::pow(cfg_.rope_theta, (2.0 * i) / cfg_.head_dim))
+        : cfg_.rope_inv_freq.empty() ? static_cast<float>(1.0 / std::pow(cfg_.rope_theta, (2.0 * i) / dim))
                                       : cfg_.rope_inv_freq[i];
     for (int t = 0; t < T; ++t) {
       const float angle = static_cast<float>(p0 + t) * inv_freq;
@@ -366,7 +389,7 @@ Transformer::Activity::Activity(const Transformer& m) : m_(m) { m_.active_.fetch
 Transformer::Activity::~Activity() { m_.active_.fetch_sub(1); }
 
 void Transformer::norm(const float* x, const float* w, const float* b, int T, float* y) const {
-  if (cfg_.is_llama())
+  if (cfg_.is_llama())  // GPT-2 and GPT-NeoX: LayerNorm with a bias
     rmsnorm(x, w, T, cfg_.dim, cfg_.norm_eps, y);
   else
     layernorm(x, w, b, T, cfg_.dim, cfg_.norm_eps, y);
@@ -495,8 +518,8 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
   // Each segment's RoPE rows, for every layer: the table's, or, past it, computed once here into
   // the scratch (row first[s] + t holds position p0[s] + t).
   std::vector<const float*> rope_cos(n_seg), rope_sin(n_seg);
-  if (cfg_.is_llama()) {
-    const size_t half = HD / 2;
+  if (cfg_.has_rope()) {
+    const size_t half = cfg_.rope_dim() / 2;
     for (int s = 0; s < n_seg; ++s) {
       if (p0[s] + rows[s] <= rope_positions_) {
         rope_cos[s] = rope_cos_.data() + static_cast<size_t>(p0[s]) * half;
@@ -541,8 +564,18 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
     } else {
       float* qkv = ws.qkv.data();
       linear(h, R, l.qkv, qkv);
+      const bool per_head = cfg_.is_neox();  // [q_h | k_h | v_h] per head, else [q | k | v]
       for_each_index(R, R >= 32, [&](int64_t r) {
         const float* row = qkv + static_cast<size_t>(r) * (QD + 2 * KVD);
+        if (per_head) {
+          for (int hh = 0; hh < NH; ++hh) {
+            const float* src = row + static_cast<size_t>(hh) * 3 * HD;
+            std::memcpy(q + static_cast<size_t>(r) * QD + hh * HD, src, HD * sizeof(float));
+            std::memcpy(k + static_cast<size_t>(r) * KVD + hh * HD, src + HD, HD * sizeof(float));
+            std::memcpy(v + static_cast<size_t>(r) * KVD + hh * HD, src + 2 * HD, HD * sizeof(float));
+          }
+          return;
+        }
         std::memcpy(q + static_cast<size_t>(r) * QD, row, QD * sizeof(float));
         std::memcpy(k + static_cast<size_t>(r) * KVD, row + QD, KVD * sizeof(float));
         std::memcpy(v + static_cast<size_t>(r) * KVD, row + QD + KVD, KVD * sizeof(float));
@@ -556,13 +589,13 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
       float* qs = q + static_cast<size_t>(first[s]) * QD;
       float* ks = k + static_cast<size_t>(first[s]) * KVD;
       float* vs = v + static_cast<size_t>(first[s]) * KVD;
-      if (cfg_.is_llama()) {
+      if (cfg_.has_rope()) {
         if (cfg_.qk_norm) {  // per head, in place
           rmsnorm(qs, l.q_norm_w, rows[s] * NH, HD, cfg_.norm_eps, qs);
           rmsnorm(ks, l.k_norm_w, rows[s] * KVH, HD, cfg_.norm_eps, ks);
         }
-        rope(qs, rows[s], NH, HD, 0, rope_cos[s], rope_sin[s], cfg_.rope_interleaved);
-        rope(ks, rows[s], KVH, HD, 0, rope_cos[s], rope_sin[s], cfg_.rope_interleaved);
+        rope(qs, rows[s], NH, HD, 0, rope_cos[s], rope_sin[s], cfg_.rope_interleaved, cfg_.rope_dim());
+        rope(ks, rows[s], KVH, HD, 0, rope_cos[s], rope_sin[s], cfg_.rope_interleaved, cfg_.rope_dim());
       }
       BlockPool& pool = caches[s]->pool();
       const int* table = caches[s]->block_table().data();
@@ -579,21 +612,32 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
       for (int s = 0; s < n_seg; ++s) attend(s, ws.scores.data(), n_threads);
     }
     linear(ws.att.data(), R, l.o, h);
-    add_inplace(x, h, static_cast<size_t>(R) * D);
+    // A parallel residual (GPT-NeoX) normalises the layer's input for the MLP too, and adds
+    // mlp + attention to it at the end, in transformers' order; otherwise attention goes in first.
+    const bool parallel = cfg_.is_neox() && cfg_.parallel_residual;
+    float* mlp_in = parallel ? ws.att.data() : h;  // att is free once projected; neox: QD == D
+    if (!parallel) add_inplace(x, h, static_cast<size_t>(R) * D);
 
-    norm(x, l.norm2_w, l.norm2_b, R, h);
+    norm(x, l.norm2_w, l.norm2_b, R, mlp_in);
     const size_t nh = static_cast<size_t>(R) * cfg_.hidden_dim;
     if (cfg_.is_llama()) {
       const Linear* ff_layers[2] = {&l.gate, &l.up};
       float* ff_out[2] = {ws.ff_a.data(), ws.ff_b.data()};
-      linear_many(h, R, ff_layers, ff_out, 2);
+      linear_many(mlp_in, R, ff_layers, ff_out, 2);
       silu_mul(ws.ff_a.data(), ws.ff_b.data(), ws.ff_a.data(), nh);
     } else {
-      linear(h, R, l.fc, ws.ff_a.data());
-      gelu_tanh_inplace(ws.ff_a.data(), nh);
+      linear(mlp_in, R, l.fc, ws.ff_a.data());
+      if (cfg_.is_neox()) gelu_erf_inplace(ws.ff_a.data(), nh);
+      else gelu_tanh_inplace(ws.ff_a.data(), nh);
     }
-    linear(ws.ff_a.data(), R, l.down, h);
-    add_inplace(x, h, static_cast<size_t>(R) * D);
+    if (parallel) {
+      linear(ws.ff_a.data(), R, l.down, mlp_in);
+      add_inplace(mlp_in, h, static_cast<size_t>(R) * D);  // mlp + attention
+      add_inplace(x, mlp_in, static_cast<size_t>(R) * D);
+    } else {
+      linear(ws.ff_a.data(), R, l.down, h);
+      add_inplace(x, h, static_cast<size_t>(R) * D);
+    }
     if (hidden) std::memcpy(hidden + (li + 1) * stream, x, stream * sizeof(float));
   }
 

@@ -17,7 +17,7 @@ void Workspace::reserve(const ModelConfig& cfg, int T, int n_ctx, int n_threads)
   q.resize(T * qd);
   k.resize(T * kvd);
   v.resize(T * kvd);
-  if (cfg.is_gpt2()) qkv.resize(T * (qd + 2 * kvd));
+  if (cfg.is_gpt2() || cfg.is_neox()) qkv.resize(T * (qd + 2 * kvd));
   att.resize(T * qd);
   ff_a.resize(static_cast<size_t>(T) * cfg.hidden_dim);
   ff_b.resize(static_cast<size_t>(T) * cfg.hidden_dim);

@@ -29,6 +29,8 @@ class ModelConfig:
     rope_dynamic_factor: float
     rope_original_max: int
     rope_long_inv_freq: List[float]
+    rotary_dim: int
+    parallel_residual: bool
     def __init__(self) -> None: ...
     def validate(self) -> None: ...
 

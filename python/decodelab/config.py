@@ -10,8 +10,9 @@ from ._native import _core
 # Hugging Face architectures the engine runs, by family. The Llama family shares the engine's
 # "llama" forward pass with the options each member needs (biases, q/k norms, sliding windows).
 FAMILIES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
-            "Qwen3ForCausalLM": "qwen3", "Phi3ForCausalLM": "phi3", "GPT2LMHeadModel": "gpt2"}
-SUPPORTED_ARCHITECTURES = {a: "gpt2" if f == "gpt2" else "llama" for a, f in FAMILIES.items()}
+            "Qwen3ForCausalLM": "qwen3", "Phi3ForCausalLM": "phi3", "GPT2LMHeadModel": "gpt2",
+            "GPTNeoXForCausalLM": "gpt_neox"}
+SUPPORTED_ARCHITECTURES = {a: f if f in ("gpt2", "gpt_neox") else "llama" for a, f in FAMILIES.items()}
 _MODEL_TYPES = {f: f for f in FAMILIES.values()}
 
 
@@ -19,7 +20,7 @@ _MODEL_TYPES = {f: f for f in FAMILIES.values()}
 class ModelConfig:
     """The architecture of a loaded model, in the field's own names."""
 
-    arch: str                      # "llama" or "gpt2"
+    arch: str                      # "llama", "gpt2" or "gpt_neox" (the engine's forward pass)
     n_layers: int
     hidden_size: int
     n_heads: int
@@ -41,6 +42,8 @@ class ModelConfig:
     qk_norm: bool = False          # RMSNorm of each query and key head before RoPE (Qwen3)
     sliding_window: Optional[Tuple[int, ...]] = None  # per layer: keys a query sees (0: all)
     rope: rope_params.Rope = rope_params.Rope()
+    rotary_dim: int = 0            # GPT-NeoX: the values of each head RoPE rotates (0: all)
+    parallel_residual: bool = True  # GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
     # generation_config.json's sampling options (loading.generation_defaults): what generate()
     # uses when given no sampling option, sampler or preset.
     generation_defaults: dict = dataclasses.field(default_factory=dict, compare=False)
@@ -73,6 +76,8 @@ class ModelConfig:
         c.rope_dynamic_factor = self.rope.dynamic_factor
         c.rope_original_max = self.rope.original_max
         c.rope_long_inv_freq = list(self.rope.long_inv_freq or [])
+        c.rotary_dim = self.rotary_dim
+        c.parallel_residual = self.parallel_residual
         c.validate()
         return c
 
@@ -116,12 +121,14 @@ def from_hf_dict(cfg: dict) -> ModelConfig:
         got = archs[0] if archs else model_type
         raise ValueError(
             f"unknown architecture {got!r}; supported: {', '.join(sorted(SUPPORTED_ARCHITECTURES))}")
-    arch = "gpt2" if family == "gpt2" else "llama"
+    arch = family if family in ("gpt2", "gpt_neox") else "llama"
     bos_ids = _special_ids(cfg, "bos_token_id")
     bos = bos_ids[0] if bos_ids else None
     eos = _special_ids(cfg, "eos_token_id")
     if arch == "llama":
         return _llama_family(cfg, family, bos, eos)
+    if arch == "gpt_neox":
+        return _gpt_neox(cfg, bos, eos)
     act = cfg.get("activation_function", "gelu_new")
     if act not in ("gelu_new", "gelu_pytorch_tanh"):
         raise ValueError(f"GPT-2 activation_function {act!r} is not supported; supported: 'gelu_new'")
@@ -231,3 +238,38 @@ def _llama_family(cfg: dict, family: str, bos: Optional[int], eos: Optional[list
         bos_token_id=bos,
         eos_token_id=eos,
     )
+
+
+def _gpt_neox(cfg: dict, bos: Optional[int], eos: Optional[list]) -> ModelConfig:
+    """GPT-NeoX (Pythia): LayerNorms and linear layers with biases, RoPE on a fraction of each head
+    (rotary_pct / partial_rotary_factor), the exact GELU, a parallel residual by default."""
+    act = cfg.get("hidden_act", "gelu")
+    if act != "gelu":
+        raise ValueError(f"GPT-NeoX hidden_act {act!r} is not supported; supported: 'gelu'")
+    if cfg.get("attention_bias", True) is not True:
+        raise ValueError("GPT-NeoX with attention_bias=false is not supported")
+    hidden = _int(cfg, "hidden_size")
+    heads = _int(cfg, "num_attention_heads")
+    if heads <= 0 or hidden % heads:
+        raise ValueError(f"config.json 'num_attention_heads' {heads} must divide hidden_size {hidden}")
+    head_dim = hidden // heads
+    params = cfg.get("rope_parameters") or {}
+    pct = params.get("partial_rotary_factor", cfg.get("rotary_pct", 0.25)) if isinstance(params, dict) else None
+    if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0 < pct <= 1:
+        raise ValueError(f"GPT-NeoX rotary_pct must be in (0, 1], got {pct!r}")
+    rot = int(head_dim * pct)
+    if rot < 2 or rot % 2:
+        raise ValueError(f"GPT-NeoX rotates {rot} values per head (head size {head_dim} x rotary_pct {pct}); it "
+                         "must be even and at least 2")
+    max_pos = _int(cfg, "max_position_embeddings", 2048)
+    theta = cfg.get("rotary_emb_base", 10000.0)
+    rope = rope_params.from_config(cfg, rot, max_pos, "gpt_neox", default_theta=theta)
+    if rope.dynamic_factor:
+        max_pos = min(int(max_pos * rope.dynamic_factor), 1 << 22)
+    return ModelConfig(
+        arch="gpt_neox", family="gpt_neox", n_layers=_int(cfg, "num_hidden_layers"), hidden_size=hidden,
+        n_heads=heads, n_kv_heads=heads, head_dim=head_dim, intermediate_size=_int(cfg, "intermediate_size"),
+        vocab_size=_int(cfg, "vocab_size"), max_position_embeddings=max_pos,
+        norm_eps=float(cfg.get("layer_norm_eps", 1e-5)), rope_theta=rope.theta, rope=rope,
+        rotary_dim=rot if rot < head_dim else 0, parallel_residual=bool(cfg.get("use_parallel_residual", True)),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)), bos_token_id=bos, eos_token_id=eos)

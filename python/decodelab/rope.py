@@ -114,9 +114,9 @@ def _longrope(params: dict, base: float, dim: int, max_pos: int) -> Tuple[np.nda
     return short.astype(np.float32), long_.astype(np.float32), float(attention_factor)
 
 
-def from_config(cfg: dict, head_dim: int, max_pos: int, family: str = "llama") -> Rope:
+def from_config(cfg: dict, head_dim: int, max_pos: int, family: str = "llama", default_theta: float = 10000.0) -> Rope:
     """The RoPE of a Hugging Face config: rope_parameters (transformers 5) or rope_scaling and
-    rope_theta (earlier configs)."""
+    rope_theta (earlier configs). head_dim: the rotated values per head (GPT-NeoX rotates a part)."""
     params = dict(cfg.get("rope_parameters") or {})
     scaling = cfg.get("rope_scaling") or {}
     if not isinstance(params, dict) or not isinstance(scaling, dict):
@@ -133,11 +133,11 @@ def from_config(cfg: dict, head_dim: int, max_pos: int, family: str = "llama") -
     if rope_type not in ROPE_TYPES:
         raise ValueError(f"rope scaling {rope_type!r} is not supported; supported: "
                          + ", ".join(repr(t) for t in ROPE_TYPES))
-    theta = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    theta = params.get("rope_theta", cfg.get("rope_theta", default_theta))
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0 or not math.isfinite(theta):
         raise ValueError(f"rope_theta must be a number > 0, got {theta!r}")
     theta = float(theta)
-    if params.get("partial_rotary_factor", 1.0) != 1.0:
+    if family != "gpt_neox" and params.get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError("partial_rotary_factor != 1 is not supported for this architecture")
     if rope_type == "default":
         return Rope("default", theta)

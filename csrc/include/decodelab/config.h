@@ -8,7 +8,7 @@
 namespace decodelab {
 
 struct ModelConfig {
-  std::string arch;          // "llama" or "gpt2"
+  std::string arch;          // "llama", "gpt2" or "gpt_neox"
   int n_layers = 0;
   int dim = 0;               // hidden size
   int n_heads = 0;
@@ -33,9 +33,16 @@ struct ModelConfig {
   float rope_dynamic_factor = 0.0f;
   int rope_original_max = 0;  // dynamic NTK, longrope: the length past which a call's frequencies change
   std::vector<float> rope_long_inv_freq;  // longrope: the frequencies of calls past rope_original_max
+  // GPT-NeoX (Pythia): RoPE on the first rotary_dim values of each head (0: all of them), and the
+  // parallel residual x + attn(ln1(x)) + mlp(ln2(x)) (false: one after the other).
+  int rotary_dim = 0;
+  bool parallel_residual = true;
 
   bool is_llama() const { return arch == "llama"; }
   bool is_gpt2() const { return arch == "gpt2"; }
+  bool is_neox() const { return arch == "gpt_neox"; }
+  bool has_rope() const { return is_llama() || is_neox(); }
+  int rope_dim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
   // Throws std::invalid_argument naming the first field out of range.
   void validate() const;
 };

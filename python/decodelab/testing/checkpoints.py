@@ -66,6 +66,10 @@ SHAPES: Dict[str, dict] = {
                       num_attention_heads=4, num_key_value_heads=2, vocab_size=512, max_position_embeddings=256,
                       original_max_position_embeddings=256, sliding_window=40, tie_word_embeddings=False,
                       pad_token_id=0),
+    "pythia-160m": dict(arch="gpt_neox", hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+                        num_attention_heads=12, vocab_size=50304, max_position_embeddings=2048, rotary_pct=0.25),
+    "pythia-tiny": dict(arch="gpt_neox", hidden_size=64, intermediate_size=256, num_hidden_layers=2,
+                        num_attention_heads=4, vocab_size=512, max_position_embeddings=256, rotary_pct=0.25),
     "llama3-tiny": dict(arch="llama", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
                         num_attention_heads=4, num_key_value_heads=2, vocab_size=512, max_position_embeddings=256,
                         rope_theta=500000.0, tie_word_embeddings=True,
@@ -101,8 +105,10 @@ def _config_and_shapes(shape: dict):
                 p + "mlp.c_proj.weight": (H, D), p + "mlp.c_proj.bias": (D,),
             })
         return cfg, shapes
+    if arch == "gpt_neox":
+        return _neox_config_and_shapes(s)
     if arch != "llama":
-        raise ValueError(f"unknown arch {arch!r}; supported: 'gpt2', 'llama'")
+        raise ValueError(f"unknown arch {arch!r}; supported: 'gpt2', 'llama', 'gpt_neox'")
     family = s.pop("family", "llama")
     if family not in _FAMILY_ARCH:
         raise ValueError(f"unknown family {family!r}; supported: {', '.join(_FAMILY_ARCH)}")
@@ -147,6 +153,31 @@ def _config_and_shapes(shape: dict):
             shapes.update({p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
     if not cfg["tie_word_embeddings"]:
         shapes["lm_head.weight"] = (V, D)
+    return cfg, shapes
+
+
+def _neox_config_and_shapes(s: dict):
+    """GPT-NeoX as transformers' GPTNeoXForCausalLM names it: one fused query_key_value per layer."""
+    D, L, V, NH, H = (s.pop(k) for k in ("hidden_size", "num_hidden_layers", "vocab_size", "num_attention_heads",
+                                        "intermediate_size"))
+    cfg = {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "hidden_size": D,
+           "intermediate_size": H, "num_hidden_layers": L, "num_attention_heads": NH, "vocab_size": V,
+           "max_position_embeddings": s.pop("max_position_embeddings"), "rotary_pct": s.pop("rotary_pct", 0.25),
+           "rotary_emb_base": s.pop("rotary_emb_base", 10000), "layer_norm_eps": 1e-5, "hidden_act": "gelu",
+           "use_parallel_residual": s.pop("use_parallel_residual", True), "tie_word_embeddings": False,
+           "bos_token_id": 0, "eos_token_id": 2, "dtype": "float32"}
+    cfg.update(s)
+    shapes = {"gpt_neox.embed_in.weight": (V, D), "gpt_neox.final_layer_norm.weight": (D,),
+              "gpt_neox.final_layer_norm.bias": (D,), "embed_out.weight": (V, D)}
+    for i in range(L):
+        p = f"gpt_neox.layers.{i}."
+        for name, shape in (("input_layernorm", (D,)), ("post_attention_layernorm", (D,))):
+            shapes[p + name + ".weight"] = shape
+            shapes[p + name + ".bias"] = shape
+        for name, out, inp in (("attention.query_key_value", 3 * D, D), ("attention.dense", D, D),
+                               ("mlp.dense_h_to_4h", H, D), ("mlp.dense_4h_to_h", D, H)):
+            shapes[p + name + ".weight"] = (out, inp)
+            shapes[p + name + ".bias"] = (out,)
     return cfg, shapes
 
 
