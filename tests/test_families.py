@@ -13,7 +13,8 @@ from decodelab import testing
 
 pytestmark = pytest.mark.reference
 TOL = 1e-4
-FAMILIES = ["qwen2-tiny", "qwen3-tiny", "mistral-tiny", "llama3-tiny", "phi3-tiny", "pythia-tiny"]
+FAMILIES = ["qwen2-tiny", "qwen3-tiny", "mistral-tiny", "llama3-tiny", "phi3-tiny", "pythia-tiny", "gemma2-tiny",
+            "gemma3-tiny"]
 
 
 def _folder(tmp_path_factory, shape, **overrides):
@@ -237,3 +238,19 @@ def test_pythia_sequential_residual_and_full_rotary(tmp_path_factory):
     folder = _folder(tmp_path_factory, "pythia-tiny", use_parallel_residual=False, rotary_pct=1.0)
     ours, _ = _forward_and_cached(folder, 30, 12, seed=11)
     assert not ours.config.parallel_residual and ours.config.rotary_dim == 0
+
+
+def test_gemma_soft_caps_windows_and_local_rope_are_applied(tmp_path_factory):
+    """Gemma 2's caps bound the logits (0.6 here) and change the scores (0.5); Gemma 3's sliding
+    layers use their own RoPE base: without each, the logits move."""
+    ids = _prompt(512, 60, 12)
+    g2 = decodelab.load(_folder(tmp_path_factory, "gemma2-tiny"))
+    logits = g2.forward(ids)
+    assert np.abs(logits).max() < 0.6
+    for change in ({"attn_logit_softcapping": None}, {"sliding_window": 1000}):
+        other = decodelab.load(_folder(tmp_path_factory, "gemma2-tiny", **change))
+        assert np.abs(other.forward(ids) - logits).max() > 1e-3, change
+    g3 = decodelab.load(_folder(tmp_path_factory, "gemma3-tiny"))
+    assert g3.config.sliding_window == (24, 0, 24) and g3.config.qk_norm
+    same_base = decodelab.load(_folder(tmp_path_factory, "gemma3-tiny", rope_local_base_freq=1000000.0))
+    assert np.abs(same_base.forward(ids) - g3.forward(ids)).max() > 1e-3

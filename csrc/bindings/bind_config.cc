@@ -35,6 +35,14 @@ void register_config(py::module_& m) {
       .def_readwrite("rope_long_inv_freq", &ModelConfig::rope_long_inv_freq)
       .def_readwrite("rotary_dim", &ModelConfig::rotary_dim)
       .def_readwrite("parallel_residual", &ModelConfig::parallel_residual)
+      .def_readwrite("embed_scale", &ModelConfig::embed_scale)
+      .def_readwrite("norm_plus_one", &ModelConfig::norm_plus_one)
+      .def_readwrite("sandwich_norms", &ModelConfig::sandwich_norms)
+      .def_readwrite("gelu_gate", &ModelConfig::gelu_gate)
+      .def_readwrite("attn_scale", &ModelConfig::attn_scale)
+      .def_readwrite("attn_softcap", &ModelConfig::attn_softcap)
+      .def_readwrite("final_softcap", &ModelConfig::final_softcap)
+      .def_readwrite("rope_local_inv_freq", &ModelConfig::rope_local_inv_freq)
       .def("validate", &ModelConfig::validate);
 }
 

@@ -58,6 +58,7 @@ void layernorm(const float* x, const float* w, const float* b, int T, int dim, f
 }
 void gelu_tanh_inplace(float* x, size_t n) { isa::gelu_tanh_inplace(x, n); }
 void gelu_erf_inplace(float* x, size_t n) { isa::gelu_erf_inplace(x, n); }
+void gelu_tanh_mul(const float* gate, const float* up, float* out, size_t n) { isa::gelu_tanh_mul(gate, up, out, n); }
 void silu_mul(const float* gate, const float* up, float* out, size_t n) { isa::silu_mul(gate, up, out, n); }
 void add_inplace(float* x, const float* y, size_t n) { isa::add_inplace(x, y, n); }
 void rope(float* x, int T, int n_heads, int head_dim, int p0, const float* cos_table, const float* sin_table,
@@ -67,9 +68,9 @@ void rope(float* x, int T, int n_heads, int head_dim, int p0, const float* cos_t
 
 void attention_paged(const float* q, const BlockPool& pool, const int* block_table, int layer, int T, int p0,
                      int n_heads, float* out, float* scratch, int scratch_stride, float* gather, int n_threads,
-                     int window) {
+                     const AttentionOptions& options) {
   isa::attention_paged(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride, gather, n_threads,
-                       window);
+                       options);
 }
 void store_kv(const float* k, const float* v, BlockPool& pool, const int* block_table, int layer, int T, int p0) {
   isa::store_kv(k, v, pool, block_table, layer, T, p0);

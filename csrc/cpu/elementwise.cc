@@ -50,5 +50,18 @@ void add_inplace(float* x, const float* y, size_t n) {
   });
 }
 
+void gelu_tanh_mul(const float* gate, const float* up, float* out, size_t n) {
+  const float c = std::sqrt(2.0f / static_cast<float>(M_PI));
+  constexpr size_t kChunk = 16384;
+  const long n_chunks = static_cast<long>((n + kChunk - 1) / kChunk);
+  for_each_index(n_chunks, n_chunks > 1, [&](int64_t ch) {
+    const size_t lo = static_cast<size_t>(ch) * kChunk, len = std::min(kChunk, n - lo);
+    Eigen::Map<const Eigen::ArrayXf> g(gate + lo, static_cast<Eigen::Index>(len));
+    Eigen::Map<const Eigen::ArrayXf> u(up + lo, static_cast<Eigen::Index>(len));
+    Eigen::Map<Eigen::ArrayXf>(out + lo, static_cast<Eigen::Index>(len)) =
+        (0.5f * g * (1.0f + (c * (g + 0.044715f * g * g * g)).tanh())) * u;
+  });
+}
+
 }  // namespace DECODELAB_ISA
 }  // namespace decodelab

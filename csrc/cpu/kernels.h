@@ -21,6 +21,7 @@ void rmsnorm(const float* x, const float* w, int T, int dim, float eps, float* y
 void layernorm(const float* x, const float* w, const float* b, int T, int dim, float eps, float* y);
 void gelu_tanh_inplace(float* x, size_t n);
 void gelu_erf_inplace(float* x, size_t n);
+void gelu_tanh_mul(const float* gate, const float* up, float* out, size_t n);
 void silu_mul(const float* gate, const float* up, float* out, size_t n);
 void add_inplace(float* x, const float* y, size_t n);
 void rope(float* x, int T, int n_heads, int head_dim, int p0, const float* cos_table, const float* sin_table,
@@ -28,7 +29,7 @@ void rope(float* x, int T, int n_heads, int head_dim, int p0, const float* cos_t
 
 void attention_paged(const float* q, const BlockPool& pool, const int* block_table, int layer, int T, int p0,
                      int n_heads, float* out, float* scratch, int scratch_stride, float* gather, int n_threads,
-                     int window);
+                     const AttentionOptions& options);
 void store_kv(const float* k, const float* v, BlockPool& pool, const int* block_table, int layer, int T, int p0);
 
 }  // namespace DECODELAB_ISA

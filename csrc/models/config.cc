@@ -52,6 +52,17 @@ void ModelConfig::validate() const {
   require(rope_dynamic_factor == 0.0f || (std::isfinite(rope_dynamic_factor) && rope_dynamic_factor >= 1.0f),
           "rope_dynamic_factor must be 0 (off) or >= 1, got " + std::to_string(rope_dynamic_factor));
   require(rope_dynamic_factor == 0.0f || rope_inv_freq.empty(), "a dynamic RoPE takes no fixed frequencies");
+  for (float v : {embed_scale, attn_scale, attn_softcap, final_softcap})
+    require(std::isfinite(v) && v >= 0.0f, "embed_scale, attn_scale and the soft caps must be finite and >= 0 (0: "
+                                           "none), got " + std::to_string(v));
+  require(is_llama() || (embed_scale == 0.0f && !norm_plus_one && !sandwich_norms && !gelu_gate &&
+                         attn_scale == 0.0f && attn_softcap == 0.0f && final_softcap == 0.0f &&
+                         rope_local_inv_freq.empty()),
+          arch + " takes none of Gemma's options");
+  require(rope_local_inv_freq.empty() || static_cast<int>(rope_local_inv_freq.size()) == rope_dim() / 2,
+          "rope_local_inv_freq must hold head_dim / 2 frequencies");
+  for (float f : rope_local_inv_freq)
+    require(std::isfinite(f) && f > 0.0f, "RoPE frequencies must be finite and > 0, got " + std::to_string(f));
   require(rope_dynamic_factor == 0.0f || rope_dim() > 2, "a dynamic RoPE needs more than 2 rotary dimensions");
   require(rope_dynamic_factor == 0.0f || (rope_original_max >= 1 && rope_original_max <= max_position),
           "a dynamic RoPE needs rope_original_max in [1, max_position], got " + L(rope_original_max));

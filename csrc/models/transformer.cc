@@ -100,27 +100,41 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     }
   };
   layers_.resize(cfg_.n_layers);
+  // An RMSNorm weight as the kernels apply it: Gemma's 1 + w, computed once here in fp32.
+  auto norm_w = [&](const std::string& name, int64_t n) -> const float* {
+    const float* w = W.f32(name, {n});
+    if (!cfg_.norm_plus_one) return w;
+    plus_one_.emplace_back(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) plus_one_.back()[i] = 1.0f + w[i];
+    return plus_one_.back().data();
+  };
   if (cfg_.is_llama()) {
     if (!from_blocks(lm_head_, "model.embed_tokens.weight", V, D))
       tok_embed_ = W.f32("model.embed_tokens.weight", {V, D});
     for (int i = 0; i < cfg_.n_layers; ++i) {
       const std::string p = "model.layers." + L(i) + ".";
       Layer& l = layers_[i];
-      l.norm1_w = W.f32(p + "input_layernorm.weight", {D});
-      l.norm2_w = W.f32(p + "post_attention_layernorm.weight", {D});
+      l.norm1_w = norm_w(p + "input_layernorm.weight", D);
+      if (cfg_.sandwich_norms) {  // Gemma: post_attention_layernorm normalises the attention's output
+        l.post_attn_norm_w = norm_w(p + "post_attention_layernorm.weight", D);
+        l.norm2_w = norm_w(p + "pre_feedforward_layernorm.weight", D);
+        l.post_ff_norm_w = norm_w(p + "post_feedforward_layernorm.weight", D);
+      } else {
+        l.norm2_w = norm_w(p + "post_attention_layernorm.weight", D);
+      }
       lin(l.q, p + "self_attn.q_proj", D, QD, false, cfg_.qkv_bias);
       lin(l.k, p + "self_attn.k_proj", D, KVD, false, cfg_.qkv_bias);
       lin(l.v, p + "self_attn.v_proj", D, KVD, false, cfg_.qkv_bias);
       lin(l.o, p + "self_attn.o_proj", QD, D, false, cfg_.o_bias);
       if (cfg_.qk_norm) {
-        l.q_norm_w = W.f32(p + "self_attn.q_norm.weight", {cfg_.head_dim});
-        l.k_norm_w = W.f32(p + "self_attn.k_norm.weight", {cfg_.head_dim});
+        l.q_norm_w = norm_w(p + "self_attn.q_norm.weight", cfg_.head_dim);
+        l.k_norm_w = norm_w(p + "self_attn.k_norm.weight", cfg_.head_dim);
       }
       lin(l.gate, p + "mlp.gate_proj", D, H, false, false);
       lin(l.up, p + "mlp.up_proj", D, H, false, false);
       lin(l.down, p + "mlp.down_proj", H, D, false, false);
     }
-    final_w_ = W.f32("model.norm.weight", {D});
+    final_w_ = norm_w("model.norm.weight", D);
     if (blocks_of.count(&lm_head_)) {  // rows of the table decoded per token; a tied head reads the blocks too
       const Blocks& e = blocks_of[&lm_head_];
       embed_blocks_ = {e.format, e.data, static_cast<size_t>(D) / e.format->elems * e.format->bytes};
@@ -169,16 +183,21 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     lm_head_.w = cfg_.tie_word_embeddings ? tok_embed_ : W.f32("lm_head.weight", {V, D});
   }
   if (cfg_.has_rope()) {
-  // The first positions' RoPE rows are computed once; rows past them are computed per call, so
-  // a config's context length alone costs no memory at load.
-  // (A dynamic RoPE's or longrope's rows change past the original length: the table stops there.)
-  const bool per_call = cfg_.rope_dynamic_factor > 0.0f || !cfg_.rope_long_inv_freq.empty();
-  rope_positions_ = std::min(per_call ? std::min(cfg_.rope_original_max, cfg_.max_position) : cfg_.max_position,
-                             kRopeTablePositions);
-  const size_t half = cfg_.rope_dim() / 2;
-  rope_cos_.resize(rope_positions_ * half);
-  rope_sin_.resize(rope_cos_.size());
-  rope_rows(0, rope_positions_, rope_cos_.data(), rope_sin_.data());
+    // The first positions' RoPE rows are computed once; rows past them are computed per call, so
+    // a config's context length alone costs no memory at load.
+    // (A dynamic RoPE's or longrope's rows change past the original length: the table stops there.)
+    const bool per_call = cfg_.rope_dynamic_factor > 0.0f || !cfg_.rope_long_inv_freq.empty();
+    rope_positions_ = std::min(per_call ? std::min(cfg_.rope_original_max, cfg_.max_position) : cfg_.max_position,
+                               kRopeTablePositions);
+    const size_t half = cfg_.rope_dim() / 2;
+    rope_cos_.resize(rope_positions_ * half);
+    rope_sin_.resize(rope_cos_.size());
+    rope_rows(0, rope_positions_, rope_cos_.data(), rope_sin_.data());
+    if (!cfg_.rope_local_inv_freq.empty()) {  // sliding layers' own frequencies (Gemma 3)
+      rope_local_cos_.resize(rope_cos_.size());
+      rope_local_sin_.resize(rope_cos_.size());
+      rope_rows(0, rope_positions_, rope_local_cos_.data(), rope_local_sin_.data(), 0, true);
+    }
   }
   lm_head_.in = cfg_.dim;
   lm_head_.out = cfg_.vocab_size;
@@ -310,11 +329,11 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
 // A scaled RoPE (rope_inv_freq, from Python's rope.py) gives its own frequencies, and YaRN a factor
 // on cos and sin, applied in fp32 as transformers applies it.
 // Dynamic NTK past rope_original_max: the base stretched for seq_len, in fp32 as transformers computes it.
-void Transformer::rope_rows(int p0, int T, float* cos_out, float* sin_out, int seq_len) const {
+void Transformer::rope_rows(int p0, int T, float* cos_out, float* sin_out, int seq_len, bool local) const {
   const int dim = cfg_.rope_dim(), half = dim / 2;
   const float factor = cfg_.rope_attention_factor, dyn = cfg_.rope_dynamic_factor;
-  const bool stretched = dyn > 0.0f && seq_len > cfg_.rope_original_max;
-  const bool long_freq = !cfg_.rope_long_inv_freq.empty() && seq_len > cfg_.rope_original_max;
+  const bool stretched = !local && dyn > 0.0f && seq_len > cfg_.rope_original_max;
+  const bool long_freq = !local && !cfg_.rope_long_inv_freq.empty() && seq_len > cfg_.rope_original_max;
   float base = 0.0f;
   if (stretched) {
     const float s = dyn * static_cast<float>(seq_len) / static_cast<float>(cfg_.rope_original_max) - (dyn - 1.0f);
@@ -322,7 +341,8 @@ void Transformer::rope_rows(int p0, int T, float* cos_out, float* sin_out, int s
   }
   for (int i = 0; i < half; ++i) {
     const float inv_freq =
-        stretched                     ? 1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(dim))
+        local                         ? cfg_.rope_local_inv_freq[i]
+        : stretched                   ? 1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(dim))
         : long_freq                   ? cfg_.rope_long_inv_freq[i]
         : cfg_.rope_inv_freq.empty() ? static_cast<float>(1.0 / std::pow(cfg_.rope_theta, (2.0 * i) / dim))
                                       : cfg_.rope_inv_freq[i];
@@ -330,8 +350,8 @@ void Transformer::rope_rows(int p0, int T, float* cos_out, float* sin_out, int s
       const float angle = static_cast<float>(p0 + t) * inv_freq;
       const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
       const float s = static_cast<float>(std::sin(static_cast<double>(angle)));
-      cos_out[static_cast<size_t>(t) * half + i] = factor == 1.0f ? c : c * factor;
-      sin_out[static_cast<size_t>(t) * half + i] = factor == 1.0f ? s : s * factor;
+      cos_out[static_cast<size_t>(t) * half + i] = factor == 1.0f || local ? c : c * factor;
+      sin_out[static_cast<size_t>(t) * half + i] = factor == 1.0f || local ? s : s * factor;
     }
   }
 }
@@ -517,23 +537,36 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
 
   // Each segment's RoPE rows, for every layer: the table's, or, past it, computed once here into
   // the scratch (row first[s] + t holds position p0[s] + t).
-  std::vector<const float*> rope_cos(n_seg), rope_sin(n_seg);
+  std::vector<const float*> rope_cos(n_seg), rope_sin(n_seg), local_cos(n_seg), local_sin(n_seg);
+  const bool local_rope = !cfg_.rope_local_inv_freq.empty();
   if (cfg_.has_rope()) {
     const size_t half = cfg_.rope_dim() / 2;
     for (int s = 0; s < n_seg; ++s) {
       if (p0[s] + rows[s] <= rope_positions_) {
         rope_cos[s] = rope_cos_.data() + static_cast<size_t>(p0[s]) * half;
         rope_sin[s] = rope_sin_.data() + static_cast<size_t>(p0[s]) * half;
+        if (local_rope) {
+          local_cos[s] = rope_local_cos_.data() + static_cast<size_t>(p0[s]) * half;
+          local_sin[s] = rope_local_sin_.data() + static_cast<size_t>(p0[s]) * half;
+        }
         continue;
       }
-      if (ws.rope_cos.size() < static_cast<size_t>(R) * half) {
-        ws.rope_cos.resize(static_cast<size_t>(R) * half);
-        ws.rope_sin.resize(ws.rope_cos.size());
+      // Past the table: computed here into the scratch (the local rows after the global ones).
+      const size_t need = static_cast<size_t>(R) * half * (local_rope ? 2 : 1);
+      if (ws.rope_cos.size() < need) {
+        ws.rope_cos.resize(need);
+        ws.rope_sin.resize(need);
       }
       float* c = ws.rope_cos.data() + static_cast<size_t>(first[s]) * half;
       float* sn = ws.rope_sin.data() + static_cast<size_t>(first[s]) * half;
       rope_rows(p0[s], rows[s], c, sn, p0[s] + rows[s]);
       rope_cos[s] = c, rope_sin[s] = sn;
+      if (local_rope) {
+        float* lc = c + static_cast<size_t>(R) * half;
+        float* ls = sn + static_cast<size_t>(R) * half;
+        rope_rows(p0[s], rows[s], lc, ls, 0, true);
+        local_cos[s] = lc, local_sin[s] = ls;
+      }
     }
   }
 
@@ -545,6 +578,8 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
         std::memcpy(row, tok_embed_ + static_cast<size_t>(tokens[r]) * D, D * sizeof(float));
       else  // a table kept in a file's blocks: one row decoded
         dequantize_blocks(*embed_blocks_.format, embed_blocks_.data + tokens[r] * embed_blocks_.row_bytes, D, row);
+      if (cfg_.embed_scale > 0.0f)  // Gemma: embeddings times sqrt(hidden size), in fp32
+        for (int i = 0; i < D; ++i) row[i] *= cfg_.embed_scale;
       if (pos_embed_) add_inplace(row, pos_embed_ + static_cast<size_t>(p0[s] + t) * D, D);
     }
 
@@ -585,6 +620,7 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
     // threads, each attending on its own; one longer segment spreads its heads instead (no
     // enclosing parallel region then: a nested one would run on one thread).
     const bool per_seq = n_seg > 1 && R == n_seg;
+    const int window = cfg_.sliding_window.empty() ? 0 : cfg_.sliding_window[li];
     auto attend = [&](int s, float* scratch, int threads) {
       float* qs = q + static_cast<size_t>(first[s]) * QD;
       float* ks = k + static_cast<size_t>(first[s]) * KVD;
@@ -594,15 +630,18 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
           rmsnorm(qs, l.q_norm_w, rows[s] * NH, HD, cfg_.norm_eps, qs);
           rmsnorm(ks, l.k_norm_w, rows[s] * KVH, HD, cfg_.norm_eps, ks);
         }
-        rope(qs, rows[s], NH, HD, 0, rope_cos[s], rope_sin[s], cfg_.rope_interleaved, cfg_.rope_dim());
-        rope(ks, rows[s], KVH, HD, 0, rope_cos[s], rope_sin[s], cfg_.rope_interleaved, cfg_.rope_dim());
+        const bool local = local_rope && window > 0;  // a sliding layer's own RoPE
+        const float* rc = local ? local_cos[s] : rope_cos[s];
+        const float* rs = local ? local_sin[s] : rope_sin[s];
+        rope(qs, rows[s], NH, HD, 0, rc, rs, cfg_.rope_interleaved, cfg_.rope_dim());
+        rope(ks, rows[s], KVH, HD, 0, rc, rs, cfg_.rope_interleaved, cfg_.rope_dim());
       }
       BlockPool& pool = caches[s]->pool();
       const int* table = caches[s]->block_table().data();
       store_kv(ks, vs, pool, table, li, rows[s], p0[s]);
       attention_paged(qs, pool, table, li, rows[s], p0[s], NH, ws.att.data() + static_cast<size_t>(first[s]) * QD,
                       scratch, score_stride, ws.gather.data(), threads,
-                      cfg_.sliding_window.empty() ? 0 : cfg_.sliding_window[li]);
+                      AttentionOptions{window, cfg_.attn_scale, cfg_.attn_softcap});
     };
     if (per_seq) {
 #pragma omp parallel for schedule(dynamic) num_threads(n_threads)
@@ -612,6 +651,7 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
       for (int s = 0; s < n_seg; ++s) attend(s, ws.scores.data(), n_threads);
     }
     linear(ws.att.data(), R, l.o, h);
+    if (cfg_.sandwich_norms) norm(h, l.post_attn_norm_w, nullptr, R, h);  // Gemma, in place
     // A parallel residual (GPT-NeoX) normalises the layer's input for the MLP too, and adds
     // mlp + attention to it at the end, in transformers' order; otherwise attention goes in first.
     const bool parallel = cfg_.is_neox() && cfg_.parallel_residual;
@@ -624,7 +664,8 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
       const Linear* ff_layers[2] = {&l.gate, &l.up};
       float* ff_out[2] = {ws.ff_a.data(), ws.ff_b.data()};
       linear_many(mlp_in, R, ff_layers, ff_out, 2);
-      silu_mul(ws.ff_a.data(), ws.ff_b.data(), ws.ff_a.data(), nh);
+      if (cfg_.gelu_gate) gelu_tanh_mul(ws.ff_a.data(), ws.ff_b.data(), ws.ff_a.data(), nh);
+      else silu_mul(ws.ff_a.data(), ws.ff_b.data(), ws.ff_a.data(), nh);
     } else {
       linear(mlp_in, R, l.fc, ws.ff_a.data());
       if (cfg_.is_neox()) gelu_erf_inplace(ws.ff_a.data(), nh);
@@ -636,6 +677,7 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
       add_inplace(x, mlp_in, static_cast<size_t>(R) * D);
     } else {
       linear(ws.ff_a.data(), R, l.down, h);
+      if (cfg_.sandwich_norms) norm(h, l.post_ff_norm_w, nullptr, R, h);
       add_inplace(x, h, static_cast<size_t>(R) * D);
     }
     if (hidden) std::memcpy(hidden + (li + 1) * stream, x, stream * sizeof(float));
@@ -652,6 +694,11 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
       norm(x + static_cast<size_t>(last) * D, final_w_, final_b_, 1, h + static_cast<size_t>(s) * D);
     }
     linear(h, n_seg, lm_head_, logits);
+  }
+  if (cfg_.final_softcap > 0.0f) {  // Gemma 2: cap tanh(logits / cap)
+    const float cap = cfg_.final_softcap;
+    const size_t n = static_cast<size_t>(all_logits ? R : n_seg) * cfg_.vocab_size;
+    for (size_t i = 0; i < n; ++i) logits[i] = std::tanh(logits[i] / cap) * cap;
   }
 }
 

@@ -31,6 +31,14 @@ class ModelConfig:
     rope_long_inv_freq: List[float]
     rotary_dim: int
     parallel_residual: bool
+    embed_scale: float
+    norm_plus_one: bool
+    sandwich_norms: bool
+    gelu_gate: bool
+    attn_scale: float
+    attn_softcap: float
+    final_softcap: float
+    rope_local_inv_freq: List[float]
     def __init__(self) -> None: ...
     def validate(self) -> None: ...
 

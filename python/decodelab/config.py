@@ -4,6 +4,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Tuple
 
+import numpy as np
+
 from . import rope as rope_params
 from ._native import _core
 
@@ -11,9 +13,9 @@ from ._native import _core
 # "llama" forward pass with the options each member needs (biases, q/k norms, sliding windows).
 FAMILIES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
             "Qwen3ForCausalLM": "qwen3", "Phi3ForCausalLM": "phi3", "GPT2LMHeadModel": "gpt2",
-            "GPTNeoXForCausalLM": "gpt_neox"}
+            "GPTNeoXForCausalLM": "gpt_neox", "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3"}
 SUPPORTED_ARCHITECTURES = {a: f if f in ("gpt2", "gpt_neox") else "llama" for a, f in FAMILIES.items()}
-_MODEL_TYPES = {f: f for f in FAMILIES.values()}
+_MODEL_TYPES = dict({f: f for f in FAMILIES.values()}, gemma3_text="gemma3")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +46,8 @@ class ModelConfig:
     rope: rope_params.Rope = rope_params.Rope()
     rotary_dim: int = 0            # GPT-NeoX: the values of each head RoPE rotates (0: all)
     parallel_residual: bool = True  # GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
+    gemma: Optional[dict] = None   # Gemma 2 / 3: embed_scale, attn_scale, attn_softcap, final_softcap
+    rope_local: Optional[rope_params.Rope] = None  # Gemma 3: the sliding layers' RoPE
     # generation_config.json's sampling options (loading.generation_defaults): what generate()
     # uses when given no sampling option, sampler or preset.
     generation_defaults: dict = dataclasses.field(default_factory=dict, compare=False)
@@ -78,6 +82,14 @@ class ModelConfig:
         c.rope_long_inv_freq = list(self.rope.long_inv_freq or [])
         c.rotary_dim = self.rotary_dim
         c.parallel_residual = self.parallel_residual
+        if self.gemma:
+            c.norm_plus_one = c.sandwich_norms = c.gelu_gate = True
+            c.embed_scale = self.gemma["embed_scale"]
+            c.attn_scale = self.gemma["attn_scale"]
+            c.attn_softcap = self.gemma["attn_softcap"]
+            c.final_softcap = self.gemma["final_softcap"]
+        if self.rope_local is not None:
+            c.rope_local_inv_freq = list(self.rope_local.inv_freq)
         c.validate()
         return c
 
@@ -167,6 +179,8 @@ def _sliding_windows(cfg: dict, family: str, n_layers: int) -> Optional[Tuple[in
     window = cfg.get("sliding_window", None if family == "phi3" else 4096)
     if family in ("qwen2", "qwen3") and not cfg.get("use_sliding_window", False):
         window = None
+    if family in ("gemma2", "gemma3") and cfg.get("use_bidirectional_attention"):
+        raise ValueError(f"{family} with use_bidirectional_attention=true is not supported")
     if window is None:
         return None
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
@@ -176,6 +190,11 @@ def _sliding_windows(cfg: dict, family: str, n_layers: int) -> Optional[Tuple[in
             raise ValueError(f"{family} with layer_types (alternating attention) is not supported")
         return (window,) * n_layers
     types = cfg.get("layer_types")
+    if types is None and family in ("gemma2", "gemma3"):  # every n-th layer global, the rest sliding
+        every = 2 if family == "gemma2" else _int(cfg, "sliding_window_pattern", 6)
+        if every < 1:
+            raise ValueError(f"config.json 'sliding_window_pattern' must be >= 1, got {every}")
+        types = ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(n_layers)]
     if types is None:
         first = _int(cfg, "max_window_layers", 28)
         types = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layers)]
@@ -191,9 +210,11 @@ def _llama_family(cfg: dict, family: str, bos: Optional[int], eos: Optional[list
     """Llama, Mistral, Qwen2, Qwen3 and Phi-3: one forward pass with each family's options, defaults
     as transformers' config classes give them (Phi-3's fused q/k/v and gate/up matrices are read as
     row ranges of themselves, formats.split_fused)."""
-    act = cfg.get("hidden_act", "silu")
-    if act != "silu":
-        raise ValueError(f"{family} hidden_act {act!r} is not supported; supported: 'silu'")
+    gemma = family in ("gemma2", "gemma3")
+    act = cfg.get("hidden_activation", cfg.get("hidden_act")) if gemma else cfg.get("hidden_act", "silu")
+    want = "gelu_pytorch_tanh" if gemma else "silu"
+    if act != want and not (gemma and act is None):
+        raise ValueError(f"{family} hidden_act {act!r} is not supported; supported: {want!r}")
     if cfg.get("mlp_bias"):
         raise ValueError(f"{family} with mlp_bias=true is not supported")
     attention_bias = bool(cfg.get("attention_bias", False))
@@ -204,16 +225,20 @@ def _llama_family(cfg: dict, family: str, bos: Optional[int], eos: Optional[list
     if heads <= 0:
         raise ValueError(f"config.json 'num_attention_heads' must be > 0, got {heads}")
     head_dim = cfg.get("head_dim")
-    if head_dim is None:  # Qwen3's default is 128, the others' hidden / heads
-        head_dim = 128 if family == "qwen3" else hidden // heads
+    if head_dim is None:  # Qwen3's default is 128, Gemma's 256, the others' hidden / heads
+        head_dim = 128 if family == "qwen3" else 256 if gemma else hidden // heads
     cfg = dict(cfg, head_dim=head_dim)
     n_layers = _int(cfg, "num_hidden_layers")
-    max_pos = _int(cfg, "max_position_embeddings", 32768 if family in ("qwen2", "qwen3") else
-                   131072 if family == "mistral" else 2048)
+    max_pos = _int(cfg, "max_position_embeddings", {"qwen2": 32768, "qwen3": 32768, "mistral": 131072,
+                                                     "gemma2": 8192, "gemma3": 131072}.get(family, 2048))
     head_dim = _int(cfg, "head_dim")
     if head_dim <= 0 or head_dim % 2:
         raise ValueError(f"config.json 'head_dim' must be even and > 0, got {head_dim}")
-    rope = rope_params.from_config(cfg, head_dim, max_pos, family)
+    rope_local = None
+    if family == "gemma3":  # separate RoPE for global (full) and local (sliding) layers
+        rope, rope_local = _gemma3_ropes(cfg, head_dim, max_pos)
+    else:
+        rope = rope_params.from_config(cfg, head_dim, max_pos, family)
     if rope.dynamic_factor:  # the context window dynamic NTK stretches max_position_embeddings to
         max_pos = min(int(max_pos * rope.dynamic_factor), 1 << 22)
     return ModelConfig(
@@ -230,11 +255,13 @@ def _llama_family(cfg: dict, family: str, bos: Optional[int], eos: Optional[list
         norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
         rope_theta=rope.theta,
         rope=rope,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", gemma)),
         qkv_bias=family == "qwen2" or attention_bias,
         o_bias=attention_bias,
-        qk_norm=family == "qwen3",
+        qk_norm=family in ("qwen3", "gemma3"),
         sliding_window=_sliding_windows(cfg, family, n_layers),
+        gemma=_gemma_options(cfg, family, hidden) if gemma else None,
+        rope_local=rope_local,
         bos_token_id=bos,
         eos_token_id=eos,
     )
@@ -273,3 +300,47 @@ def _gpt_neox(cfg: dict, bos: Optional[int], eos: Optional[list]) -> ModelConfig
         norm_eps=float(cfg.get("layer_norm_eps", 1e-5)), rope_theta=rope.theta, rope=rope,
         rotary_dim=rot if rot < head_dim else 0, parallel_residual=bool(cfg.get("use_parallel_residual", True)),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)), bos_token_id=bos, eos_token_id=eos)
+
+
+def _number(cfg: dict, key: str, default):
+    v = cfg.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        raise ValueError(f"config.json {key!r} must be a number > 0 or null, got {v!r}")
+    return float(v)
+
+
+def _gemma_options(cfg: dict, family: str, hidden: int) -> dict:
+    """Gemma 2 / 3's scalars, with their config classes' defaults: embeddings times sqrt(hidden),
+    scores scaled by query_pre_attn_scalar^-0.5, Gemma 2's soft caps (50 on scores, 30 on logits)."""
+    g2 = family == "gemma2"
+    return {"embed_scale": float(np.float32(hidden ** 0.5)),
+            "attn_scale": _number(cfg, "query_pre_attn_scalar", 256) ** -0.5,
+            "attn_softcap": _number(cfg, "attn_logit_softcapping", 50.0 if g2 else None) or 0.0,
+            "final_softcap": _number(cfg, "final_logit_softcapping", 30.0 if g2 else None) or 0.0}
+
+
+def _gemma3_ropes(cfg: dict, head_dim: int, max_pos: int):
+    """Gemma 3's two RoPEs: rope_parameters keyed by layer type (transformers 5), or rope_theta
+    (global, default 1e6) with rope_scaling and rope_local_base_freq (local, default 1e4)."""
+    params = cfg.get("rope_parameters") or {}
+    if not isinstance(params, dict):
+        raise ValueError("rope_parameters must be an object")
+    if "full_attention" in params or "sliding_attention" in params:
+        full = dict(params.get("full_attention") or {})
+        local = dict(params.get("sliding_attention") or {})
+        full.setdefault("rope_theta", 1_000_000.0)
+        local.setdefault("rope_theta", 10_000.0)
+    else:
+        full = dict(cfg.get("rope_scaling") or {}, rope_theta=cfg.get("rope_theta", 1_000_000.0))
+        local = {"rope_theta": cfg.get("rope_local_base_freq", 10_000.0)}
+    rope = rope_params.from_config({"rope_parameters": full}, head_dim, max_pos, "gemma3")
+    local_rope = rope_params.from_config({"rope_parameters": local}, head_dim, max_pos, "gemma3")
+    if local_rope.rope_type != "default":
+        raise ValueError("Gemma 3's sliding layers take the default RoPE only")
+    inv = 1.0 / local_rope.theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    local_rope = rope_params.Rope("default", local_rope.theta, tuple(float(np.float32(v)) for v in inv))
+    if rope.dynamic_factor or rope.long_inv_freq:
+        raise ValueError(f"Gemma 3 with rope scaling {rope.rope_type!r} is not supported")
+    return rope, local_rope

@@ -69,10 +69,11 @@ void add_weighted_values_heads(int G, const typename Read::Elem* v, const float*
 
 template <typename E>
 void attend_heads(const float* q, const BlockPool& pool, const int* table, int layer, int t, int p0, int n_heads,
-                  int kh0, int kh1, float* out, float* sc, int stride, bool vec, int window) {
+                  int kh0, int kh1, float* out, float* sc, int stride, bool vec, const AttentionOptions& options) {
   const int n_kv = pool.n_kv_heads(), hd = pool.head_dim(), bs = pool.block_size();
   const int group = n_heads / n_kv, nh = (kh1 - kh0) * group;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = options.scale > 0.0f ? options.scale : 1.0f / std::sqrt(static_cast<float>(hd));
+  const int window = options.window;
   const int n_ctx = p0 + t + 1, n_blocks = (n_ctx + bs - 1) / bs;
   // A sliding window sees keys [lo, n_ctx): blocks before b_lo are not read at all, and the keys
   // of block b_lo before lo get no weight. Scores stay indexed by position.
@@ -189,11 +190,15 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
       m[j] = mx;
     }
   }
-  if (lo > b_lo * bs)  // the first block's keys before the window: no weight, and the largest score again
+  // Soft-capped scores (cap tanh(s / cap)), and the first block's keys before a window: no weight;
+  // then each head's largest score again.
+  if (options.softcap > 0.0f || lo > b_lo * bs)
     for (int j = 0; j < nh; ++j) {
       float* s = sc + static_cast<size_t>(j) * stride;
+      Eigen::Map<Eigen::ArrayXf> seen(s + lo, n_ctx - lo);
+      if (options.softcap > 0.0f) seen = (seen / options.softcap).tanh() * options.softcap;
       std::fill(s + b_lo * bs, s + lo, -std::numeric_limits<float>::infinity());
-      m[j] = Eigen::Map<const Eigen::ArrayXf>(s + lo, n_ctx - lo).maxCoeff();
+      m[j] = seen.maxCoeff();
     }
   for (int j = 0; j < nh; ++j) {
     Eigen::Map<Eigen::ArrayXf> p(sc + static_cast<size_t>(j) * stride + b_lo * bs, n_ctx - b_lo * bs);
@@ -295,7 +300,7 @@ constexpr int64_t kAttentionThreadsMinWork = int64_t(1) << 12;
 // share them). scratch holds n_threads * n_heads * stride floats.
 template <typename E>
 void attention_runs(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0, int n_heads,
-                    float* out, float* scratch, int stride, int n_threads, int window) {
+                    float* out, float* scratch, int stride, int n_threads, const AttentionOptions& options) {
   const int n_kv = pool.n_kv_heads(), hd = pool.head_dim();
   const bool vec = kVectorAttention && hd % 8 == 0;
   const int items = T * n_kv;
@@ -305,7 +310,7 @@ void attention_runs(const float* q, const BlockPool& pool, const int* table, int
     const int i1 = static_cast<int>(static_cast<int64_t>(items) * (id + 1) / nth);
     for (int i = static_cast<int>(static_cast<int64_t>(items) * id / nth); i < i1;) {
       const int t = i / n_kv, kh0 = i % n_kv, kh1 = std::min(n_kv, kh0 + (i1 - i));
-      attend_heads<E>(q, pool, table, layer, t, p0, n_heads, kh0, kh1, out, sc, stride, vec, window);
+      attend_heads<E>(q, pool, table, layer, t, p0, n_heads, kh0, kh1, out, sc, stride, vec, options);
       i += kh1 - kh0;
     }
   };
@@ -321,15 +326,16 @@ void attention_runs(const float* q, const BlockPool& pool, const int* table, int
 
 template <typename E>
 void attention_decode(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0,
-                      int n_heads, float* out, float* scratch, int stride, int n_threads, int window) {
-  attention_runs<E>(q, pool, table, layer, T, p0, n_heads, out, scratch, stride, n_threads, window);
+                      int n_heads, float* out, float* scratch, int stride, int n_threads,
+                      const AttentionOptions& options) {
+  attention_runs<E>(q, pool, table, layer, T, p0, n_heads, out, scratch, stride, n_threads, options);
 }
 template void attention_decode<float>(const float*, const BlockPool&, const int*, int, int, int, int, float*, float*,
-                                      int, int, int);
+                                      int, int, const AttentionOptions&);
 template void attention_decode<uint16_t>(const float*, const BlockPool&, const int*, int, int, int, int, float*,
-                                         float*, int, int, int);
+                                         float*, int, int, const AttentionOptions&);
 template void attention_decode<int8_t>(const float*, const BlockPool&, const int*, int, int, int, int, float*,
-                                       float*, int, int, int);
+                                       float*, int, int, const AttentionOptions&);
 
 }  // namespace DECODELAB_ISA
 }  // namespace decodelab

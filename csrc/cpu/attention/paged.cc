@@ -13,23 +13,20 @@ namespace DECODELAB_ISA {
 
 void attention_paged(const float* q, const BlockPool& pool, const int* block_table, int layer, int T, int p0,
                      int n_heads, float* out, float* scratch, int scratch_stride, float* gather, int n_threads,
-                     int window) {
+                     const AttentionOptions& options) {
   // Eight or more queries: matrix products over keys and values gathered (and widened) per head.
+  auto run = [&](auto elem) {
+    using E = decltype(elem);
+    if (T >= 8)
+      attention_prefill<E>(q, pool, block_table, layer, T, p0, n_heads, out, gather, n_threads, options);
+    else
+      attention_decode<E>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride, n_threads,
+                          options);
+  };
   switch (pool.dtype()) {
-    case KVDType::F32:
-      if (T >= 8) attention_prefill<float>(q, pool, block_table, layer, T, p0, n_heads, out, gather, n_threads, window);
-      else attention_decode<float>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride, n_threads, window);
-      break;
-    case KVDType::BF16:
-      if (T >= 8) attention_prefill<uint16_t>(q, pool, block_table, layer, T, p0, n_heads, out, gather, n_threads, window);
-      else attention_decode<uint16_t>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride,
-                                    n_threads, window);
-      break;
-    case KVDType::I8:
-      if (T >= 8) attention_prefill<int8_t>(q, pool, block_table, layer, T, p0, n_heads, out, gather, n_threads, window);
-      else attention_decode<int8_t>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride,
-                                  n_threads, window);
-      break;
+    case KVDType::F32: run(float{}); break;
+    case KVDType::BF16: run(uint16_t{}); break;
+    case KVDType::I8: run(int8_t{}); break;
   }
 }
 

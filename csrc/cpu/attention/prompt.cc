@@ -162,11 +162,13 @@ void panel_product(const float* a, int64_t lda, int rows, const float* b, size_t
 // first and the team finishes together.
 template <typename E>
 void attention_prefill(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0,
-                       int n_heads, float* out, float* kv_all, int n_threads, int window) {
+                       int n_heads, float* out, float* kv_all, int n_threads, const AttentionOptions& options) {
   constexpr int kTile = 32;
   const int n_kv = pool.n_kv_heads(), hd = pool.head_dim(), bs = pool.block_size();
   const int group = n_heads / n_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = options.scale > 0.0f ? options.scale : 1.0f / std::sqrt(static_cast<float>(hd));
+  const int window = options.window;
+  const float cap = options.softcap;
   const int n_tiles = (T + kTile - 1) / kTile;
   const int64_t qstride = static_cast<int64_t>(n_heads) * hd;
   const int n_all = p0 + T, n_blocks = (n_all + bs - 1) / bs;
@@ -237,8 +239,13 @@ void attention_prefill(const float* q, const BlockPool& pool, const int* table, 
           const int valid = p0 + t0 + r + 1, lo = window > 0 ? std::max(0, valid - window) : 0;
           auto row = S.row(r);
           auto seen = row.segment(lo, valid - lo);
-          const float mx = seen.maxCoeff();
-          seen = ((seen.array() - mx) * scale).exp();
+          if (cap > 0.0f) {  // soft-capped scores, as transformers: (s scale / cap).tanh() cap
+            seen = ((seen.array() * scale) / cap).tanh() * cap;
+            seen = (seen.array() - seen.maxCoeff()).exp();
+          } else {
+            const float mx = seen.maxCoeff();
+            seen = ((seen.array() - mx) * scale).exp();
+          }
           seen /= seen.sum();
           row.head(lo).setZero();
           row.segment(valid, n_ctx - valid).setZero();
@@ -258,11 +265,11 @@ void attention_prefill(const float* q, const BlockPool& pool, const int* table, 
 }
 
 template void attention_prefill<float>(const float*, const BlockPool&, const int*, int, int, int, int, float*, float*,
-                                       int, int);
+                                       int, const AttentionOptions&);
 template void attention_prefill<uint16_t>(const float*, const BlockPool&, const int*, int, int, int, int, float*,
-                                          float*, int, int);
+                                          float*, int, const AttentionOptions&);
 template void attention_prefill<int8_t>(const float*, const BlockPool&, const int*, int, int, int, int, float*,
-                                        float*, int, int);
+                                        float*, int, const AttentionOptions&);
 
 }  // namespace DECODELAB_ISA
 }  // namespace decodelab

@@ -37,6 +37,19 @@ struct ModelConfig {
   // parallel residual x + attn(ln1(x)) + mlp(ln2(x)) (false: one after the other).
   int rotary_dim = 0;
   bool parallel_residual = true;
+  // Gemma 2 and 3 (Llama family): embeddings times embed_scale (0: none); RMSNorm weights applied
+  // as 1 + w; sandwich norms (the attention's and the MLP's outputs normalised too, the MLP's input
+  // by pre_feedforward_layernorm); the MLP gate through tanh-GELU instead of SiLU; scores scaled by
+  // attn_scale (0: 1/sqrt(head_dim)) and soft-capped at attn_softcap, the logits at final_softcap
+  // (0: none); sliding layers' RoPE frequencies from rope_local_inv_freq (empty: the global ones).
+  float embed_scale = 0.0f;
+  bool norm_plus_one = false;
+  bool sandwich_norms = false;
+  bool gelu_gate = false;
+  float attn_scale = 0.0f;
+  float attn_softcap = 0.0f;
+  float final_softcap = 0.0f;
+  std::vector<float> rope_local_inv_freq;
 
   bool is_llama() const { return arch == "llama"; }
   bool is_gpt2() const { return arch == "gpt2"; }

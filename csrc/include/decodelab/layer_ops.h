@@ -11,6 +11,8 @@ void layernorm(const float* x, const float* w, const float* b, int T, int dim, f
 void gelu_tanh_inplace(float* x, size_t n);
 // The exact GELU (GPT-NeoX's "gelu"): 0.5 x (1 + erf(x / sqrt(2))).
 void gelu_erf_inplace(float* x, size_t n);
+// out = gelu_tanh(gate) * up, elementwise (Gemma's gated MLP).
+void gelu_tanh_mul(const float* gate, const float* up, float* out, size_t n);
 // out = silu(gate) * up, elementwise.
 void silu_mul(const float* gate, const float* up, float* out, size_t n);
 void add_inplace(float* x, const float* y, size_t n);

@@ -109,6 +109,8 @@ class Transformer {
     const float* norm1_b = nullptr;
     const float* norm2_w = nullptr;
     const float* norm2_b = nullptr;
+    const float* post_attn_norm_w = nullptr;  // Gemma: the attention's output normalised
+    const float* post_ff_norm_w = nullptr;    // Gemma: the MLP's output normalised
     const float* q_norm_w = nullptr;  // Qwen3: (head_dim), applied to each query head
     const float* k_norm_w = nullptr;  // and each key head
     Linear q, k, v;    // Llama
@@ -121,7 +123,7 @@ class Transformer {
     Linear down;
   };
   void norm(const float* x, const float* w, const float* b, int T, float* y) const;
-  void rope_rows(int p0, int T, float* cos_out, float* sin_out, int seq_len = 0) const;
+  void rope_rows(int p0, int T, float* cos_out, float* sin_out, int seq_len = 0, bool local = false) const;
   std::vector<Linear*> layer_linears();  // every layer's linear layers present in this architecture
   void run(const int32_t* tokens, int R, KVCache* const* caches, const int* rows, int n_seg, float* logits,
            bool all_logits, Workspace& ws, float* hidden = nullptr) const;
@@ -147,6 +149,8 @@ class Transformer {
   std::vector<Layer> layers_;
   int rope_positions_ = 0;
   std::vector<float> rope_cos_, rope_sin_;  // (rope_positions_, head_dim/2)
+  std::vector<float> rope_local_cos_, rope_local_sin_;  // sliding layers' own (Gemma 3), or empty
+  std::vector<std::vector<float>> plus_one_;  // Gemma's RMSNorm weights as 1 + w
   WeightType weight_type_ = WeightType::F32;
   int block_size_ = kDefaultBlockSize;
   bool bf16_matmul_ = true;

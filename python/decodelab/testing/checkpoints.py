@@ -70,6 +70,23 @@ SHAPES: Dict[str, dict] = {
                         num_attention_heads=12, vocab_size=50304, max_position_embeddings=2048, rotary_pct=0.25),
     "pythia-tiny": dict(arch="gpt_neox", hidden_size=64, intermediate_size=256, num_hidden_layers=2,
                         num_attention_heads=4, vocab_size=512, max_position_embeddings=256, rotary_pct=0.25),
+    "gemma-2-2b": dict(arch="llama", family="gemma2", hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                       num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=256000,
+                       max_position_embeddings=8192, sliding_window=4096, rms_norm_eps=1e-6,
+                       tie_word_embeddings=True),
+    "gemma-3-1b": dict(arch="llama", family="gemma3", hidden_size=1152, intermediate_size=6912, num_hidden_layers=26,
+                       num_attention_heads=4, num_key_value_heads=1, head_dim=256, vocab_size=262144,
+                       max_position_embeddings=32768, sliding_window=512, rms_norm_eps=1e-6,
+                       rope_theta=1000000.0, rope_local_base_freq=10000.0, tie_word_embeddings=True),
+    "gemma2-tiny": dict(arch="llama", family="gemma2", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=512,
+                        max_position_embeddings=256, sliding_window=24, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                        query_pre_attn_scalar=24, attn_logit_softcapping=0.5, final_logit_softcapping=0.6),
+    "gemma3-tiny": dict(arch="llama", family="gemma3", hidden_size=64, intermediate_size=160, num_hidden_layers=3,
+                        num_attention_heads=4, num_key_value_heads=1, head_dim=32, vocab_size=512,
+                        max_position_embeddings=256, sliding_window=24, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                        rope_theta=1000000.0, rope_local_base_freq=100.0, sliding_window_pattern=2,
+                        query_pre_attn_scalar=24),
     "llama3-tiny": dict(arch="llama", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
                         num_attention_heads=4, num_key_value_heads=2, vocab_size=512, max_position_embeddings=256,
                         rope_theta=500000.0, tie_word_embeddings=True,
@@ -78,6 +95,7 @@ SHAPES: Dict[str, dict] = {
 }
 # Hugging Face's names for each Llama-family member.
 _FAMILY_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
+                "gemma2": ("Gemma2ForCausalLM", "gemma2"), "gemma3": ("Gemma3ForCausalLM", "gemma3_text"),
                 "phi3": ("Phi3ForCausalLM", "phi3"),
                 "qwen3": ("Qwen3ForCausalLM", "qwen3"), "mistral": ("MistralForCausalLM", "mistral")}
 
@@ -124,8 +142,11 @@ def _config_and_shapes(shape: dict):
            "attention_bias": s.pop("attention_bias", False), "dtype": "float32"}
     if family == "llama":
         cfg["mlp_bias"] = False
-    if family in ("mistral", "phi3"):
+    if family in ("mistral", "phi3", "gemma2", "gemma3"):
         cfg["sliding_window"] = s.pop("sliding_window", None)
+    if family in ("gemma2", "gemma3"):
+        del cfg["hidden_act"]
+        cfg["hidden_activation"] = "gelu_pytorch_tanh"
     cfg.update(s)  # the rest as given: rope_scaling, use_sliding_window, layer_types ...
     # Biases: Qwen2's q, k and v always; attention_bias adds q, k, v and o (Llama, Qwen3).
     bias = {"q", "k", "v"} if family == "qwen2" else set()
@@ -149,8 +170,10 @@ def _config_and_shapes(shape: dict):
             shapes[p + "mlp.gate_up_proj.weight"] = (2 * H, D)
         out = {"q": NH * hd, "k": KV * hd, "v": KV * hd, "o": D}
         shapes.update({p + f"self_attn.{b}_proj.bias": (out[b],) for b in sorted(bias)})
-        if family == "qwen3":
+        if family in ("qwen3", "gemma3"):
             shapes.update({p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
+        if family in ("gemma2", "gemma3"):
+            shapes.update({p + "pre_feedforward_layernorm.weight": (D,), p + "post_feedforward_layernorm.weight": (D,)})
     if not cfg["tie_word_embeddings"]:
         shapes["lm_head.weight"] = (V, D)
     return cfg, shapes
