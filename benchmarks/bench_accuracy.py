@@ -17,10 +17,10 @@ native bf16 products) and without ("-fp32in": bf16 weights with fp32 inputs, "-p
 int8 kernel's 16-bit inputs).
 
 The shared SmolLM2-135M-Instruct Q4_1 GGUF (a real model in llama.cpp's 4-bit format) is scored
-teacher-forced over the first 513 tokens of the standard library's docstrings
+teacher-forced over four windows of 513 tokens of the standard library's docstrings
 (decodelab.testing.stdlib_docstrings): each dtype's top-1 agreement with the file's exact values
-(dtype="float32") over 512 positions, and the perplexity of each, next to llama.cpp's own logits
-for the same file and tokens (llama-cpp-python, where installed). --only-gguf runs that part alone.
+(dtype="float32") over 512 positions per window, and the perplexity of each, next to llama.cpp's
+own logits for the same file and tokens (llama-cpp-python, where installed). --only-gguf runs that part alone.
 """
 import argparse
 import json
@@ -53,32 +53,45 @@ def nll(logits, ids):
 GGUF = os.path.join(MODELS, "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
-def gguf_rows(threads):
-    """SmolLM2 Q4_1: top-1 agreement with dtype="float32" and perplexity over 512 positions of real
-    text, for our dtypes and for llama.cpp on the same file and token ids."""
+def gguf_rows(threads, windows=4):
+    """SmolLM2 Q4_1: top-1 agreement with dtype="float32", mean |logit error| and perplexity over
+    consecutive windows of 513 tokens of real text (512 positions each), for our dtypes and for
+    llama.cpp on the same file and token ids. The first window's figures are the row's; every
+    window's agreement is in per_window."""
     ref = decodelab.load(GGUF, dtype="float32", threads=threads)
-    ids = ref.tokenizer.encode(testing.stdlib_docstrings())[:513]
-    base = ref.forward(ids)
-    del ref
-    results = {"float32": base}
-    for dtype in ("int4", "int8", "bfloat16"):
-        results[dtype] = decodelab.load(GGUF, dtype=dtype, threads=threads).forward(ids)
+    text = ref.tokenizer.encode(testing.stdlib_docstrings())
+    spans = [text[513 * w:513 * (w + 1)] for w in range(windows) if len(text) >= 513 * (w + 1)]
+    models = {d: decodelab.load(GGUF, dtype=d, threads=threads) for d in ("int4", "int8", "bfloat16")}
     try:
         import llama_cpp
     except ImportError:
         print("llama-cpp-python is not installed: no llama.cpp row", file=sys.stderr)
+        llm = None
     else:
         llm = llama_cpp.Llama(model_path=GGUF, n_ctx=1024, n_batch=512, n_threads=threads, logits_all=True,
                               verbose=False)
-        llm.eval(ids)
-        results["llama.cpp"] = np.array(llm.scores[:len(ids)], dtype=np.float32)
+    stats = {name: [] for name in ["float32", *models, *(["llama.cpp"] if llm else [])]}
+    for ids in spans:
+        base = ref.forward(ids)
+        results = {"float32": base, **{d: m.forward(ids) for d, m in models.items()}}
+        if llm:
+            llm.reset()
+            llm.eval(ids)
+            results["llama.cpp"] = np.array(llm.scores[:len(ids)], dtype=np.float32)
+        for name, lg in results.items():  # the 512 positions that predict a next token
+            d = np.abs(lg - base)[:-1]
+            stats[name].append({"agree": float(np.mean(lg[:-1].argmax(1) == base[:-1].argmax(1))),
+                                "mean_err": float(d.mean()), "max_err": float(d.max()),
+                                "max_abs_logit": float(np.abs(base).max()),
+                                "perplexity": float(np.exp(nll(lg, np.asarray(ids))))})
     rows = []
-    for name, lg in results.items():  # the 512 positions that predict a next token
-        d = np.abs(lg - base)[:-1]
-        rows.append({"model": "smollm2-135m Q4_1", "dtype": name, "path": "forward", "kv_cache": "-",
-                     "tokens": len(ids) - 1, "max_abs_logit_err": float(d.max()), "mean_abs_logit_err": float(d.mean()),
-                     "argmax_agreement": float(np.mean(lg[:-1].argmax(1) == base[:-1].argmax(1))),
-                     "max_abs_logit": float(np.abs(base).max()), "perplexity": float(np.exp(nll(lg, np.asarray(ids))))})
+    for name, per in stats.items():
+        first = per[0]
+        rows.append({"model": "smollm2-135m Q4_1", "dtype": name, "path": "forward", "kv_cache": "-", "tokens": 512,
+                     "max_abs_logit_err": first["max_err"], "mean_abs_logit_err": first["mean_err"],
+                     "argmax_agreement": first["agree"], "max_abs_logit": first["max_abs_logit"],
+                     "perplexity": first["perplexity"], "per_window": per,
+                     "mean_argmax_agreement": float(np.mean([w["agree"] for w in per]))})
     return rows
 
 
@@ -129,6 +142,10 @@ def main():
                 if name == "stories260K":
                     row["perplexity"] = float(np.exp(nll(lg, np.asarray(ids))))
                 rows.append(row)
+    for r in rows:
+        if "per_window" in r:
+            print(f"{r['model']} {r['dtype']:<10} top-1 agreement per window of 512: "
+                  + " ".join(f"{w['agree']:.3f}" for w in r["per_window"]) + f"  (mean {r['mean_argmax_agreement']:.3f})")
     print(f"{'model':<12} {'dtype':<15} {'path':<8} {'KV':<9} {'tokens':>6} {'max |err|':>10} {'mean |err|':>11} "
           f"{'argmax agree':>13} {'perplexity':>11}")
     for r in rows:

@@ -262,14 +262,17 @@ def test_the_adapter_refuses_a_chain_that_picks_the_token():
 def test_int4_keeps_the_files_4_bit_values_and_agrees_with_fp32(ours):
     """The Q4_1 file's default, int4: its layers are the file's own 4-bit values (only the
     activations are rounded, to int8 per block of 32, as llama.cpp rounds them), in fewer bytes
-    than int8; teacher-forced top-1 agreement with the exact fp32 read over 512 positions of real
-    text (the standard library's docstrings) is at least 97 % (bench_accuracy.py reports it with the
-    perplexities and llama.cpp's figure)."""
+    than int8. Teacher-forced over 2048 positions of real text (the standard library's
+    docstrings, four windows of 512): top-1 agreement with the exact fp32 read of at least 96.5 %
+    and a mean |logit error| below 0.17. Per window of 512 both decodelab (95.5-97.3 %) and
+    llama.cpp on the same file (96.7-98.2 %) land on either side of 97 %: the flips are near-ties,
+    at the same mean error (bench_accuracy.py --only-gguf reports the first window)."""
     q4 = decodelab.load(PATH)
     q8 = decodelab.load(PATH, dtype="int8")
     assert q4.dtype == "int4" and q4.weight_bytes["quantized"] < 0.85 * q8.weight_bytes["quantized"]
-    ids = ours.tokenizer.encode(testing.stdlib_docstrings())[:513]
-    agree = (q4.forward(ids[:512]).argmax(-1) == ours.forward(ids[:512]).argmax(-1)).mean()
-    assert agree >= 0.97, agree
+    ids = ours.tokenizer.encode(testing.stdlib_docstrings())[:2048]
+    a, b = q4.forward(ids), ours.forward(ids)
+    agree, err = (a.argmax(-1) == b.argmax(-1)).mean(), np.abs(a - b).mean()
+    assert agree >= 0.965 and err < 0.17, (agree, err)
     assert "Paris" in q4.chat([{"role": "user", "content": "What is the capital of France? Answer in one word."}],
                               max_new_tokens=8).text
