@@ -8,7 +8,8 @@ by default where the CPU has native bf16 (else the same as the next), and "bf16-
 matmul on weights widened per call, as with load(bf16_matmul=False); int8: the bf16 matmul on the
 int8 values, as load() runs by default where the CPU has native bf16 (else the panels), and
 "int8-panels" the integer panel kernel, as with
-load(bf16_matmul=False); w8a8: the integer panel kernel). The timing binding converts the fp32
+load(bf16_matmul=False); w8a8: the integer panel kernel; int4: the 4-bit panel kernel on inputs
+rounded to int8 per 32). The timing binding converts the fp32
 weights once per call, untimed, and
 times each of `--repeats` products on that copy. Rounds are interleaved across dtypes and each
 keeps its best product, as this shared host's speed drifts. `--rows 1` times the one-row (decode)
@@ -21,7 +22,7 @@ import numpy as np
 
 from decodelab._native import _core
 
-DTYPES = ["float32", "bfloat16", "bf16-fp32in", "int8", "int8-panels", "w8a8"]
+DTYPES = ["float32", "bfloat16", "bf16-fp32in", "int8", "int8-panels", "w8a8", "int4"]
 
 
 def seconds(x, w, d, repeats):
