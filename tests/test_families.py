@@ -188,7 +188,7 @@ def test_sampling_defaults_come_from_generation_config(tmp_path):
         decodelab.load(folder)
 
 
-@pytest.mark.parametrize("shape", ["qwen2-tiny", "qwen3-tiny", "llama3-tiny"])
+@pytest.mark.parametrize("shape", ["qwen2-tiny", "qwen3-tiny", "llama3-tiny", "pythia-tiny"])
 def test_gguf_export_and_load_per_family(tmp_path, shape):
     """Our exporter writes each family as llama.cpp names it (qwen2, qwen3; Llama 3's RoPE factors in
     rope_freqs): decodelab reads the file back as the same model, and llama.cpp's logits on it
@@ -199,7 +199,8 @@ def test_gguf_export_and_load_per_family(tmp_path, shape):
     folder = testing.write_checkpoint(str(tmp_path / "hf"), shape, byte_tokenizer=True)
     out = gguf_export.export(folder, str(tmp_path / "m.gguf"))
     with GGUFFile(out) as g:
-        assert g.metadata["general.architecture"] == {"qwen2-tiny": "qwen2", "qwen3-tiny": "qwen3"}.get(shape, "llama")
+        assert g.metadata["general.architecture"] == {"qwen2-tiny": "qwen2", "qwen3-tiny": "qwen3",
+                                                      "pythia-tiny": "gptneox"}.get(shape, "llama")
     ours, ref = decodelab.load(out), decodelab.load(folder)
     assert (ours.config.family, ours.config.qkv_bias, ours.config.qk_norm) == \
         (ref.config.family, ref.config.qkv_bias, ref.config.qk_norm)

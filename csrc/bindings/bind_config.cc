@@ -35,6 +35,7 @@ void register_config(py::module_& m) {
       .def_readwrite("rope_long_inv_freq", &ModelConfig::rope_long_inv_freq)
       .def_readwrite("rotary_dim", &ModelConfig::rotary_dim)
       .def_readwrite("parallel_residual", &ModelConfig::parallel_residual)
+      .def_readwrite("qkv_per_head", &ModelConfig::qkv_per_head)
       .def_readwrite("embed_scale", &ModelConfig::embed_scale)
       .def_readwrite("norm_plus_one", &ModelConfig::norm_plus_one)
       .def_readwrite("sandwich_norms", &ModelConfig::sandwich_norms)

@@ -599,7 +599,7 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
     } else {
       float* qkv = ws.qkv.data();
       linear(h, R, l.qkv, qkv);
-      const bool per_head = cfg_.is_neox();  // [q_h | k_h | v_h] per head, else [q | k | v]
+      const bool per_head = cfg_.is_neox() && cfg_.qkv_per_head;  // [q_h | k_h | v_h] per head, else [q | k | v]
       for_each_index(R, R >= 32, [&](int64_t r) {
         const float* row = qkv + static_cast<size_t>(r) * (QD + 2 * KVD);
         if (per_head) {

@@ -31,6 +31,7 @@ class ModelConfig:
     rope_long_inv_freq: List[float]
     rotary_dim: int
     parallel_residual: bool
+    qkv_per_head: bool
     embed_scale: float
     norm_plus_one: bool
     sandwich_norms: bool

@@ -46,6 +46,7 @@ class ModelConfig:
     rope: rope_params.Rope = rope_params.Rope()
     rotary_dim: int = 0            # GPT-NeoX: the values of each head RoPE rotates (0: all)
     parallel_residual: bool = True  # GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
+    qkv_per_head: bool = True      # GPT-NeoX: fused rows per head (Hugging Face), else [q | k | v] (GGUF)
     gemma: Optional[dict] = None   # Gemma 2 / 3: embed_scale, attn_scale, attn_softcap, final_softcap
     rope_local: Optional[rope_params.Rope] = None  # Gemma 3: the sliding layers' RoPE
     # generation_config.json's sampling options (loading.generation_defaults): what generate()
@@ -82,6 +83,7 @@ class ModelConfig:
         c.rope_long_inv_freq = list(self.rope.long_inv_freq or [])
         c.rotary_dim = self.rotary_dim
         c.parallel_residual = self.parallel_residual
+        c.qkv_per_head = self.qkv_per_head
         if self.gemma:
             c.norm_plus_one = c.sandwich_norms = c.gelu_gate = True
             c.embed_scale = self.gemma["embed_scale"]

@@ -190,9 +190,44 @@ def export(folder, out, tensor_type="F32"):
             names[f"blk.{i}.ffn_gate.weight"] = t[h + "mlp.gate_proj.weight"]
             names[f"blk.{i}.ffn_up.weight"] = t[h + "mlp.up_proj.weight"]
             names[f"blk.{i}.ffn_down.weight"] = t[h + "mlp.down_proj.weight"]
+    elif cfg["model_type"] == "gpt_neox":
+        from .config import from_hf_dict
+
+        model = from_hf_dict(cfg)
+        if model.rope.rope_type != "default":
+            raise ValueError(f"rope scaling {model.rope.rope_type!r} is not exported for gpt_neox")
+        arch = "gptneox"
+        D, L, nh, hd = model.hidden_size, model.n_layers, model.n_heads, model.head_dim
+        w = gguf.GGUFWriter(out, arch)
+        w.add_context_length(model.max_position_embeddings)
+        w.add_embedding_length(D)
+        w.add_feed_forward_length(model.intermediate_size)
+        w.add_block_count(L)
+        w.add_head_count(nh)
+        w.add_rope_dimension_count(model.rotary_dim or hd)
+        w.add_rope_freq_base(model.rope_theta)
+        w.add_parallel_residual(model.parallel_residual)
+        w.add_layer_norm_eps(model.norm_eps)
+        names = {"token_embd.weight": t["gpt_neox.embed_in.weight"],
+                 "output_norm.weight": t["gpt_neox.final_layer_norm.weight"],
+                 "output_norm.bias": t["gpt_neox.final_layer_norm.bias"]}
+        if not model.tie_word_embeddings:
+            names["output.weight"] = t["embed_out.weight"]
+        for i in range(L):
+            h = f"gpt_neox.layers.{i}."
+            for src, dst in (("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"),
+                             ("attention.dense", "attn_output"), ("mlp.dense_h_to_4h", "ffn_up"),
+                             ("mlp.dense_4h_to_h", "ffn_down")):
+                names[f"blk.{i}.{dst}.weight"] = t[h + src + ".weight"]
+                names[f"blk.{i}.{dst}.bias"] = t[h + src + ".bias"]
+            # Hugging Face's rows go [q_h | k_h | v_h] per head; llama.cpp's [q | k | v].
+            qkv_w, qkv_b = t[h + "attention.query_key_value.weight"], t[h + "attention.query_key_value.bias"]
+            names[f"blk.{i}.attn_qkv.weight"] = np.ascontiguousarray(
+                qkv_w.reshape(nh, 3, hd, D).transpose(1, 0, 2, 3).reshape(3 * D, D))
+            names[f"blk.{i}.attn_qkv.bias"] = np.ascontiguousarray(qkv_b.reshape(nh, 3, hd).transpose(1, 0, 2).reshape(-1))
     else:
-        raise ValueError(f"model_type {cfg['model_type']!r}: only gpt2, llama, mistral, qwen2 and qwen3 are "
-                         "exported")
+        raise ValueError(f"model_type {cfg['model_type']!r}: only gpt2, gpt_neox, llama, mistral, qwen2 and qwen3 "
+                         "are exported")
     w.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
                      "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q5_1": gguf.LlamaFileType.MOSTLY_Q5_1,
                      "Q5_0": gguf.LlamaFileType.MOSTLY_Q5_0, "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,

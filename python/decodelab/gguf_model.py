@@ -24,7 +24,7 @@ from . import rope as rope_params
 from .config import ModelConfig
 from .gguf_file import GGUFFile
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3", "gpt2")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "gptneox", "gpt2")
 _DIRECT = {"F32": "F32", "F16": "F16", "BF16": "BF16"}  # types the engine maps in place
 
 # GGUF tensor names (llama.cpp's llama-arch.cpp) -> the engine's.
@@ -48,9 +48,19 @@ _GPT2_LAYER = {f"{src}.{kind}": f"{dst}.{kind}" for kind in ("weight", "bias") f
                 ("attn_output", "attn.c_proj"), ("ffn_up", "mlp.c_fc"), ("ffn_down", "mlp.c_proj"))}
 
 
+_NEOX_GLOBAL = {"token_embd.weight": "gpt_neox.embed_in.weight", "output.weight": "embed_out.weight",
+                "output_norm.weight": "gpt_neox.final_layer_norm.weight",
+                "output_norm.bias": "gpt_neox.final_layer_norm.bias"}
+_NEOX_LAYER = {f"{src}.{kind}": f"{dst}.{kind}" for kind in ("weight", "bias") for src, dst in
+               (("attn_norm", "input_layernorm"), ("ffn_norm", "post_attention_layernorm"),
+                ("attn_qkv", "attention.query_key_value"), ("attn_output", "attention.dense"),
+                ("ffn_up", "mlp.dense_h_to_4h"), ("ffn_down", "mlp.dense_4h_to_h"))}
+
+
 def _engine_name(name: str, n_layers: int, arch: str = "llama") -> Optional[str]:
-    top, layer, prefix = (_GLOBAL, _LAYER, "model.layers.") if arch != "gpt2" else \
-        (_GPT2_GLOBAL, _GPT2_LAYER, "transformer.h.")
+    top, layer, prefix = {"gpt2": (_GPT2_GLOBAL, _GPT2_LAYER, "transformer.h."),
+                          "gpt_neox": (_NEOX_GLOBAL, _NEOX_LAYER, "gpt_neox.layers.")}.get(
+                              arch, (_GLOBAL, _LAYER, "model.layers."))
     if name in top:
         return top[name]
     parts = name.split(".", 2)
@@ -93,7 +103,9 @@ def config_from_gguf(g: GGUFFile) -> ModelConfig:
     if arch != "gpt2" and _int(g, f"{arch}.attention.value_length", head_dim, hi=1024) != head_dim:
         raise ValueError(f"{g.path}: {arch}.attention.value_length differs from key_length {head_dim}")
     rot = _int(g, f"{arch}.rope.dimension_count", head_dim, hi=1 << 16) if arch != "gpt2" else head_dim
-    if rot != head_dim:
+    if arch == "gptneox" and (rot < 2 or rot % 2 or rot > head_dim):
+        raise ValueError(f"{g.path}: gptneox.rope.dimension_count {rot} must be even and in [2, {head_dim}]")
+    if rot != head_dim and arch != "gptneox":
         raise ValueError(f"{g.path}: {arch}.rope.dimension_count {rot} differs from the head size {head_dim}; "
                          "partial rotary embeddings are not supported")
     if "token_embd.weight" not in g.tensors:
@@ -113,6 +125,18 @@ def config_from_gguf(g: GGUFFile) -> ModelConfig:
            if k in g.metadata]
     bos = _int(g, "tokenizer.ggml.bos_token_id", lo=0, hi=vocab - 1) \
         if "tokenizer.ggml.bos_token_id" in g.metadata else None
+    if arch == "gptneox":  # llama.cpp's converter stores the fused q/k/v rows as [q | k | v]
+        theta = _float(g, "gptneox.rope.freq_base", 10000.0, 1.0, 1e12)
+        return ModelConfig(arch="gpt_neox", family="gpt_neox", n_layers=_int(g, "gptneox.block_count", hi=1024),
+                           hidden_size=hidden, n_heads=heads, n_kv_heads=heads, head_dim=head_dim,
+                           intermediate_size=_int(g, "gptneox.feed_forward_length", 4 * hidden, hi=1 << 20),
+                           vocab_size=vocab, max_position_embeddings=_int(g, "gptneox.context_length", hi=1 << 22),
+                           norm_eps=_float(g, "gptneox.attention.layer_norm_epsilon", 1e-5, 1e-12, 1.0),
+                           rope_theta=theta, rope=rope_params.Rope("default", theta),
+                           rotary_dim=rot if rot < head_dim else 0,
+                           parallel_residual=bool(g.metadata.get("gptneox.use_parallel_residual", True)),
+                           qkv_per_head=False, tie_word_embeddings="output.weight" not in g.tensors,
+                           bos_token_id=bos, eos_token_id=sorted(set(eos)) or None, source="gguf")
     if arch == "gpt2":
         return ModelConfig(arch="gpt2", n_layers=_int(g, "gpt2.block_count", hi=1024), hidden_size=hidden,
                            n_heads=heads, n_kv_heads=heads, head_dim=head_dim,

@@ -37,6 +37,8 @@ struct ModelConfig {
   // parallel residual x + attn(ln1(x)) + mlp(ln2(x)) (false: one after the other).
   int rotary_dim = 0;
   bool parallel_residual = true;
+  bool qkv_per_head = true;  // GPT-NeoX: the fused rows go [q_h | k_h | v_h] per head (Hugging Face),
+                             // else [q | k | v] (llama.cpp's GGUF)
   // Gemma 2 and 3 (Llama family): embeddings times embed_scale (0: none); RMSNorm weights applied
   // as 1 + w; sandwich norms (the attention's and the MLP's outputs normalised too, the MLP's input
   // by pre_feedforward_layernorm); the MLP gate through tanh-GELU instead of SiLU; scores scaled by
