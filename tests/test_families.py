@@ -188,26 +188,36 @@ def test_sampling_defaults_come_from_generation_config(tmp_path):
         decodelab.load(folder)
 
 
-@pytest.mark.parametrize("shape", ["qwen2-tiny", "qwen3-tiny", "llama3-tiny", "pythia-tiny"])
-def test_gguf_export_and_load_per_family(tmp_path, shape):
-    """Our exporter writes each family as llama.cpp names it (qwen2, qwen3; Llama 3's RoPE factors in
-    rope_freqs): decodelab reads the file back as the same model, and llama.cpp's logits on it
-    agree with the folder's."""
+@pytest.mark.parametrize("shape,arch,overrides", [
+    ("qwen2-tiny", "qwen2", {}), ("qwen3-tiny", "qwen3", {}), ("llama3-tiny", "llama", {}),
+    ("pythia-tiny", "gptneox", {}), ("gemma2-tiny", "gemma2", {"query_pre_attn_scalar": 32})])
+def test_gguf_export_and_load_per_family(tmp_path, shape, arch, overrides):
+    """Our exporter writes each family as llama.cpp names it (Llama 3's RoPE factors in rope_freqs,
+    GPT-NeoX's q/k/v rows as [q | k | v], Gemma 2's norms as 1 + w): decodelab reads the file back as
+    the same model, and llama.cpp's logits on it agree with the folder's."""
     from decodelab import gguf_export
     from decodelab.gguf_file import GGUFFile
 
-    folder = testing.write_checkpoint(str(tmp_path / "hf"), shape, byte_tokenizer=True)
+    folder = testing.write_checkpoint(str(tmp_path / "hf"), dict(testing.SHAPES[shape], **overrides),
+                                      byte_tokenizer=True)
     out = gguf_export.export(folder, str(tmp_path / "m.gguf"))
     with GGUFFile(out) as g:
-        assert g.metadata["general.architecture"] == {"qwen2-tiny": "qwen2", "qwen3-tiny": "qwen3",
-                                                      "pythia-tiny": "gptneox"}.get(shape, "llama")
+        assert g.metadata["general.architecture"] == arch
     ours, ref = decodelab.load(out), decodelab.load(folder)
-    assert (ours.config.family, ours.config.qkv_bias, ours.config.qk_norm) == \
-        (ref.config.family, ref.config.qkv_bias, ref.config.qk_norm)
+    assert (ours.config.family, ours.config.qkv_bias, ours.config.qk_norm, ours.config.sliding_window) == \
+        (ref.config.family, ref.config.qkv_bias, ref.config.qk_norm, ref.config.sliding_window)
     ids = _prompt(ref.config.vocab_size, 80, 6)
     np.testing.assert_allclose(ours.forward(ids), ref.forward(ids), atol=TOL, rtol=0)
     pytest.importorskip("llama_cpp", reason="llama-cpp-python runs the exported file")
     assert gguf_export.check(folder, out, n_tokens=48) < 2e-3
+
+
+def test_gemma2_scaling_llama_cpp_does_not_run_is_not_exported(tmp_path):
+    from decodelab import gguf_export
+
+    folder = testing.write_checkpoint(str(tmp_path / "hf"), "gemma2-tiny")  # query_pre_attn_scalar 24, head 32
+    with pytest.raises(ValueError, match="a query_pre_attn_scalar other than head_dim"):
+        gguf_export.export(folder, str(tmp_path / "m.gguf"))
 
 
 def test_sliding_window_models_are_not_exported(tmp_path):

@@ -85,7 +85,8 @@ class ModelConfig:
         c.parallel_residual = self.parallel_residual
         c.qkv_per_head = self.qkv_per_head
         if self.gemma:
-            c.norm_plus_one = c.sandwich_norms = c.gelu_gate = True
+            c.sandwich_norms = c.gelu_gate = True
+            c.norm_plus_one = self.gemma.get("norm_plus_one", True)  # GGUF files store 1 + w already
             c.embed_scale = self.gemma["embed_scale"]
             c.attn_scale = self.gemma["attn_scale"]
             c.attn_softcap = self.gemma["attn_softcap"]

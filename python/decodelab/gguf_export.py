@@ -190,6 +190,44 @@ def export(folder, out, tensor_type="F32"):
             names[f"blk.{i}.ffn_gate.weight"] = t[h + "mlp.gate_proj.weight"]
             names[f"blk.{i}.ffn_up.weight"] = t[h + "mlp.up_proj.weight"]
             names[f"blk.{i}.ffn_down.weight"] = t[h + "mlp.down_proj.weight"]
+    elif cfg["model_type"] == "gemma2":
+        from .config import from_hf_dict
+
+        model = from_hf_dict(cfg)
+        D, L, hd = model.hidden_size, model.n_layers, model.head_dim
+        if abs(model.gemma["attn_scale"] - hd ** -0.5) > 1e-12:
+            raise ValueError("llama.cpp scales Gemma 2's scores by head_dim^-0.5: a query_pre_attn_scalar other than "
+                             f"head_dim ({hd}) would not be the same model there")
+        window = max(model.sliding_window or (0,))
+        if model.sliding_window and model.sliding_window != tuple(window if i % 2 == 0 else 0 for i in range(L)):
+            raise ValueError("llama.cpp runs Gemma 2 with sliding windows on every other layer from the first; "
+                             "these layer_types differ")
+        arch = "gemma2"
+        w = gguf.GGUFWriter(out, arch)
+        w.add_context_length(model.max_position_embeddings)
+        w.add_embedding_length(D)
+        w.add_feed_forward_length(model.intermediate_size)
+        w.add_block_count(L)
+        w.add_head_count(model.n_heads)
+        w.add_head_count_kv(model.n_kv_heads)
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+        w.add_rope_freq_base(model.rope_theta)
+        w.add_layer_norm_rms_eps(model.norm_eps)
+        w.add_attn_logit_softcapping(model.gemma["attn_softcap"])
+        w.add_final_logit_softcapping(model.gemma["final_softcap"])
+        w.add_sliding_window(window)
+        # llama.cpp stores Gemma's norm weights as the 1 + w they are applied as.
+        names = {"token_embd.weight": t["model.embed_tokens.weight"], "output_norm.weight": 1 + t["model.norm.weight"]}
+        for i in range(L):
+            h = f"model.layers.{i}."
+            for src, dst in (("input_layernorm", "attn_norm"), ("post_attention_layernorm", "post_attention_norm"),
+                             ("pre_feedforward_layernorm", "ffn_norm"), ("post_feedforward_layernorm", "post_ffw_norm")):
+                names[f"blk.{i}.{dst}.weight"] = 1 + t[h + src + ".weight"]
+            for src, dst in (("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"), ("self_attn.v_proj", "attn_v"),
+                             ("self_attn.o_proj", "attn_output"), ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"),
+                             ("mlp.down_proj", "ffn_down")):
+                names[f"blk.{i}.{dst}.weight"] = t[h + src + ".weight"]
     elif cfg["model_type"] == "gpt_neox":
         from .config import from_hf_dict
 
@@ -226,8 +264,8 @@ def export(folder, out, tensor_type="F32"):
                 qkv_w.reshape(nh, 3, hd, D).transpose(1, 0, 2, 3).reshape(3 * D, D))
             names[f"blk.{i}.attn_qkv.bias"] = np.ascontiguousarray(qkv_b.reshape(nh, 3, hd).transpose(1, 0, 2).reshape(-1))
     else:
-        raise ValueError(f"model_type {cfg['model_type']!r}: only gpt2, gpt_neox, llama, mistral, qwen2 and qwen3 "
-                         "are exported")
+        raise ValueError(f"model_type {cfg['model_type']!r}: only gpt2, gpt_neox, gemma2, llama, mistral, qwen2 and "
+                         "qwen3 are exported")
     w.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
                      "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q5_1": gguf.LlamaFileType.MOSTLY_Q5_1,
                      "Q5_0": gguf.LlamaFileType.MOSTLY_Q5_0, "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,

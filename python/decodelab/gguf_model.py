@@ -24,7 +24,7 @@ from . import rope as rope_params
 from .config import ModelConfig
 from .gguf_file import GGUFFile
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3", "gptneox", "gpt2")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma2", "gptneox", "gpt2")
 _DIRECT = {"F32": "F32", "F16": "F16", "BF16": "BF16"}  # types the engine maps in place
 
 # GGUF tensor names (llama.cpp's llama-arch.cpp) -> the engine's.
@@ -57,9 +57,16 @@ _NEOX_LAYER = {f"{src}.{kind}": f"{dst}.{kind}" for kind in ("weight", "bias") f
                 ("ffn_up", "mlp.dense_h_to_4h"), ("ffn_down", "mlp.dense_4h_to_h"))}
 
 
+# Gemma 2's norms around the attention and the MLP (llama.cpp's names for its sandwich).
+_GEMMA_LAYER = dict(_LAYER, **{"post_attention_norm.weight": "post_attention_layernorm.weight",
+                               "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+                               "post_ffw_norm.weight": "post_feedforward_layernorm.weight"})
+
+
 def _engine_name(name: str, n_layers: int, arch: str = "llama") -> Optional[str]:
     top, layer, prefix = {"gpt2": (_GPT2_GLOBAL, _GPT2_LAYER, "transformer.h."),
-                          "gpt_neox": (_NEOX_GLOBAL, _NEOX_LAYER, "gpt_neox.layers.")}.get(
+                          "gpt_neox": (_NEOX_GLOBAL, _NEOX_LAYER, "gpt_neox.layers."),
+                          "gemma2": (_GLOBAL, _GEMMA_LAYER, "model.layers.")}.get(
                               arch, (_GLOBAL, _LAYER, "model.layers."))
     if name in top:
         return top[name]
@@ -146,7 +153,15 @@ def config_from_gguf(g: GGUFFile) -> ModelConfig:
                            tie_word_embeddings="output.weight" not in g.tensors, bos_token_id=bos,
                            eos_token_id=sorted(set(eos)) or None, source="gguf")
     theta = _float(g, f"{arch}.rope.freq_base", 10000.0, 1.0, 1e12)
-    return ModelConfig(arch="llama", family=arch, n_layers=_int(g, f"{arch}.block_count", hi=1024),
+    n_layers = _int(g, f"{arch}.block_count", hi=1024)
+    gemma, windows = None, None
+    if arch == "gemma2":  # norms stored as 1 + w; scores scaled by head_dim^-0.5 as llama.cpp does
+        gemma = {"embed_scale": float(np.float32(hidden ** 0.5)), "attn_scale": head_dim ** -0.5,
+                 "attn_softcap": _float(g, "gemma2.attn_logit_softcapping", 0.0, 0.0, 1e6),
+                 "final_softcap": _float(g, "gemma2.final_logit_softcapping", 0.0, 0.0, 1e6), "norm_plus_one": False}
+        window = _int(g, "gemma2.attention.sliding_window", 0, lo=0, hi=1 << 22)
+        windows = tuple(window if i % 2 == 0 else 0 for i in range(n_layers)) if window else None
+    return ModelConfig(arch="llama", family=arch, gemma=gemma, sliding_window=windows, n_layers=n_layers,
                        hidden_size=hidden, n_heads=heads, n_kv_heads=kv, head_dim=head_dim,
                        intermediate_size=_int(g, f"{arch}.feed_forward_length", hi=1 << 20), vocab_size=vocab,
                        max_position_embeddings=_int(g, f"{arch}.context_length", hi=1 << 22),
@@ -205,7 +220,7 @@ def weight_table(g: GGUFFile, config: ModelConfig) -> Tuple[List[str], list, Opt
     offset = 0
     try:
         for name, t in g.tensors.items():
-            target = _engine_name(name, config.n_layers, config.arch)
+            target = _engine_name(name, config.n_layers, "gemma2" if config.family == "gemma2" else config.arch)
             if target is None:
                 continue  # a tensor the engine does not read (rope_freqs, ...)
             shape = [int(d) for d in t.shape[::-1]]
