@@ -80,7 +80,10 @@ def gguf_rows(threads, windows=4):
             results["llama.cpp"] = np.array(llm.scores[:len(ids)], dtype=np.float32)
         for name, lg in results.items():  # the 512 positions that predict a next token
             d = np.abs(lg - base)[:-1]
+            top2 = np.sort(base[:-1], axis=1)[:, -2:]
             stats[name].append({"agree": float(np.mean(lg[:-1].argmax(1) == base[:-1].argmax(1))),
+                                # positions where fp32's top two are within 0.1: where flips can happen
+                                "near_ties": int(np.sum(top2[:, 1] - top2[:, 0] < 0.1)),
                                 "mean_err": float(d.mean()), "max_err": float(d.max()),
                                 "max_abs_logit": float(np.abs(base).max()),
                                 "perplexity": float(np.exp(nll(lg, np.asarray(ids))))})
@@ -145,7 +148,8 @@ def main():
     for r in rows:
         if "per_window" in r:
             print(f"{r['model']} {r['dtype']:<10} top-1 agreement per window of 512: "
-                  + " ".join(f"{w['agree']:.3f}" for w in r["per_window"]) + f"  (mean {r['mean_argmax_agreement']:.3f})")
+                  + " ".join(f"{w['agree']:.3f}" for w in r["per_window"]) + f"  (mean {r['mean_argmax_agreement']:.3f}; "
+                  "fp32 top-2 margins under 0.1: " + " ".join(str(w["near_ties"]) for w in r["per_window"]) + ")")
     print(f"{'model':<12} {'dtype':<15} {'path':<8} {'KV':<9} {'tokens':>6} {'max |err|':>10} {'mean |err|':>11} "
           f"{'argmax agree':>13} {'perplexity':>11}")
     for r in rows:

@@ -59,6 +59,7 @@ void layernorm(const float* x, const float* w, const float* b, int T, int dim, f
 void gelu_tanh_inplace(float* x, size_t n) { isa::gelu_tanh_inplace(x, n); }
 void gelu_erf_inplace(float* x, size_t n) { isa::gelu_erf_inplace(x, n); }
 void gelu_tanh_mul(const float* gate, const float* up, float* out, size_t n) { isa::gelu_tanh_mul(gate, up, out, n); }
+void softcap_inplace(float* x, size_t n, float cap) { isa::softcap_inplace(x, n, cap); }
 void silu_mul(const float* gate, const float* up, float* out, size_t n) { isa::silu_mul(gate, up, out, n); }
 void add_inplace(float* x, const float* y, size_t n) { isa::add_inplace(x, y, n); }
 void rope(float* x, int T, int n_heads, int head_dim, int p0, const float* cos_table, const float* sin_table,

@@ -50,6 +50,16 @@ void add_inplace(float* x, const float* y, size_t n) {
   });
 }
 
+void softcap_inplace(float* x, size_t n, float cap) {
+  constexpr size_t kChunk = 16384;
+  const long n_chunks = static_cast<long>((n + kChunk - 1) / kChunk);
+  for_each_index(n_chunks, n_chunks > 1, [&](int64_t ch) {
+    const size_t lo = static_cast<size_t>(ch) * kChunk, len = std::min(kChunk, n - lo);
+    Eigen::Map<Eigen::ArrayXf> v(x + lo, static_cast<Eigen::Index>(len));
+    v = (v / cap).tanh() * cap;
+  });
+}
+
 void gelu_tanh_mul(const float* gate, const float* up, float* out, size_t n) {
   const float c = std::sqrt(2.0f / static_cast<float>(M_PI));
   constexpr size_t kChunk = 16384;

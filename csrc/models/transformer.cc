@@ -100,6 +100,7 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     }
   };
   layers_.resize(cfg_.n_layers);
+  std::string head_name = cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";  // Llama's
   // An RMSNorm weight as the kernels apply it: Gemma's 1 + w, computed once here in fp32.
   auto norm_w = [&](const std::string& name, int64_t n) -> const float* {
     const float* w = W.f32(name, {n});
@@ -144,43 +145,39 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
       lm_head_.w = W.f32("lm_head.weight", {V, D});
     else if (cfg_.tie_word_embeddings && tok_embed_)
       lm_head_.w = tok_embed_;
-  } else if (cfg_.is_neox()) {
-    // GPT-NeoX (Pythia): nn.Linear layers with biases, LayerNorms with biases, one fused q/k/v
-    // matrix whose rows go head by head [q_h | k_h | v_h], split after the product.
-    tok_embed_ = W.f32("gpt_neox.embed_in.weight", {V, D});
-    for (int i = 0; i < cfg_.n_layers; ++i) {
-      const std::string p = "gpt_neox.layers." + L(i) + ".";
-      Layer& l = layers_[i];
-      l.norm1_w = W.f32(p + "input_layernorm.weight", {D});
-      l.norm1_b = W.f32(p + "input_layernorm.bias", {D});
-      l.norm2_w = W.f32(p + "post_attention_layernorm.weight", {D});
-      l.norm2_b = W.f32(p + "post_attention_layernorm.bias", {D});
-      lin(l.qkv, p + "attention.query_key_value", D, 3 * D, false, true);
-      lin(l.o, p + "attention.dense", D, D, false, true);
-      lin(l.fc, p + "mlp.dense_h_to_4h", D, H, false, true);
-      lin(l.down, p + "mlp.dense_4h_to_h", H, D, false, true);
-    }
-    final_w_ = W.f32("gpt_neox.final_layer_norm.weight", {D});
-    final_b_ = W.f32("gpt_neox.final_layer_norm.bias", {D});
-    lm_head_.w = cfg_.tie_word_embeddings ? tok_embed_ : W.f32("embed_out.weight", {V, D});
   } else {
-    tok_embed_ = W.f32("transformer.wte.weight", {V, D});
-    pos_embed_ = W.f32("transformer.wpe.weight", {cfg_.max_position, D});
+    // GPT-2 and GPT-NeoX: LayerNorms and linear layers with biases, one fused q/k/v matrix (GPT-2's
+    // [q | k | v] in Conv1D's (in, out) layout; NeoX's rows head by head [q_h | k_h | v_h], split
+    // after the product). Only their names differ, and GPT-2's learned positions.
+    struct Names {
+      const char *embed, *layers, *ln1, *ln2, *qkv, *o, *fc, *down, *final_norm, *head;
+      bool conv1d;
+    };
+    const Names n = cfg_.is_neox()
+                        ? Names{"gpt_neox.embed_in", "gpt_neox.layers.", "input_layernorm", "post_attention_layernorm",
+                                "attention.query_key_value", "attention.dense", "mlp.dense_h_to_4h",
+                                "mlp.dense_4h_to_h", "gpt_neox.final_layer_norm", "embed_out", false}
+                        : Names{"transformer.wte", "transformer.h.", "ln_1", "ln_2", "attn.c_attn", "attn.c_proj",
+                                "mlp.c_fc", "mlp.c_proj", "transformer.ln_f", "lm_head", true};
+    const std::string embed = std::string(n.embed) + ".weight", final_norm = n.final_norm;
+    tok_embed_ = W.f32(embed, {V, D});
+    if (cfg_.is_gpt2()) pos_embed_ = W.f32("transformer.wpe.weight", {cfg_.max_position, D});
     for (int i = 0; i < cfg_.n_layers; ++i) {
-      const std::string p = "transformer.h." + L(i) + ".";
+      const std::string p = n.layers + L(i) + ".";
       Layer& l = layers_[i];
-      l.norm1_w = W.f32(p + "ln_1.weight", {D});
-      l.norm1_b = W.f32(p + "ln_1.bias", {D});
-      l.norm2_w = W.f32(p + "ln_2.weight", {D});
-      l.norm2_b = W.f32(p + "ln_2.bias", {D});
-      lin(l.qkv, p + "attn.c_attn", D, 3 * D, true, true);
-      lin(l.o, p + "attn.c_proj", D, D, true, true);
-      lin(l.fc, p + "mlp.c_fc", D, H, true, true);
-      lin(l.down, p + "mlp.c_proj", H, D, true, true);
+      l.norm1_w = W.f32(p + n.ln1 + ".weight", {D});
+      l.norm1_b = W.f32(p + n.ln1 + ".bias", {D});
+      l.norm2_w = W.f32(p + n.ln2 + ".weight", {D});
+      l.norm2_b = W.f32(p + n.ln2 + ".bias", {D});
+      lin(l.qkv, p + n.qkv, D, 3 * D, n.conv1d, true);
+      lin(l.o, p + n.o, D, D, n.conv1d, true);
+      lin(l.fc, p + n.fc, D, H, n.conv1d, true);
+      lin(l.down, p + n.down, H, D, n.conv1d, true);
     }
-    final_w_ = W.f32("transformer.ln_f.weight", {D});
-    final_b_ = W.f32("transformer.ln_f.bias", {D});
-    lm_head_.w = cfg_.tie_word_embeddings ? tok_embed_ : W.f32("lm_head.weight", {V, D});
+    final_w_ = W.f32(final_norm + ".weight", {D});
+    final_b_ = W.f32(final_norm + ".bias", {D});
+    head_name = cfg_.tie_word_embeddings ? embed : std::string(n.head) + ".weight";
+    lm_head_.w = cfg_.tie_word_embeddings ? tok_embed_ : W.f32(head_name, {V, D});
   }
   if (cfg_.has_rope()) {
     // The first positions' RoPE rows are computed once; rows past them are computed per call, so
@@ -201,11 +198,6 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
   }
   lm_head_.in = cfg_.dim;
   lm_head_.out = cfg_.vocab_size;
-  const std::string head_name = cfg_.is_neox()             ? (cfg_.tie_word_embeddings ? "gpt_neox.embed_in.weight"
-                                                                                       : "embed_out.weight")
-                                : !cfg_.tie_word_embeddings ? "lm_head.weight"
-                                : cfg_.is_llama()          ? "model.embed_tokens.weight"
-                                                           : "transformer.wte.weight";
   if (copy_f32) {
     // fp32 weights read on every decode step are copied once from the file mapping into one block
     // of huge pages (see HugePageAllocator), each layer at a 64-byte boundary, and their mapped
@@ -695,11 +687,8 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
     }
     linear(h, n_seg, lm_head_, logits);
   }
-  if (cfg_.final_softcap > 0.0f) {  // Gemma 2: cap tanh(logits / cap)
-    const float cap = cfg_.final_softcap;
-    const size_t n = static_cast<size_t>(all_logits ? R : n_seg) * cfg_.vocab_size;
-    for (size_t i = 0; i < n; ++i) logits[i] = std::tanh(logits[i] / cap) * cap;
-  }
+  if (cfg_.final_softcap > 0.0f)  // Gemma 2: cap tanh(logits / cap)
+    softcap_inplace(logits, static_cast<size_t>(all_logits ? R : n_seg) * cfg_.vocab_size, cfg_.final_softcap);
 }
 
 }  // namespace decodelab

@@ -63,11 +63,12 @@ _GEMMA_LAYER = dict(_LAYER, **{"post_attention_norm.weight": "post_attention_lay
                                "post_ffw_norm.weight": "post_feedforward_layernorm.weight"})
 
 
-def _engine_name(name: str, n_layers: int, arch: str = "llama") -> Optional[str]:
+def _engine_name(name: str, n_layers: int, family: str = "llama") -> Optional[str]:
+    """The engine's name for GGUF tensor `name` of a model of this family (ModelConfig.family)."""
     top, layer, prefix = {"gpt2": (_GPT2_GLOBAL, _GPT2_LAYER, "transformer.h."),
                           "gpt_neox": (_NEOX_GLOBAL, _NEOX_LAYER, "gpt_neox.layers."),
                           "gemma2": (_GLOBAL, _GEMMA_LAYER, "model.layers.")}.get(
-                              arch, (_GLOBAL, _LAYER, "model.layers."))
+                              family, (_GLOBAL, _LAYER, "model.layers."))
     if name in top:
         return top[name]
     parts = name.split(".", 2)
@@ -220,7 +221,7 @@ def weight_table(g: GGUFFile, config: ModelConfig) -> Tuple[List[str], list, Opt
     offset = 0
     try:
         for name, t in g.tensors.items():
-            target = _engine_name(name, config.n_layers, "gemma2" if config.family == "gemma2" else config.arch)
+            target = _engine_name(name, config.n_layers, config.family)
             if target is None:
                 continue  # a tensor the engine does not read (rope_freqs, ...)
             shape = [int(d) for d in t.shape[::-1]]

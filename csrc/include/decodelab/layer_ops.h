@@ -13,6 +13,8 @@ void gelu_tanh_inplace(float* x, size_t n);
 void gelu_erf_inplace(float* x, size_t n);
 // out = gelu_tanh(gate) * up, elementwise (Gemma's gated MLP).
 void gelu_tanh_mul(const float* gate, const float* up, float* out, size_t n);
+// x = cap tanh(x / cap), elementwise (Gemma 2's logit soft cap).
+void softcap_inplace(float* x, size_t n, float cap);
 // out = silu(gate) * up, elementwise.
 void silu_mul(const float* gate, const float* up, float* out, size_t n);
 void add_inplace(float* x, const float* y, size_t n);
