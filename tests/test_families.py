@@ -188,13 +188,28 @@ def test_sampling_defaults_come_from_generation_config(tmp_path):
         decodelab.load(folder)
 
 
-@pytest.mark.parametrize("shape,arch,overrides", [
-    ("qwen2-tiny", "qwen2", {}), ("qwen3-tiny", "qwen3", {}), ("llama3-tiny", "llama", {}),
-    ("pythia-tiny", "gptneox", {}), ("gemma2-tiny", "gemma2", {"query_pre_attn_scalar": 32})])
-def test_gguf_export_and_load_per_family(tmp_path, shape, arch, overrides):
+# Gemma 3 as llama.cpp runs it: a global layer every 6th, local RoPE base 10000, scores by head_dim^-0.5.
+_GEMMA3_GGUF = {"num_hidden_layers": 6, "sliding_window_pattern": 6, "rope_local_base_freq": 10000.0,
+                "query_pre_attn_scalar": 32, "rope_scaling": {"rope_type": "linear", "factor": 8.0}}
+_PHI3_LONGROPE = {"max_position_embeddings": 1024, "original_max_position_embeddings": 256,
+                  "rope_scaling": {"rope_type": "longrope", "short_factor": [1.0 + 0.05 * i for i in range(8)],
+                                   "long_factor": [1.5 + 0.3 * i for i in range(8)]}}
+
+
+@pytest.mark.parametrize("shape,arch,overrides,n_check,precise,tol", [
+    ("qwen2-tiny", "qwen2", {}, 48, False, 2e-3), ("qwen3-tiny", "qwen3", {}, 48, False, 2e-3),
+    ("llama3-tiny", "llama", {}, 48, False, 2e-3), ("pythia-tiny", "gptneox", {}, 48, False, 2e-3),
+    ("gemma2-tiny", "gemma2", {"query_pre_attn_scalar": 32}, 48, False, 2e-3),
+    # llama.cpp's f16 GELU table adds about 5e-4 per Gemma 3 layer here (1 layer: 3.6e-4, 6: 3.4e-3 with
+    # an f32 cache), the q/k norms' large scores magnifying it; with q/k norm weights of 1 it is 6e-4.
+    ("gemma3-tiny", "gemma3", _GEMMA3_GGUF, 48, True, 5e-3),
+    # llama.cpp turns Phi-3's sliding window (40 here) off, so it is checked inside the window.
+    ("phi3-tiny", "phi3", {}, 32, True, 1e-4), ("phi3-tiny", "phi3", _PHI3_LONGROPE, 32, True, 1e-4)])
+def test_gguf_export_and_load_per_family(tmp_path, shape, arch, overrides, n_check, precise, tol):
     """Our exporter writes each family as llama.cpp names it (Llama 3's RoPE factors in rope_freqs,
-    GPT-NeoX's q/k/v rows as [q | k | v], Gemma 2's norms as 1 + w): decodelab reads the file back as
-    the same model, and llama.cpp's logits on it agree with the folder's."""
+    GPT-NeoX's q/k/v rows as [q | k | v], Gemma's norms as 1 + w, Phi-3's fused matrices and
+    longrope factors): decodelab reads the file back as the same model, and llama.cpp's logits on
+    it agree with the folder's."""
     from decodelab import gguf_export
     from decodelab.gguf_file import GGUFFile
 
@@ -204,19 +219,51 @@ def test_gguf_export_and_load_per_family(tmp_path, shape, arch, overrides):
     with GGUFFile(out) as g:
         assert g.metadata["general.architecture"] == arch
     ours, ref = decodelab.load(out), decodelab.load(folder)
-    assert (ours.config.family, ours.config.qkv_bias, ours.config.qk_norm, ours.config.sliding_window) == \
-        (ref.config.family, ref.config.qkv_bias, ref.config.qk_norm, ref.config.sliding_window)
-    ids = _prompt(ref.config.vocab_size, 80, 6)
+    assert (ours.config.family, ours.config.qkv_bias, ours.config.qk_norm, ours.config.sliding_window,
+            ours.config.rope.rope_type, ours.config.rope_local) == \
+        (ref.config.family, ref.config.qkv_bias, ref.config.qk_norm, ref.config.sliding_window,
+         ref.config.rope.rope_type, ref.config.rope_local)
+    ids = _prompt(ref.config.vocab_size, 80 if ref.config.rope.rope_type != "longrope" else 300, 6)
     np.testing.assert_allclose(ours.forward(ids), ref.forward(ids), atol=TOL, rtol=0)
     pytest.importorskip("llama_cpp", reason="llama-cpp-python runs the exported file")
-    assert gguf_export.check(folder, out, n_tokens=48) < 2e-3
+    assert gguf_export.check(folder, out, n_tokens=n_check, precise=precise) < tol
+
+
+@pytest.mark.parametrize("tensor_type", ["Q8_0", "Q4_1"])
+def test_phi3_fused_block_matrices_split_in_place(tmp_path, tensor_type):
+    """A quantized Phi-3 file's fused q/k/v and gate/up blocks split into row ranges: llama.cpp's
+    logits on the file agree with decodelab's exact reading of it (llama.cpp rounding activations
+    to 8 bits accounts for the 5e-3 left), and the native int8 / int4 read stays close to it."""
+    from decodelab import gguf_export
+
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python runs the exported file")
+    folder = testing.write_checkpoint(str(tmp_path / "hf"), "phi3-tiny", byte_tokenizer=True)
+    out = gguf_export.export(folder, str(tmp_path / "m.gguf"), tensor_type)
+    assert gguf_export.check(folder, out, n_tokens=32, against="file", precise=True) < 1.5e-2
+    ids = _prompt(512, 32, 2)
+    exact, native = decodelab.load(out, dtype="float32"), decodelab.load(out)
+    assert native.dtype == {"Q8_0": "int8", "Q4_1": "int4"}[tensor_type]
+    assert np.abs(native.forward(ids) - exact.forward(ids)).max() < 0.1
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (dict(_GEMMA3_GGUF, rope_local_base_freq=100.0), "RoPE base 10000"),
+    (dict(_GEMMA3_GGUF, query_pre_attn_scalar=24), "a query_pre_attn_scalar of 24"),
+    (dict(_GEMMA3_GGUF, sliding_window_pattern=2), "all but every 6th layer"),
+    (dict(_GEMMA3_GGUF, final_logit_softcapping=30.0), "no soft caps")])
+def test_gemma3_that_llama_cpp_runs_differently_is_not_exported(tmp_path, overrides, message):
+    from decodelab import gguf_export
+
+    folder = testing.write_checkpoint(str(tmp_path / "hf"), dict(testing.SHAPES["gemma3-tiny"], **overrides))
+    with pytest.raises(ValueError, match=message):
+        gguf_export.export(folder, str(tmp_path / "m.gguf"))
 
 
 def test_gemma2_scaling_llama_cpp_does_not_run_is_not_exported(tmp_path):
     from decodelab import gguf_export
 
     folder = testing.write_checkpoint(str(tmp_path / "hf"), "gemma2-tiny")  # query_pre_attn_scalar 24, head 32
-    with pytest.raises(ValueError, match="a query_pre_attn_scalar other than head_dim"):
+    with pytest.raises(ValueError, match="a query_pre_attn_scalar of 24 would not be the same model there"):
         gguf_export.export(folder, str(tmp_path / "m.gguf"))
 
 

@@ -143,7 +143,8 @@ _ELEM_BYTES = {"F32": 4, "F16": 2, "BF16": 2}
 
 def split_fused(tensors: List[TensorEntry], config: ModelConfig) -> List[TensorEntry]:
     """Phi-3's fused matrices as the engine's separate ones, each a range of rows of the fused
-    tensor in place in its file: qkv_proj's [q | k | v] rows and gate_up_proj's [gate | up]."""
+    tensor in place in its file (a safetensors folder or a GGUF file, whose block formats quantize
+    along rows): qkv_proj's [q | k | v] rows and gate_up_proj's [gate | up]."""
     q = config.n_heads * config.head_dim
     kv = config.n_kv_heads * config.head_dim
     parts = {"self_attn.qkv_proj.weight": [("self_attn.q_proj.weight", q), ("self_attn.k_proj.weight", kv),
@@ -157,11 +158,12 @@ def split_fused(tensors: List[TensorEntry], config: ModelConfig) -> List[TensorE
             out.append((name, dtype, shape, file, offset, nbytes))
             continue
         rows = sum(n for _, n in parts[suffix])
-        if dtype not in _ELEM_BYTES or len(shape) != 2 or shape[0] != rows or \
-                nbytes != shape[0] * shape[1] * _ELEM_BYTES[dtype]:
+        # GGUF block formats quantize along rows, so a row range of blocks is a matrix of its own.
+        if len(shape) != 2 or shape[0] != rows or nbytes % rows or \
+                (dtype in _ELEM_BYTES and nbytes != shape[0] * shape[1] * _ELEM_BYTES[dtype]):
             raise ValueError(f"tensor {name!r} ({dtype} {list(shape)}) is not the fused matrix of {rows} rows "
                              "the config implies")
-        row_bytes = shape[1] * _ELEM_BYTES[dtype]
+        row_bytes = nbytes // rows
         prefix = name[:-len(suffix)]
         for part, n in parts[suffix]:
             out.append((prefix + part, dtype, [n, shape[1]], file, offset, n * row_bytes))

@@ -1,6 +1,6 @@
-"""Write a Hugging Face GPT-2 or Llama folder as a GGUF file that llama.cpp runs: for the speed
-benchmark (llama.cpp beside decodelab on the same weights) and for tests that need GGUF files of
-any shape and type. Needs the gguf package (a test extra).
+"""Write a Hugging Face folder (GPT-2, GPT-NeoX, Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3) as a
+GGUF file that llama.cpp runs: for the speed benchmark (llama.cpp beside decodelab on the same
+weights) and for tests that need GGUF files of any shape and type. Needs the gguf package (a test extra).
 
     python -m decodelab.gguf_export FOLDER OUT.gguf [--type F32|F16|Q8_0|Q5_1|Q5_0|Q4_1|Q4_0|Q4_K] [--check]
 
@@ -16,7 +16,9 @@ control tokens), GPT-2's vocab.json + merges.txt as a `gpt2` one; otherwise none
 vocabulary: the benchmark feeds token ids). Tensor names and
 layouts follow llama.cpp's converter: GGUF matrices are (out, in), so GPT-2's Conv1D weights are
 transposed, and Llama's q/k rows go back to the interleaved RoPE order llama.cpp's "llama"
-architecture uses (the inverse of the Meta-to-HF permutation).
+architecture uses (the inverse of the Meta-to-HF permutation). A model llama.cpp would run
+differently (a Gemma window pattern, RoPE base or query scale it fixes otherwise, Mistral's
+window on a `llama` file) is refused by name; Phi-3's window is written, though llama.cpp ignores it.
 """
 import json
 import os
@@ -41,6 +43,16 @@ def _tensors(folder):
     for f in files:
         t.update(load_file(os.path.join(folder, f)))
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in t.items()}
+
+
+# Layer counts llama.cpp takes for the 27B models, whose scores it scales by (hidden / heads)^-0.5.
+_GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}
+
+
+def _linear_factor(rope, head_dim):
+    """Linear RoPE scaling's factor, from the frequencies it divided."""
+    base = 1.0 / rope.theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    return float(np.float32(np.median(base / np.asarray(rope.inv_freq, np.float64))))
 
 
 TYPES = ("F32", "F16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0", "Q4_K")
@@ -190,19 +202,24 @@ def export(folder, out, tensor_type="F32"):
             names[f"blk.{i}.ffn_gate.weight"] = t[h + "mlp.gate_proj.weight"]
             names[f"blk.{i}.ffn_up.weight"] = t[h + "mlp.up_proj.weight"]
             names[f"blk.{i}.ffn_down.weight"] = t[h + "mlp.down_proj.weight"]
-    elif cfg["model_type"] == "gemma2":
+    elif cfg["model_type"] in ("gemma2", "gemma3", "gemma3_text"):
         from .config import from_hf_dict
 
         model = from_hf_dict(cfg)
+        arch = model.family
         D, L, hd = model.hidden_size, model.n_layers, model.head_dim
-        if abs(model.gemma["attn_scale"] - hd ** -0.5) > 1e-12:
-            raise ValueError("llama.cpp scales Gemma 2's scores by head_dim^-0.5: a query_pre_attn_scalar other than "
-                             f"head_dim ({hd}) would not be the same model there")
+        # llama.cpp scales scores by head_dim^-0.5, and by (hidden / heads)^-0.5 for its 27B types.
+        scale = (D // model.n_heads) ** -0.5 if L == _GEMMA_27B_LAYERS[arch] else hd ** -0.5
+        if abs(model.gemma["attn_scale"] - scale) > 1e-12:
+            raise ValueError(f"llama.cpp scales {arch}'s scores by {scale:.6g} for {L} layers: a "
+                             f"query_pre_attn_scalar of {model.gemma['attn_scale'] ** -2:g} would not be the same "
+                             "model there")
         window = max(model.sliding_window or (0,))
-        if model.sliding_window and model.sliding_window != tuple(window if i % 2 == 0 else 0 for i in range(L)):
-            raise ValueError("llama.cpp runs Gemma 2 with sliding windows on every other layer from the first; "
+        every = 2 if arch == "gemma2" else 6  # llama.cpp's fixed patterns: the last of each `every` is global
+        if model.sliding_window and model.sliding_window != tuple(
+                window if (i + 1) % every else 0 for i in range(L)):
+            raise ValueError(f"llama.cpp runs {arch} with a sliding window on all but every {every}th layer; "
                              "these layer_types differ")
-        arch = "gemma2"
         w = gguf.GGUFWriter(out, arch)
         w.add_context_length(model.max_position_embeddings)
         w.add_embedding_length(D)
@@ -214,19 +231,69 @@ def export(folder, out, tensor_type="F32"):
         w.add_value_length(hd)
         w.add_rope_freq_base(model.rope_theta)
         w.add_layer_norm_rms_eps(model.norm_eps)
-        w.add_attn_logit_softcapping(model.gemma["attn_softcap"])
-        w.add_final_logit_softcapping(model.gemma["final_softcap"])
         w.add_sliding_window(window)
+        if arch == "gemma2":
+            w.add_attn_logit_softcapping(model.gemma["attn_softcap"])
+            w.add_final_logit_softcapping(model.gemma["final_softcap"])
+        else:  # llama.cpp's gemma3: no soft caps, local layers at base 10000 unscaled
+            if model.gemma["attn_softcap"] or model.gemma["final_softcap"]:
+                raise ValueError("llama.cpp's gemma3 has no soft caps: a Gemma 3 config with "
+                                 "attn_logit_softcapping or final_logit_softcapping would not be the same model there")
+            if model.rope_local.theta != 10000.0:
+                raise ValueError(f"llama.cpp runs Gemma 3's sliding layers at RoPE base 10000, not "
+                                 f"{model.rope_local.theta:g}")
+            if model.rope.rope_type == "linear":
+                w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+                w.add_rope_scaling_factor(_linear_factor(model.rope, hd))
+            elif model.rope.rope_type != "default":
+                raise ValueError(f"rope scaling {model.rope.rope_type!r} is not exported for gemma3 (linear is)")
         # llama.cpp stores Gemma's norm weights as the 1 + w they are applied as.
         names = {"token_embd.weight": t["model.embed_tokens.weight"], "output_norm.weight": 1 + t["model.norm.weight"]}
         for i in range(L):
             h = f"model.layers.{i}."
             for src, dst in (("input_layernorm", "attn_norm"), ("post_attention_layernorm", "post_attention_norm"),
-                             ("pre_feedforward_layernorm", "ffn_norm"), ("post_feedforward_layernorm", "post_ffw_norm")):
-                names[f"blk.{i}.{dst}.weight"] = 1 + t[h + src + ".weight"]
+                             ("pre_feedforward_layernorm", "ffn_norm"), ("post_feedforward_layernorm", "post_ffw_norm"),
+                             ("self_attn.q_norm", "attn_q_norm"), ("self_attn.k_norm", "attn_k_norm")):
+                if h + src + ".weight" in t:
+                    names[f"blk.{i}.{dst}.weight"] = 1 + t[h + src + ".weight"]
             for src, dst in (("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"), ("self_attn.v_proj", "attn_v"),
                              ("self_attn.o_proj", "attn_output"), ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"),
                              ("mlp.down_proj", "ffn_down")):
+                names[f"blk.{i}.{dst}.weight"] = t[h + src + ".weight"]
+    elif cfg["model_type"] == "phi3":
+        from .config import from_hf_dict
+
+        model = from_hf_dict(cfg)
+        arch = "phi3"
+        D, L, hd = model.hidden_size, model.n_layers, model.head_dim
+        w = gguf.GGUFWriter(out, arch)
+        w.add_context_length(model.max_position_embeddings)
+        w.add_embedding_length(D)
+        w.add_feed_forward_length(model.intermediate_size)
+        w.add_block_count(L)
+        w.add_head_count(model.n_heads)
+        w.add_head_count_kv(model.n_kv_heads)
+        w.add_rope_dimension_count(hd)
+        w.add_rope_freq_base(model.rope_theta)
+        w.add_layer_norm_rms_eps(model.norm_eps)
+        if model.sliding_window:  # llama.cpp ignores it (a different model past the window); decodelab reads it
+            w.add_sliding_window(model.sliding_window[0])
+        names = {"token_embd.weight": t["model.embed_tokens.weight"], "output_norm.weight": t["model.norm.weight"]}
+        if not model.tie_word_embeddings:
+            names["output.weight"] = t["lm_head.weight"]
+        if model.rope.rope_type == "longrope":  # the factors as tensors, as llama.cpp's converter writes them
+            params = dict(cfg.get("rope_parameters") or {}, **(cfg.get("rope_scaling") or {}))
+            w.add_rope_scaling_attn_factors(model.rope.attention_factor)
+            w.add_rope_scaling_orig_ctx_len(model.rope.original_max)
+            names["rope_factors_long.weight"] = np.asarray(params["long_factor"], np.float32)
+            names["rope_factors_short.weight"] = np.asarray(params["short_factor"], np.float32)
+        elif model.rope.rope_type != "default":
+            raise ValueError(f"rope scaling {model.rope.rope_type!r} is not exported for phi3 (longrope is)")
+        for i in range(L):
+            h = f"model.layers.{i}."
+            for src, dst in (("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"),
+                             ("self_attn.qkv_proj", "attn_qkv"), ("self_attn.o_proj", "attn_output"),
+                             ("mlp.gate_up_proj", "ffn_up"), ("mlp.down_proj", "ffn_down")):
                 names[f"blk.{i}.{dst}.weight"] = t[h + src + ".weight"]
     elif cfg["model_type"] == "gpt_neox":
         from .config import from_hf_dict
@@ -264,8 +331,8 @@ def export(folder, out, tensor_type="F32"):
                 qkv_w.reshape(nh, 3, hd, D).transpose(1, 0, 2, 3).reshape(3 * D, D))
             names[f"blk.{i}.attn_qkv.bias"] = np.ascontiguousarray(qkv_b.reshape(nh, 3, hd).transpose(1, 0, 2).reshape(-1))
     else:
-        raise ValueError(f"model_type {cfg['model_type']!r}: only gpt2, gpt_neox, gemma2, llama, mistral, qwen2 and "
-                         "qwen3 are exported")
+        raise ValueError(f"model_type {cfg['model_type']!r}: only gpt2, gpt_neox, gemma2, gemma3, llama, mistral, "
+                         "phi3, qwen2 and qwen3 are exported")
     w.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
                      "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q5_1": gguf.LlamaFileType.MOSTLY_Q5_1,
                      "Q5_0": gguf.LlamaFileType.MOSTLY_Q5_0, "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
@@ -291,11 +358,13 @@ def export(folder, out, tensor_type="F32"):
 
 
 
-def check(folder, gguf_path, n_tokens=24, against="folder"):
+def check(folder, gguf_path, n_tokens=24, against="folder", precise=False):
     """Max |logit difference| between llama.cpp on `gguf_path` and decodelab on `folder`, over a
     prompt of pseudo-random tokens: evidence that the export is the same model. against="file":
     decodelab reads the GGUF file itself (its exact fp32 values), which isolates how llama.cpp
-    reads a quantized file from the quantization error."""
+    reads a quantized file from the quantization error. precise=True runs llama.cpp with an f32 KV
+    cache and without flash attention (which rounds queries to f16), leaving its f16 GELU table as
+    the main rounding: for models whose large attention scores magnify f16 noise."""
     import llama_cpp as lc
 
     import decodelab
@@ -310,6 +379,9 @@ def check(folder, gguf_path, n_tokens=24, against="folder"):
     model = lc.llama_model_load_from_file(gguf_path.encode(), lc.llama_model_default_params())
     cp = lc.llama_context_default_params()
     cp.n_ctx = cp.n_batch = cp.n_ubatch = 64
+    if precise:
+        cp.type_k = cp.type_v = 0  # GGML_TYPE_F32
+        cp.flash_attn_type = 0     # LLAMA_FLASH_ATTN_TYPE_DISABLED
     ctx = lc.llama_init_from_model(model, cp)
     batch = lc.llama_batch_init(n_tokens, 0, 1)
     for j, t in enumerate(toks):

@@ -1,6 +1,8 @@
 """A GGUF file as a model: its metadata as the engine's config, its tensors under the engine's
-(Hugging Face) names, for load() (its tokenizer: gguf_tokenizer). The `llama` and `gpt2`
-architectures; others are refused by name.
+(Hugging Face) names, for load() (its tokenizer: gguf_tokenizer). The architectures in
+ARCHITECTURES, read as llama.cpp reads them (Gemma's fixed window patterns, RoPE bases and query
+scales), except Phi-3's sliding window, which applies as in Hugging Face's model; others are
+refused by name.
 
 Tensors the engine reads as they are stay in the file's memory map: F32, F16, BF16 and, for Llama,
 ggml's block formats (_core.BLOCK_DTYPES), which the engine repacks (4-bit layers into its int4
@@ -19,12 +21,12 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import _core, gguf_quants
+from . import _core, formats, gguf_quants
 from . import rope as rope_params
 from .config import ModelConfig
 from .gguf_file import GGUFFile
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma2", "gptneox", "gpt2")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "gptneox", "gpt2")
 _DIRECT = {"F32": "F32", "F16": "F16", "BF16": "BF16"}  # types the engine maps in place
 
 # GGUF tensor names (llama.cpp's llama-arch.cpp) -> the engine's.
@@ -63,11 +65,18 @@ _GEMMA_LAYER = dict(_LAYER, **{"post_attention_norm.weight": "post_attention_lay
                                "post_ffw_norm.weight": "post_feedforward_layernorm.weight"})
 
 
+# Phi-3's fused q/k/v and [gate | up] matrices, split into row ranges by formats.split_fused.
+_PHI3_LAYER = dict(_LAYER, **{"attn_qkv.weight": "self_attn.qkv_proj.weight",
+                              "ffn_up.weight": "mlp.gate_up_proj.weight"})
+
+
 def _engine_name(name: str, n_layers: int, family: str = "llama") -> Optional[str]:
     """The engine's name for GGUF tensor `name` of a model of this family (ModelConfig.family)."""
     top, layer, prefix = {"gpt2": (_GPT2_GLOBAL, _GPT2_LAYER, "transformer.h."),
                           "gpt_neox": (_NEOX_GLOBAL, _NEOX_LAYER, "gpt_neox.layers."),
-                          "gemma2": (_GLOBAL, _GEMMA_LAYER, "model.layers.")}.get(
+                          "gemma2": (_GLOBAL, _GEMMA_LAYER, "model.layers."),
+                          "gemma3": (_GLOBAL, _GEMMA_LAYER, "model.layers."),
+                          "phi3": (_GLOBAL, _PHI3_LAYER, "model.layers.")}.get(
                               family, (_GLOBAL, _LAYER, "model.layers."))
     if name in top:
         return top[name]
@@ -155,14 +164,28 @@ def config_from_gguf(g: GGUFFile) -> ModelConfig:
                            eos_token_id=sorted(set(eos)) or None, source="gguf")
     theta = _float(g, f"{arch}.rope.freq_base", 10000.0, 1.0, 1e12)
     n_layers = _int(g, f"{arch}.block_count", hi=1024)
-    gemma, windows = None, None
-    if arch == "gemma2":  # norms stored as 1 + w; scores scaled by head_dim^-0.5 as llama.cpp does
-        gemma = {"embed_scale": float(np.float32(hidden ** 0.5)), "attn_scale": head_dim ** -0.5,
-                 "attn_softcap": _float(g, "gemma2.attn_logit_softcapping", 0.0, 0.0, 1e6),
-                 "final_softcap": _float(g, "gemma2.final_logit_softcapping", 0.0, 0.0, 1e6), "norm_plus_one": False}
-        window = _int(g, "gemma2.attention.sliding_window", 0, lo=0, hi=1 << 22)
-        windows = tuple(window if i % 2 == 0 else 0 for i in range(n_layers)) if window else None
-    return ModelConfig(arch="llama", family=arch, gemma=gemma, sliding_window=windows, n_layers=n_layers,
+    gemma, windows, rope_local = None, None, None
+    if arch in ("gemma2", "gemma3"):
+        # llama.cpp's reading: norms stored as 1 + w; scores scaled by head_dim^-0.5, or by
+        # (hidden / heads)^-0.5 for the 27B layer counts; a sliding window on all but every 2nd
+        # (Gemma 2) or 6th (Gemma 3) layer; Gemma 3's sliding layers at RoPE base 10000.
+        big = n_layers == {"gemma2": 46, "gemma3": 62}[arch]
+        gemma = {"embed_scale": float(np.float32(hidden ** 0.5)),
+                 "attn_scale": (hidden // heads) ** -0.5 if big else head_dim ** -0.5,
+                 "attn_softcap": _float(g, "gemma2.attn_logit_softcapping", 0.0, 0.0, 1e6) if arch == "gemma2" else 0.0,
+                 "final_softcap": _float(g, f"{arch}.final_logit_softcapping", 0.0, 0.0, 1e6) if arch == "gemma2"
+                 else 0.0, "norm_plus_one": False}
+        window = _int(g, f"{arch}.attention.sliding_window", 0, lo=0, hi=1 << 22)
+        every = 2 if arch == "gemma2" else 6
+        windows = tuple(window if (i + 1) % every else 0 for i in range(n_layers)) if window else None
+        if arch == "gemma3":
+            local = (1.0 / 10000.0 ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)).astype(np.float32)
+            rope_local = rope_params.Rope("default", 10000.0, tuple(float(v) for v in local))
+    if arch == "phi3":  # every layer slides, as in Hugging Face's Phi-3 (llama.cpp turns the window off)
+        window = _int(g, "phi3.attention.sliding_window", 0, lo=0, hi=1 << 22)
+        windows = (window,) * n_layers if window else None
+    return ModelConfig(arch="llama", family=arch, gemma=gemma, sliding_window=windows, rope_local=rope_local,
+                       n_layers=n_layers,
                        hidden_size=hidden, n_heads=heads, n_kv_heads=kv, head_dim=head_dim,
                        intermediate_size=_int(g, f"{arch}.feed_forward_length", hi=1 << 20), vocab_size=vocab,
                        max_position_embeddings=_int(g, f"{arch}.context_length", hi=1 << 22),
@@ -181,6 +204,8 @@ def _rope(g: GGUFFile, arch: str, theta: float, head_dim: int) -> rope_params.Ro
     rope_freqs tensor (llama.cpp divides each frequency by its factor); YaRN is refused by name."""
     kind = g.metadata.get(f"{arch}.rope.scaling.type", "none")
     base = (1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)).astype(np.float32)
+    if "rope_factors_long.weight" in g.tensors or "rope_factors_short.weight" in g.tensors:
+        return _longrope(g, arch, theta, head_dim)
     if "rope_freqs.weight" in g.tensors:
         t = g.tensors["rope_freqs.weight"]
         if t.type.name != "F32" or list(t.shape) != [head_dim // 2]:
@@ -197,6 +222,30 @@ def _rope(g: GGUFFile, arch: str, theta: float, head_dim: int) -> rope_params.Ro
         return rope_params.Rope("linear", theta, tuple(float(v) for v in base / np.float32(factor)))
     raise ValueError(f"{g.path}: GGUF rope scaling {kind!r} is not supported (supported: none, linear, and "
                      "Llama 3's rope_freqs)")
+
+
+def _factors(g: GGUFFile, name: str, head_dim: int) -> np.ndarray:
+    t = g.tensors.get(name)
+    if t is None:
+        raise ValueError(f"{g.path}: {name} is missing (longrope needs rope_factors_long and rope_factors_short)")
+    if t.type.name != "F32" or list(t.shape) != [head_dim // 2]:
+        raise ValueError(f"{g.path}: {name} must be F32 with {head_dim // 2} values, got {t.type.name} {list(t.shape)}")
+    f = gguf_quants.dequantize_tensor(g, t).reshape(-1)
+    if not np.all(np.isfinite(f)) or np.any(f <= 0):
+        raise ValueError(f"{g.path}: {name} holds factors that are not finite and > 0")
+    return f
+
+
+def _longrope(g: GGUFFile, arch: str, theta: float, head_dim: int) -> rope_params.Rope:
+    """Phi-3's longrope as Hugging Face runs it: the short factors up to the original context, the
+    long ones for calls past it, cos and sin times the attention factor (llama.cpp instead picks
+    one set by its context size)."""
+    short, long_ = (_factors(g, f"rope_factors_{k}.weight", head_dim) for k in ("short", "long"))
+    original = _int(g, f"{arch}.rope.scaling.original_context_length", hi=1 << 22)
+    return rope_params.Rope(
+        "longrope", theta, tuple(float(v) for v in rope_params.longrope_frequencies(short, theta, head_dim)),
+        attention_factor=_float(g, f"{arch}.rope.scaling.attn_factor", 1.0, 1e-3, 1e3), original_max=original,
+        long_inv_freq=tuple(float(v) for v in rope_params.longrope_frequencies(long_, theta, head_dim)))
 
 
 _FOUR_BIT = ("Q4_0", "Q4_1", "Q4_K")
@@ -256,5 +305,12 @@ def weight_table(g: GGUFFile, config: ModelConfig) -> Tuple[List[str], list, Opt
             scratch.close()
             os.unlink(scratch_path)
         raise
+    if config.family == "phi3":
+        try:
+            tensors = formats.split_fused(tensors, config)
+        except ValueError as e:
+            if scratch_path:
+                os.unlink(scratch_path)
+            raise ValueError(f"{g.path}: {e}") from None
     files = [g.path] + ([scratch_path] if scratch_path else [])
     return files, tensors, scratch_path

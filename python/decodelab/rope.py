@@ -108,10 +108,15 @@ def _longrope(params: dict, base: float, dim: int, max_pos: int) -> Tuple[np.nda
     attention_factor = params.get("attention_factor")
     if attention_factor is None:
         attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    short, long_ = (longrope_frequencies(f, base, dim) for f in factors)
+    return short, long_, float(attention_factor)
+
+
+def longrope_frequencies(factors: np.ndarray, base: float, dim: int) -> np.ndarray:
+    """Longrope's frequencies for one set of per-frequency factors, in float32 as transformers."""
     shape = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
     powers = np.float32(base) ** shape
-    short, long_ = (np.float32(1.0) / (f * powers) for f in factors)
-    return short.astype(np.float32), long_.astype(np.float32), float(attention_factor)
+    return (np.float32(1.0) / (np.asarray(factors, np.float32) * powers)).astype(np.float32)
 
 
 def from_config(cfg: dict, head_dim: int, max_pos: int, family: str = "llama", default_theta: float = 10000.0) -> Rope:
