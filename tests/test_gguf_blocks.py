@@ -1,7 +1,8 @@
 """ggml's block formats read natively: the engine's decoder equals gguf's on every format, 4-bit
 layers keep the file's values (the int4 kernel against a numpy emulation of its arithmetic on the
-blocks' own steps, minima and nibbles), wider ones convert a panel of rows at a time exactly as
-from fp32, and a GGUF file of 4-bit layers loads as int4 without an fp32 copy."""
+blocks' own steps, minima and nibbles), and so do wider ones and the head under int4 (the 8-bit
+block kernel against the exact values), under other dtypes they convert a panel of rows at a time
+exactly as from fp32, and a GGUF file of 4-bit layers loads as int4 without an fp32 copy."""
 import os
 
 import gguf
@@ -103,6 +104,42 @@ def test_int4_layers_keep_the_files_values(fmt, T, out):
     ref = int4_emulation(x, fmt, raw, out)
     np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
     alone = np.concatenate([_core.linear_blocks(x[t:t + 1], fmt, raw.tobytes(), out) for t in range(T)])
+    np.testing.assert_array_equal(y, alone)
+
+
+def blocks_emulation(x, fmt, raw, out):
+    """The 8-bit block kernel's arithmetic: activations rounded to int8 per 32 (max / 127) against
+    the file's exact values (gguf's decoding), each block's sum scaled by its dx, in float64."""
+    T, n = x.shape
+    w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[fmt]).reshape(out, n).astype(np.float64)
+    xb = x.reshape(T, n // 32, 32)
+    dx = (np.abs(xb).max(axis=2) / np.float32(127)).astype(np.float32)
+    xq = np.rint(xb * np.where(dx > 0, np.float32(1) / np.where(dx > 0, dx, 1), 0)[..., None])
+    return (xq * dx[..., None]).reshape(T, n).astype(np.float64) @ w.T
+
+
+# Every format as the head (4-bit layers take the int4 kernel, test_int4_layers_keep_the_files_values).
+_EIGHT_BIT_CASES = [(fmt, T, out, as_head) for fmt in FORMATS
+                    for T, out, as_head in [(1, 37, False), (6, 16, True), (17, 3, False)]
+                    if as_head or fmt not in ("Q4_0", "Q4_1", "Q4_K")]
+
+
+@pytest.mark.parametrize("fmt,T,out,as_head", _EIGHT_BIT_CASES)
+def test_8_bit_block_layers_keep_the_files_values(fmt, T, out, as_head):
+    """Under int4, 5- to 8-bit layers (and any format as the head) keep the file's int8 codes and
+    steps (Q6_K's per 16 values, minima where the format has them): the kernel equals the exact
+    values against the rounded activations, and each row is the same bits at any row count."""
+    rng = np.random.default_rng(T * 100 + out + FORMATS.index(fmt))
+    n = 512
+    elems, _ = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[fmt]]
+    raw = random_blocks(fmt, out * n // elems, rng)
+    x = rng.standard_normal((T, n)).astype(np.float32)
+    x[0, :32] = 0.0
+    y = _core.linear_blocks(x, fmt, raw.tobytes(), out, "int4", as_head=as_head)
+    ref = blocks_emulation(x, fmt, raw, out)
+    np.testing.assert_allclose(y, ref, rtol=0, atol=1e-6 * np.abs(ref).max())
+    alone = np.concatenate([_core.linear_blocks(x[t:t + 1], fmt, raw.tobytes(), out, as_head=as_head)
+                            for t in range(T)])
     np.testing.assert_array_equal(y, alone)
 
 

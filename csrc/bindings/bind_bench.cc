@@ -82,7 +82,8 @@ void register_bench(py::module_& m) {
       "The values of `data`, whole blocks of ggml's format `dtype`, as the engine decodes them (for tests).");
   m.def(
       "linear_blocks",
-      [](const FloatArray& x, const std::string& format, const py::bytes& data, int out, const std::string& dtype) {
+      [](const FloatArray& x, const std::string& format, const py::bytes& data, int out, const std::string& dtype,
+         bool as_head) {
         const BlockFormat* f = find_block_format(format);
         if (!f) throw std::invalid_argument("format must be one of ggml's block formats (BLOCK_DTYPES), got '" + format + "'");
         const WeightType type = parse_weight_type(dtype);
@@ -101,8 +102,10 @@ void register_bench(py::module_& m) {
         L.out = out;
         QuantizedWeights store;
         if (type == WeightType::F32) throw std::invalid_argument("dtype must be a converted one, got 'float32'");
-        if (type == WeightType::I4 && f->bits == 4) {
+        if (type == WeightType::I4 && f->bits == 4 && !as_head) {
           pack_i4_blocks(L, *f, src, store);
+        } else if (type == WeightType::I4) {  // wider formats, and any format as a 4-bit model's head
+          pack_i8_blocks(L, *f, src, store);
         } else {
           const int in = L.in;
           const RowSource rows = [f, src, row_bytes, in](int o0, int n, float* dst) {
@@ -115,9 +118,11 @@ void register_bench(py::module_& m) {
         return y;
       },
       py::arg("x"), py::arg("format"), py::arg("data"), py::arg("out"), py::arg("dtype") = "int4",
+      py::arg("as_head") = false,
       "y = x W^T with W given as `out` rows of ggml blocks (`format`), stored as the engine stores a GGUF\n"
-      "file's layer of that format under `dtype`: 4-bit formats repacked as they are into int4, others\n"
-      "decoded a panel of rows at a time and converted (for tests).");
+      "file's layer of that format under `dtype`: under int4, 4-bit formats repacked as they are into int4\n"
+      "and wider ones (or any, as_head: the output head) into 8-bit blocks of the file's codes and steps;\n"
+      "under other dtypes decoded a panel of rows at a time and converted (for tests).");
   m.def("read_bandwidth", &read_bandwidth, py::arg("nbytes"), py::arg("n_threads"), py::arg("repeats") = 5,
         py::call_guard<py::gil_scoped_release>(),
         "Best read bandwidth in bytes/s summing an nbytes buffer (in huge pages where the system allows): the "

@@ -26,6 +26,9 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
 void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst) {
   isa::pack_i4_blocks(L, f, src, q, dst);
 }
+void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst) {
+  isa::pack_i8_blocks(L, f, src, q, dst);
+}
 
 namespace {
 thread_local bool fixed_rows = false;

@@ -2,7 +2,9 @@
 // and sums in fp32, in their order, so the values equal gguf.quants.dequantize to the bit.
 #include "decodelab/gguf_blocks.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "decodelab/f16.h"
 
@@ -156,6 +158,81 @@ void q4_sub_blocks(const BlockFormat& f, const uint8_t* src, size_t n, uint8_t* 
           q += 32;
         }
       }
+    }
+  }
+}
+
+int q8_group(const BlockFormat& f) { return f.type == BlockType::Q6_K ? 16 : 32; }
+
+bool q8_has_min(const BlockFormat& f) {
+  return f.type == BlockType::Q4_1 || f.type == BlockType::Q5_1 || f.type == BlockType::Q4_K ||
+         f.type == BlockType::Q5_K;
+}
+
+void q8_sub_blocks(const BlockFormat& f, const uint8_t* src, size_t n, int8_t* q, float* step, float* min) {
+  const size_t nb = n / f.elems;
+  if (f.bits == 4) {  // the 4-bit codes, Q4_0's centred so that it needs no minimum
+    std::vector<uint8_t> u(n);
+    std::vector<float> mn(n / 32);
+    q4_sub_blocks(f, src, n, u.data(), step, mn.data());
+    const bool centred = f.type == BlockType::Q4_0;
+    for (size_t j = 0; j < n; ++j) q[j] = static_cast<int8_t>(centred ? u[j] - 8 : u[j]);
+    if (!centred) std::copy(mn.begin(), mn.end(), min);
+    return;
+  }
+  for (size_t i = 0; i < nb; ++i, src += f.bytes) {
+    switch (f.type) {
+      case BlockType::Q8_0:
+        *step++ = half(src);
+        std::memcpy(q, src + 2, 32);
+        q += 32;
+        break;
+      case BlockType::Q5_0:
+      case BlockType::Q5_1: {
+        const bool one = f.type == BlockType::Q5_1;
+        int v[32];
+        five_bits(src + (one ? 4 : 2), src + (one ? 8 : 6), v);
+        *step++ = half(src);
+        if (one) *min++ = half(src + 2);
+        for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(one ? v[j] : v[j] - 16);
+        q += 32;
+        break;
+      }
+      case BlockType::Q5_K: {  // 8 sub-blocks of 32, in the order dequantize_blocks writes them
+        const float d = half(src), dmin = half(src + 2);
+        const uint8_t* qh = src + 16;
+        const uint8_t* ql = src + 48;
+        uint8_t u1 = 1, u2 = 2;
+        for (int is = 0; is < 8; is += 2, ql += 32, u1 <<= 2, u2 <<= 2)
+          for (int h = 0; h < 2; ++h) {
+            int sc, m;
+            scale_min_k4(is + h, src + 4, &sc, &m);
+            *step++ = d * static_cast<float>(sc);
+            *min++ = -(dmin * static_cast<float>(m));
+            const uint8_t bit = h ? u2 : u1;
+            for (int l = 0; l < 32; ++l)
+              q[l] = static_cast<int8_t>((h ? ql[l] >> 4 : ql[l] & 0x0F) + ((qh[l] & bit) ? 16 : 0));
+            q += 32;
+          }
+        break;
+      }
+      case BlockType::Q6_K: {  // 16 groups of 16 values, group g scaled by d sc[g]
+        const uint8_t* ql = src;
+        const uint8_t* qh = src + 128;
+        const int8_t* sc = reinterpret_cast<const int8_t*>(src + 192);
+        const float d = half(src + 208);
+        for (int g = 0; g < 16; ++g) step[g] = d * static_cast<float>(sc[g]);
+        step += 16;
+        for (int n128 = 0; n128 < 2; ++n128, q += 128, ql += 64, qh += 32)
+          for (int l = 0; l < 32; ++l) {
+            q[l] = static_cast<int8_t>(((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32);
+            q[l + 32] = static_cast<int8_t>(((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32);
+            q[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+            q[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+          }
+        break;
+      }
+      default: break;
     }
   }
 }

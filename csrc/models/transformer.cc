@@ -242,12 +242,14 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     // 64-byte boundary: a decode step streams them all, and most layers are smaller than one page.
     // With 4-bit layers the output head keeps 8 bits, as 4-bit GGUF files keep theirs (its logits
     // are what every token is chosen from), and so do layers a file stores in 5 to 8 bits (the
-    // Q6_K and Q8_0 layers of a Q4_K_M file): 4 bits would throw away what the file kept.
+    // Q6_K and Q8_0 layers of a Q4_K_M file): 4 bits would throw away what the file kept. Where
+    // those come as a file's blocks they keep its codes and steps as they are (I8Blocks).
     auto type_of = [&](const Linear* x) {
       if (weight_type_ != WeightType::I4) return weight_type_;
       const auto b = blocks_of.find(x);
-      const bool wide = x == &lm_head_ || (b != blocks_of.end() && b->second.format->bits > 4);
-      return wide ? WeightType::I8 : WeightType::I4;
+      const bool blocks = b != blocks_of.end();
+      if (x == &lm_head_ || (blocks && b->second.format->bits > 4)) return blocks ? WeightType::I8Blocks : WeightType::I8;
+      return WeightType::I4;
     };
     std::vector<size_t> bytes;
     for (const Linear* x : all) bytes.push_back(quantized_size(*x, type_of(x)));
@@ -270,11 +272,13 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
         if (it != source_of.end()) W.release(it->second);
         continue;
       }
-      // A file's blocks: 4-bit ones repacked as they are into 4-bit layers, others decoded a panel
-      // of rows at a time into the conversion.
+      // A file's blocks: under int4 repacked as they are (4-bit layers as I4, wider ones and the
+      // head as I8Blocks); under other dtypes decoded a panel of rows at a time into the conversion.
       const Blocks& e = b->second;
       if (type == WeightType::I4 && e.format->bits == 4) {
         pack_i4_blocks(x, *e.format, e.data, quantized_[i], arena_.data() + at[i]);
+      } else if (type == WeightType::I8Blocks) {
+        pack_i8_blocks(x, *e.format, e.data, quantized_[i], arena_.data() + at[i]);
       } else {
         const size_t row_bytes = static_cast<size_t>(x.in) / e.format->elems * e.format->bytes;
         const int in = x.in;

@@ -115,6 +115,12 @@ void quantize_q8_blocks(const float* x, int T, int in, Q8Blocks& out);
 // result does not depend on how many rows share the call.
 void i4_panel_rows(const Q8Blocks& xb, int t_lo, int t_hi, const Linear& L, int p, float* y);
 
+// --- 8-bit block weights (int8_blocks.cc): the same blocks and activations as I4, signed codes
+
+// y rows [t_lo, t_hi), panel p's outputs of an I8Blocks layer, bias included: per group its
+// integer sum x (step x d), per block min x s where the layer has minima; blocks in order.
+void i8b_panel_rows(const Q8Blocks& xb, int t_lo, int t_hi, const Linear& L, int p, float* y);
+
 // --- the layer as a whole (linear.cc, quantize_weights.cc): what the public functions call
 
 void linear_many(const float* x, int T, const Linear* const* layers, float* const* ys, int n);
@@ -122,6 +128,7 @@ size_t quantized_size(const Linear& L, WeightType type);
 bool linear_row_view(const Linear& L, int first, int count, Linear* view);
 void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* dst, const RowSource* source);
 void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst);
+void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst);
 
 }  // namespace DECODELAB_ISA
 }  // namespace decodelab

@@ -71,5 +71,14 @@ static inline size_t i4_panel_bytes(int in) { return static_cast<size_t>(i4_bloc
 static inline int i4_byte(int r, int j) { return (j / 4) * 32 + (r % 8) * 4 + j % 4; }
 static inline int i4_shift(int r) { return r < 8 ? 0 : 4; }
 
+// 8-bit block weights (I8Blocks: a GGUF layer of 5 to 8 bits, or the head of a 4-bit file, kept
+// exactly) lie in panels of kPanel rows per block of kI4Block inputs too: 8 steps of 4 inputs,
+// each step 64 bytes, rows 0-7 in the first 32 and rows 8-15 in the next, row l's 4 int8 codes at
+// 4 (l % 8) + j. Each (row, group of 32 / groups inputs) has an fp32 step at
+// [((p * blocks + b) * groups + g) * 16 + row % 16] of `scales`; formats with a minimum have one
+// per (row, block) in `mins`, laid out as I4's. Inputs pad with zero codes, outputs with zero rows.
+constexpr int kI8BlockBytes = kPanel * kI4Block;
+static inline int i8b_byte(int r, int j) { return (j / 4) * 64 + (r / 8) * 32 + (r % 8) * 4 + j % 4; }
+
 }  // namespace DECODELAB_ISA
 }  // namespace decodelab

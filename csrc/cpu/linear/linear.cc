@@ -85,7 +85,7 @@ namespace {
 Path path_of(const Linear& L, int T) {
   // w8a8 runs its panels at every row count, and so does int8 without bf16_activations: see I8Block.
   if (L.type == WeightType::I8A8) return Path::A8Rows;
-  if (L.type == WeightType::I4) return Path::I4Rows;  // its block kernel at every row count
+  if (L.type == WeightType::I4 || L.type == WeightType::I8Blocks) return Path::I4Rows;  // block kernels, every T
   if (L.type == WeightType::I8)
     return L.bf16_activations && T >= gemm_min_rows(L.type) ? Path::Gemm : Path::I8Rows;
   if (T >= gemm_min_rows(L.type)) return Path::Gemm;
@@ -164,7 +164,10 @@ void linear_many(const float* x, int T, const Linear* const* layers, float* cons
         f32_row_group<1>(x, L, g, ys[i]);
         break;
       case Path::Bf16Row: bf16_row_group(xd, L, g, ys[i]); break;
-      case Path::I4Rows: i4_panel_rows(xb, c0, std::min(T, c0 + chunk), L, g, ys[i]); break;
+      case Path::I4Rows:
+        if (L.type == WeightType::I4) i4_panel_rows(xb, c0, std::min(T, c0 + chunk), L, g, ys[i]);
+        else i8b_panel_rows(xb, c0, std::min(T, c0 + chunk), L, g, ys[i]);
+        break;
       case Path::I8Rows:
       case Path::A8Rows:
 #if defined(__AVX2__) && defined(__FMA__) && !defined(DECODELAB_VNNI512)

@@ -22,6 +22,7 @@ size_t quantized_size(const Linear& L, WeightType type) {
     case WeightType::I8: return packed_size(L.out, L.in, kI8Step);
     case WeightType::I8A8: return packed_size(L.out, L.in, kA8Step);
     case WeightType::I4: return static_cast<size_t>(panel_count(L.out)) * i4_panel_bytes(L.in);
+    case WeightType::I8Blocks: return static_cast<size_t>(panel_count(L.out)) * i4_blocks(L.in) * kI8BlockBytes;
     default: return 0;
   }
 }
@@ -44,6 +45,11 @@ bool linear_row_view(const Linear& L, int first, int count, Linear* view) {
     view->w_i4 = L.w_i4 + static_cast<size_t>(first / kPanel) * i4_panel_bytes(L.in);
     view->scales = L.scales + first / kPanel * per_panel;
     view->mins = L.mins + first / kPanel * per_panel;
+  } else if (L.type == WeightType::I8Blocks) {  // steps per panel, block and group; minima per panel and block
+    const size_t per_panel = static_cast<size_t>(i4_blocks(L.in)) * kPanel;
+    view->w_i8b = L.w_i8b + static_cast<size_t>(first / kPanel) * i4_blocks(L.in) * kI8BlockBytes;
+    view->scales = L.scales + first / kPanel * per_panel * L.i8b_groups;
+    if (L.mins) view->mins = L.mins + first / kPanel * per_panel;
   } else if (L.scales) {
     view->scales = L.scales + first;
   }
@@ -208,6 +214,47 @@ void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
   L.scales = steps;
   L.mins = mins;
   L.type = WeightType::I4;
+  L.in_major = false;
+  L.w = nullptr;
+}
+
+void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst) {
+  q.bytes = DECODELAB_ISA::quantized_size(L, WeightType::I8Blocks);
+  if (!dst) {
+    q.own.resize(q.bytes);
+    dst = q.own.data();
+  }
+  std::memset(dst, 0, q.bytes);
+  const int in = L.in, out = L.out, panels = panel_count(out), nb = i4_blocks(in);
+  const int G = kI4Block / q8_group(f);
+  const bool with_min = q8_has_min(f);
+  const size_t per = static_cast<size_t>(panels) * nb * kPanel;
+  q.scales.assign(per * G + (with_min ? per : 0), 0.0f);
+  float* steps = q.scales.data();
+  float* mins = with_min ? steps + per * G : nullptr;
+  const size_t row_bytes = static_cast<size_t>(in) / f.elems * f.bytes;
+  int8_t* codes = reinterpret_cast<int8_t*>(dst);
+#pragma omp parallel
+  {
+    std::vector<int8_t> values(in);
+    std::vector<float> st(static_cast<size_t>(nb) * G), mn(nb);
+#pragma omp for schedule(static)
+    for (int p = 0; p < panels; ++p)
+      for (int r = 0; r < kPanel && p * kPanel + r < out; ++r) {
+        q8_sub_blocks(f, src + static_cast<size_t>(p * kPanel + r) * row_bytes, in, values.data(), st.data(), mn.data());
+        for (int b = 0; b < nb; ++b) {
+          for (int g = 0; g < G; ++g) steps[((static_cast<size_t>(p) * nb + b) * G + g) * kPanel + r] = st[b * G + g];
+          if (mins) mins[(static_cast<size_t>(p) * nb + b) * kPanel + r] = mn[b];
+          int8_t* blk = codes + (static_cast<size_t>(p) * nb + b) * kI8BlockBytes;
+          for (int j = 0; j < kI4Block; ++j) blk[i8b_byte(r, j)] = values[b * kI4Block + j];
+        }
+      }
+  }
+  L.w_i8b = codes;
+  L.scales = steps;
+  L.mins = mins;
+  L.i8b_groups = G;
+  L.type = WeightType::I8Blocks;
   L.in_major = false;
   L.w = nullptr;
 }

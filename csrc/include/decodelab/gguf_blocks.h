@@ -36,4 +36,13 @@ void dequantize_blocks(const BlockFormat& f, const uint8_t* src, size_t n, float
 // Q4_K (d scale, -dmin min of each sub-block, products in fp32 as ggml forms them).
 void q4_sub_blocks(const BlockFormat& f, const uint8_t* src, size_t n, uint8_t* q, float* step, float* min);
 
+// Any format's blocks holding n values as int8 codes q and per group of q8_group(f) values a step
+// (and, where q8_has_min(f), a minimum per 32 values) with value = step q + min: the exact values,
+// in the form the engine's 8-bit block kernel keeps (cpu/linear/layout.h). Q8_0 (q, d), Q5_0
+// (q - 16, d), Q5_1 (q, d, m), Q5_K (q, d sc, -dmin m), Q6_K (q - 32, d sc per 16 values), and the
+// 4-bit formats as q4_sub_blocks gives them (Q4_0 as q - 8, d, without a minimum).
+int q8_group(const BlockFormat& f);
+bool q8_has_min(const BlockFormat& f);
+void q8_sub_blocks(const BlockFormat& f, const uint8_t* src, size_t n, int8_t* q, float* step, float* min);
+
 }  // namespace decodelab

@@ -16,8 +16,11 @@ namespace decodelab {
 // quantizers read that layout directly; `in_major` marks such a source until then.
 // I8A8 keeps the int8 weights of I8 and also rounds the activations to 8-bit integers. I4 keeps
 // 4-bit values per block of 32 inputs with a scale and a minimum each (GGUF's Q4_1 values), and
-// rounds the activations to int8 per block of 32 (as llama.cpp's Q8_1).
-enum class WeightType { F32, BF16, I8, I8A8, I4 };
+// rounds the activations to int8 per block of 32 (as llama.cpp's Q8_1). I8Blocks is a layer's
+// storage, not a model dtype: a GGUF file's 5- to 8-bit layers (and a 4-bit file's head) under
+// int4, their int8 codes kept exactly with a step per 32 or 16 inputs (and a minimum per 32 where
+// the format has one), against the same activations as I4.
+enum class WeightType { F32, BF16, I8, I8A8, I4, I8Blocks };
 
 // Reduced-precision weights are always (out, in): bf16 in groups of 4 rows interleaved per 16
 // columns, or int8 with one fp32 scale per output row (symmetric, scale = max|w| / 127), stored in
@@ -37,6 +40,8 @@ struct Linear {
   const int32_t* wsums = nullptr; // I8A8 only: each panel's offset sums per block of 256 inputs
   const uint8_t* w_i4 = nullptr;  // I4: in panels of 16 rows, per block of 32 inputs (cpu/linear/layout.h)
   const float* mins = nullptr;    // I4: per panel, block and row, the minimum; `scales` the step, likewise
+  const int8_t* w_i8b = nullptr;  // I8Blocks: in panels of 16 rows per block of 32 inputs; mins may be null
+  int i8b_groups = 1;             // I8Blocks: steps per block of 32 inputs (Q6_K: 2)
   // BF16 and I8: from gemm_min_rows rows the matmul rounds its input to bf16 and multiplies bf16 by
   // bf16 (fp32 sums) instead of widening bf16 weights to fp32 or running the int8 panels on 16-bit
   // fixed-point inputs (see linear).
@@ -64,6 +69,10 @@ void quantize_linear(Linear& layer, WeightType type, QuantizedWeights& store, ui
 // in / f.elems blocks): the file's own values, each 32 with its step and minimum, repacked.
 struct BlockFormat;
 void pack_i4_blocks(Linear& layer, const BlockFormat& f, const uint8_t* src, QuantizedWeights& store,
+                    uint8_t* dst = nullptr);
+// An I8Blocks layer from any of the formats' blocks, likewise: the file's codes and steps as they
+// are (quantized_size(layer, I8Blocks) bytes at dst).
+void pack_i8_blocks(Linear& layer, const BlockFormat& f, const uint8_t* src, QuantizedWeights& store,
                     uint8_t* dst = nullptr);
 
 // Points *view at output rows [first, first + count) of L, in place (the weights, scales and
