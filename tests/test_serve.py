@@ -131,6 +131,31 @@ def test_async_client_and_chat_on_smollm2(smollm_server):
     assert r.usage.completion_tokens == len(lps) + 1  # the end-of-turn token is counted, not shown
 
 
+def test_response_format_constrains_chat(smollm_server):
+    """OpenAI's response_format: json_schema (through the client's structured-output form) and
+    json_object give parseable JSON; a bad one is a 400 naming response_format."""
+    pytest.importorskip("llguidance", reason="constrained decoding needs llguidance (decodelab[constrained])")
+    model, url = smollm_server
+    client = openai.OpenAI(base_url=url, api_key="none")
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                               "country": {"enum": ["France", "Italy", "Spain"]}},
+              "required": ["city", "country"], "additionalProperties": False}
+    messages = [{"role": "user", "content": "Name the capital of France as JSON."}]
+    r = client.chat.completions.create(model="smollm2", messages=messages, temperature=0, max_tokens=60,
+                                       response_format={"type": "json_schema",
+                                                        "json_schema": {"name": "place", "schema": schema}})
+    out = json.loads(r.choices[0].message.content)
+    assert set(out) == {"city", "country"} and out["country"] in ("France", "Italy", "Spain")
+    echo = [{"role": "user", "content": 'Reply with exactly this JSON: {"answer": "Paris"}'}]
+    r = client.chat.completions.create(model="smollm2", messages=echo, temperature=0, max_tokens=60,
+                                       response_format={"type": "json_object"})
+    assert json.loads(r.choices[0].message.content) == {"answer": "Paris"}
+    for rf in ({"type": "yaml"}, {"type": "json_schema", "json_schema": {"name": "x"}}):
+        bad = httpx.post(url + "/chat/completions", json={"model": "smollm2", "messages": messages,
+                                                          "response_format": rf}, timeout=30)
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "response_format", bad.text
+
+
 @pytest.mark.parametrize("body,status,param", [
     ({"model": "stories260K", "prompt": "x", "temperature": 3}, 400, "temperature"),
     ({"model": "stories260K", "prompt": "x", "frobnicate": 1}, 400, "frobnicate"),

@@ -125,6 +125,27 @@ void register_sampling(py::module_& m) {
       py::arg("sampler"), py::arg("logits"), py::arg("context"), py::arg("repeats"));
   m.def("counter_uniform", &counter_uniform, py::arg("seed"), py::arg("sequence"), py::arg("step"), py::arg("salt"));
 
+  m.def(
+      "sampler_token_mask",
+      [](py::function rule, const std::string& label) {
+        // The rule runs in Python: the decode loop, which released the GIL, takes it for the call;
+        // an exception the rule raises ends the loop and reaches the caller (as Ctrl-C's does).
+        // Clones share the function; the last one may go away with the GIL released (inside
+        // the decode loop), so its reference is dropped with the GIL taken.
+        std::shared_ptr<py::function> shared(new py::function(std::move(rule)), [](py::function* f) {
+          py::gil_scoped_acquire gil;
+          delete f;
+        });
+        TokenMaskFn fn = [shared](const SampleContext& ctx, uint32_t* words, int n_words) {
+          py::gil_scoped_acquire gil;
+          py::array_t<int32_t> generated(ctx.n_generated(), ctx.tokens + ctx.n_prompt);
+          (*shared)(generated, static_cast<int64_t>(ctx.sequence), reinterpret_cast<uintptr_t>(words), n_words);
+        };
+        return make_token_mask(fn, label);
+      },
+      py::arg("rule"), py::arg("label"),
+      "A stage that asks rule(generated_ids, sequence, address, n_words) to write the allowed tokens as\n"
+      "n_words uint32 words at address (bit i % 32 of word i / 32), then removes every other token.");
   m.def("sampler_temperature", &make_temperature, py::arg("t"));
   m.def("sampler_top_k", &make_top_k, py::arg("k"), py::arg("min_tokens_to_keep") = 1);
   m.def("sampler_top_p", &make_top_p, py::arg("p"), py::arg("min_tokens_to_keep") = 1);

@@ -12,11 +12,13 @@ from .loading import load
 from .results import GeneratedSequence, Generation, TokenLogprob
 from .trace import StageSummary, StepTrace, Trace
 from .tokenizer import HFTokenizer, Llama2cTokenizer, Tokenizer
+from .constraints import Grammar
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Generation",
+    "Grammar",
     "GeneratedSequence",
     "StageSummary",
     "StepTrace",

@@ -19,7 +19,7 @@ QueueFull = _core.QueueFull
 
 # generate() keywords a batched request takes besides the sampling ones.
 _RUN = {"max_new_tokens", "seed", "sampler", "order", "preset", "eos_token_id", "stop", "include_stop_str_in_output",
-        "logprobs", "logprobs_mode"}
+        "logprobs", "logprobs_mode", "json_schema", "regex", "grammar", "choice"}
 
 
 class BatchRequest:

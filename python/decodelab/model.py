@@ -7,7 +7,7 @@ from typing import Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
-from . import options, samplers, streaming
+from . import constraints, options, samplers, streaming
 from ._native import _core
 from .beam import BeamTree
 from .config import ModelConfig
@@ -200,7 +200,8 @@ class Model:
                  num_return_sequences: Optional[int] = None, cache=None, logprobs: Optional[int] = None,
                  logprobs_mode: str = "raw", trace: Union[bool, str] = False,
                  guidance_scale: Optional[float] = None, negative_prompt: Optional[Prompt] = None,
-                 draft=None, num_draft_tokens: Optional[int] = None):
+                 draft=None, num_draft_tokens: Optional[int] = None, json_schema=None, regex: Optional[str] = None,
+                 grammar=None, choice: Optional[Sequence[str]] = None):
         """Generate a continuation of ``prompt`` (text or token ids), or of each prompt in a list
         (then a list of Generation comes back, equal to the one-by-one results).
 
@@ -246,6 +247,14 @@ class Model:
         draft (a seed then gives other tokens than plain sampling). ``Generation.speculation``
         counts drafted and accepted tokens, and records each round.
 
+        Constrained decoding (needs llguidance): ``json_schema`` (a dict or its JSON text),
+        ``regex`` (the whole output matches), ``grammar`` (a Lark grammar str, or
+        ``decodelab.Grammar(text, syntax="gbnf")``) or ``choice`` (a list of strings), one at a
+        time: a first sampler stage removes every token the grammar does not allow next, and
+        end-of-sequence until the grammar is complete (a length cut before that ends with
+        finish_reason "length"). It works with samples, beams, streams and drafts (drafted
+        tokens the grammar refuses are rejected), and traces show what it removed.
+
         Looking inside: ``logprobs=N`` gives per token its logprob and the N most likely
         alternatives, under the raw distribution (``logprobs_mode="raw"``) or the processed one
         the token was drawn from ("processed"); ``trace=True`` records what every sampler stage
@@ -260,7 +269,7 @@ class Model:
             num_beams=num_beams, length_penalty=length_penalty, early_stopping=early_stopping,
             num_return_sequences=num_return_sequences, logprobs=logprobs, logprobs_mode=logprobs_mode, trace=trace,
             guidance_scale=guidance_scale, negative_prompt=negative_prompt, draft=draft,
-            num_draft_tokens=num_draft_tokens),
+            num_draft_tokens=num_draft_tokens, json_schema=json_schema, regex=regex, grammar=grammar, choice=choice),
             dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
                  repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                  frequency_penalty=frequency_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
@@ -334,9 +343,14 @@ class Model:
         if defaults and run.get("sampler") is None and run.get("preset") is None and \
                 all(v is None for v in sampling.values()):
             sampling = dict(sampling, **{k: v for k, v in defaults.items() if k in sampling})
+        run = dict(run)
+        grammar = constraints.from_options(**{k: run.pop(k, None) for k in constraints.OPTION_KEYS})
         opts = options.resolve(run, sampling, vocab_size=self.config.vocab_size,
                                block_bytes=self._fp32_block_bytes(), default_eos=self._default_eos(),
                                make_chain=self._sampler_chain, encode=self._ids)
+        if grammar is not None:  # the grammar's stage first, before every other sampler (as vLLM)
+            mask = constraints.GrammarMask(grammar, self.tokenizer, self.config.vocab_size, opts.eos)
+            opts = dataclasses.replace(opts, chains=[samplers.Chain([mask] + c.stages) for c in opts.chains])
         if opts.stops and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer")
         if opts.draft is not None and not isinstance(opts.draft, str):
@@ -574,7 +588,7 @@ class Model:
 _RUN_KEYS = {"max_new_tokens", "seed", "sampler", "order", "preset", "eos_token_id", "stop",
              "include_stop_str_in_output", "n", "num_beams", "length_penalty", "early_stopping",
              "num_return_sequences", "logprobs", "logprobs_mode", "trace", "guidance_scale", "negative_prompt",
-             "draft", "num_draft_tokens"}
+             "draft", "num_draft_tokens", "json_schema", "regex", "grammar", "choice"}
 
 
 from .loading import load  # noqa: E402  (load() builds a Model; kept importable from here)

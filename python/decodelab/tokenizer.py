@@ -156,13 +156,16 @@ class Llama2cTokenizer(Tokenizer):
         ids: List[int] = []
         if add_special_tokens and self.bos_token_id is not None:
             ids.append(self.bos_token_id)
-        if not text:
-            return ids
+        return ids + self.encode_pieces(text, dummy_prefix=True) if text else ids
+
+    def encode_pieces(self, text: str, dummy_prefix: bool = False) -> List[int]:
+        """The text's tokens without BOS and, unless dummy_prefix, without SentencePiece's leading
+        space: tokens whose bytes are exactly the text's (what a grammar engine tokenizes)."""
         toks: List[int] = []
-        dummy = self._lookup.get(b" ")
+        dummy = self._lookup.get(b" ") if dummy_prefix else None
         if dummy is not None:
             toks.append(dummy)
-        for ch in text:
+        for ch in _text(text):
             b = ch.encode("utf-8")
             t = self._lookup.get(b)
             if t is not None:
@@ -172,7 +175,7 @@ class Llama2cTokenizer(Tokenizer):
                     if byte not in self._byte_token:
                         raise ValueError(f"{self.path}: no byte-fallback token for byte 0x{byte:02X}")
                     toks.append(self._byte_token[byte])
-        return ids + self._merge(toks)
+        return self._merge(toks)
 
     def _merge(self, toks: List[int]) -> List[int]:
         """run.c's loop (merge the adjacent pair whose merge scores highest, the leftmost among

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -119,6 +120,10 @@ void classifier_free_guidance(const float* cond, const float* uncond, int n, flo
 // (tokens scored, green tokens) of a passage, as transformers' WatermarkDetector counts them.
 std::pair<int64_t, int64_t> watermark_score(const WatermarkScheme& scheme, const std::vector<int32_t>& ids,
                                             bool ignore_repeated_ngrams);
+// A rule that fills `words` (n_words x 32 bits, zeroed) with the tokens allowed after ctx; the
+// stage removes every other token (a grammar's mask: decodelab.constraints).
+using TokenMaskFn = std::function<void(const SampleContext& ctx, uint32_t* words, int n_words)>;
+SamplerPtr make_token_mask(TokenMaskFn fn, const std::string& label);
 SamplerPtr make_greedy();
 SamplerPtr make_dist(uint64_t seed);
 

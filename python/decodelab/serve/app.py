@@ -299,9 +299,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
     async def chat(request: Request):
         body = await _body(request, P.CHAT_FIELDS)
         run, sampling, stream, include_usage = _common(body, ("max_tokens", "max_completion_tokens"))
-        rf = body.get("response_format")
-        if rf is not None and rf != {"type": "text"}:
-            raise APIError(400, "response_format other than text is not supported yet", "response_format")
+        sampling = dict(sampling, **P.response_format(body))
         want_lp = body.get("logprobs", False)
         if not isinstance(want_lp, bool):
             raise APIError(400, "logprobs must be true or false", "logprobs")

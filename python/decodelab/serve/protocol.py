@@ -112,6 +112,28 @@ def sampling_options(body: dict, *, vocab_size: int, max_context: int) -> dict:
     return opts
 
 
+def response_format(body: dict) -> dict:
+    """generate()'s constraint for OpenAI's response_format: {"type": "text"} (none), "json_object"
+    (any JSON object) or "json_schema" ({"json_schema": {"name": ..., "schema": {...}}})."""
+    rf = body.get("response_format")
+    if rf is None:
+        return {}
+    kind = rf.get("type") if isinstance(rf, dict) else None
+    if kind == "text":
+        return {}
+    if kind == "json_object":
+        return {"json_schema": {"type": "object"}}
+    if kind == "json_schema":
+        spec = rf.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise APIError(400, "response_format json_schema needs {\"json_schema\": {\"name\": ..., \"schema\": "
+                           "{...}}}", "response_format")
+        return {"json_schema": schema}
+    raise APIError(400, f"response_format type must be 'text', 'json_object' or 'json_schema', got {rf!r:.80}",
+                   "response_format")
+
+
 def run_options(body: dict, *, max_tokens_key: Tuple[str, ...], default_max: int, max_context: int) -> dict:
     """max_new_tokens, n, stop, seed, logprobs_mode and ignore_eos of a request."""
     out: Dict[str, Any] = {}
