@@ -13,7 +13,7 @@ NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
 
 
 def test_there_are_notebooks():
-    assert len(NOTEBOOKS) == 14
+    assert len(NOTEBOOKS) == 15
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
