@@ -183,3 +183,26 @@ def test_bad_grammar_objects():
         Grammar("root ::= (", syntax="gbnf")
     with pytest.raises(ValueError, match="must be a non-empty str"):
         Grammar("   ")
+
+
+def test_a_failing_rule_raises_and_the_model_stays_usable(stories):
+    """A token-mask rule that raises ends the generation with its exception, not a crash; a rule
+    that allows every token changes nothing."""
+    from decodelab import _core, samplers
+
+    class Rule(samplers.Sampler):
+        def __init__(self, fn):
+            self._core = _core.sampler_token_mask(fn, "rule")
+
+    def boom(generated, sequence, address, n_words):
+        raise RuntimeError("the rule failed")
+
+    def everything(generated, sequence, address, n_words):
+        np.frombuffer((np.ctypeslib.ctypes.c_uint32 * n_words).from_address(address), np.uint32)[:] = 0xFFFFFFFF
+
+    with pytest.raises(RuntimeError, match="the rule failed"):
+        stories.generate("Once upon a time", max_new_tokens=5, sampler=samplers.Chain([Rule(boom), samplers.Greedy()]))
+    plain = stories.generate("Once upon a time", max_new_tokens=12)
+    ruled = stories.generate("Once upon a time", max_new_tokens=12,
+                             sampler=samplers.Chain([Rule(everything), samplers.Greedy()]))
+    assert ruled.token_ids == plain.token_ids
