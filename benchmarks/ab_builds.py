@@ -3,7 +3,7 @@ builds alternating round by round on one machine, and reports each side's median
 
     pip wheel --no-deps -w /tmp/before_whl . && pip install --no-deps --target /tmp/before /tmp/before_whl/*.whl
     python benchmarks/ab_builds.py --before /tmp/before --after "" FOLDER [FOLDER ...] [--rounds 5]
-        [--phases decode,prefill,batch] [--out FILE]
+        [--phases decode,prefill,batch] [--dtype float32] [--out FILE]
 
 --before / --after: a directory put first on PYTHONPATH ("" for the installed package). Phases:
 decode (64 steps after a 16-token prompt), prefill (a 512-token prompt) and batch (16 sequences,
@@ -39,13 +39,14 @@ def main():
     ap.add_argument("--after", required=True)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--phases", default=",".join(PHASES), help="comma-separated, from " + ", ".join(PHASES))
+    ap.add_argument("--dtype", default="float32", help="weights, as bench_phase.py takes them")
     ap.add_argument("--out", default=str(HERE / "results" / "ab_builds.json"))
     a = ap.parse_args()
     rows = {}
     for r in range(a.rounds):
         for folder in a.folders:
             for phase in a.phases.split(","):
-                args = PHASES[phase]
+                args = PHASES[phase] + ["--dtype", a.dtype]
                 key = f"{os.path.basename(os.path.normpath(folder))} {phase}"
                 sides = [("before", a.before), ("after", a.after)]
                 for name, site in (sides if r % 2 == 0 else sides[::-1]):

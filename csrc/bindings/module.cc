@@ -1,6 +1,7 @@
 // The decodelab._core extension module: one register_<concept> per file.
 #include <pybind11/pybind11.h>
 
+#include "decodelab/cpu_info.h"
 #include "without_gil.h"
 
 namespace py = pybind11;
@@ -21,6 +22,7 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "decodelab C++ core: weights, kernels, KV cache and decode loops";
   decodelab::main_thread_ident() =
       py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+  decodelab::cpu_info();  // chooses the kernels now: a bad DECODELAB_ISA fails the import, naming the values
   decodelab::register_config(m);
   decodelab::register_kv_cache(m);
   decodelab::register_sampling(m);

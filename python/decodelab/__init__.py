@@ -16,6 +16,15 @@ from .constraints import Grammar
 
 __version__ = "0.1.0"
 
+
+def cpu_info() -> dict:
+    """What the CPU kernels run on: ``detected`` (the CPU features that decide it), ``supported``
+    (the variants this CPU runs), ``compiled`` (those this build holds: generic, avx2, avx512,
+    avx512_vnni in a portable build, one in a DECODELAB_NATIVE_ARCH build), ``cap`` (the
+    DECODELAB_ISA environment variable, read at import), ``chosen`` and ``portable``."""
+    return _core.cpu_info()
+
+
 __all__ = [
     "Generation",
     "Grammar",
@@ -32,4 +41,5 @@ __all__ = [
     "Tokenizer",
     "load",
     "__version__",
+    "cpu_info",
 ]
