@@ -56,6 +56,19 @@ def test_logits_equal_transformers_on_the_gguf_file(ours, theirs):
 
 
 @pytest.mark.reference
+def test_score_equals_transformers_on_the_gguf_file(ours, theirs):
+    """Model.score on the dequantized file: the sum of log-softmax of transformers' logits at the
+    continuation's positions, within 1e-3."""
+    s = ours.score("The capital of France is", " Paris, a city on the Seine.")
+    ids = ours.tokenizer.encode("The capital of France is") + s.token_ids
+    with torch.no_grad():
+        ref = torch.log_softmax(theirs(torch.tensor([ids])).logits[0].double(), -1).numpy()
+    want = [ref[s.n_prompt_tokens - 1 + i, t] for i, t in enumerate(s.token_ids)]
+    np.testing.assert_allclose(s.token_logprobs, want, atol=1e-3, rtol=0)
+    assert abs(s.total - sum(want)) < 1e-3
+
+
+@pytest.mark.reference
 def test_greedy_tokens_equal_transformers(ours, theirs):
     for prompt in [CHAT, "Once upon a time", "The capital of France is"]:
         ids = ours.tokenizer.encode(prompt)

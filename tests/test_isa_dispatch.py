@@ -2,6 +2,7 @@
 AVX-512 and AVX-512 VNNI and runs the best one the CPU has; DECODELAB_ISA caps the choice. At each
 level this machine runs, greedy tokens are the same and logits agree within fp32 rounding."""
 import json
+import os
 import subprocess
 import sys
 
@@ -33,8 +34,6 @@ print(json.dumps(out))
 
 def _run(level, folder):
     env = {"DECODELAB_ISA": level} if level else {}
-    import os
-
     r = subprocess.run([sys.executable, "-c", CHILD, folder], capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, **env))
     assert r.returncode == 0, r.stderr[-3000:]
@@ -73,9 +72,22 @@ def test_a_cap_above_the_cpu_takes_the_best_it_has(checkpoint):
 
 
 def test_an_unknown_level_is_refused_by_name():
-    import os
-
     r = subprocess.run([sys.executable, "-c", "import decodelab"], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, DECODELAB_ISA="sse9"))
     assert r.returncode != 0
     assert "DECODELAB_ISA must be one of generic, avx2, avx512, avx512_vnni; got 'sse9'" in r.stderr
+
+
+@portable
+@pytest.mark.parametrize("level", info["supported"][:info["supported"].index(info["chosen"])])
+def test_the_kernel_tests_pass_at_each_lower_level(level):
+    """The kernel tests (each kernel against its numpy emulation or fp32 reference) again, in a
+    process capped at a lower instruction set: the plain C++ fallback, and AVX2 on AVX-512."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_kernels.py",
+                        "test_gguf_blocks.py"], cwd=here, capture_output=True, text=True, timeout=900,
+                       env=dict(os.environ, DECODELAB_ISA=level))
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert " passed" in r.stdout.splitlines()[-1]

@@ -7,7 +7,7 @@ from typing import Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
-from . import constraints, options, samplers, streaming
+from . import constraints, options, samplers, scoring, streaming
 from ._native import _core
 from .beam import BeamTree
 from .config import ModelConfig
@@ -156,6 +156,55 @@ class Model:
             return self._engine.forward(np.asarray(ids, dtype=np.int64), cache, True)
         logits, hidden = self._engine.forward_hidden(np.asarray(ids, dtype=np.int64), cache)
         return logits, list(hidden)
+
+    def score(self, prompt: Union[str, Sequence[int]], continuation: Union[str, Sequence[int]], *,
+              sampler=None) -> "scoring.Score":
+        """The log-likelihood of ``continuation`` after ``prompt`` (both text, or both token ids),
+        teacher-forced in one forward pass: ``Score.total`` (summed natural-log probability),
+        ``token_logprobs``, ``is_greedy``, as lm-evaluation-harness's loglikelihood reports them.
+        Text is split as lm-eval splits it: the continuation's tokens are those of prompt +
+        continuation past the prompt's own. ``sampler``: a samplers.Chain whose stages (a final
+        selector is left out) process each position's logits first, scoring under the processed
+        distribution (a token it removed scores -inf)."""
+        ctx, cont = scoring.split_pair(self.tokenizer, prompt, continuation, self.config.vocab_size)
+        return scoring.score_ids(self, ctx, cont, self._score_chain(sampler))
+
+    def score_batch(self, pairs, *, sampler=None) -> List["scoring.Score"]:
+        """score() of each (prompt, continuation) pair, in order."""
+        if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence):
+            raise ValueError(f"pairs must be a list of (prompt, continuation), got {type(pairs).__name__}")
+        chain = self._score_chain(sampler)
+        out = []
+        for i, pair in enumerate(pairs):
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise ValueError(f"pairs[{i}] must be a (prompt, continuation) pair, got {pair!r:.80}")
+            ctx, cont = scoring.split_pair(self.tokenizer, pair[0], pair[1], self.config.vocab_size)
+            out.append(scoring.score_ids(self, ctx, cont, chain))
+        return out
+
+    def perplexity(self, text: Union[str, Sequence[int]], *, window: Optional[int] = None,
+                   stride: Optional[int] = None) -> float:
+        """exp(mean negative log-likelihood) over the text's tokens after the first. A text longer
+        than ``window`` tokens (default: the context window) is scored in windows advanced by
+        ``stride`` (default: ``window``), each token predicted from the window it ends in and
+        scored once, as Hugging Face's sliding-window perplexity; a text that fits is one pass."""
+        if isinstance(text, str):
+            if self.tokenizer is None:
+                raise ValueError("this model has no tokenizer; pass token ids")
+            ids = self.tokenizer.encode(text)
+        else:
+            ids = options.token_ids("text", text, self.config.vocab_size)
+        return scoring.perplexity(self, ids, window, stride)
+
+    def _score_chain(self, sampler):
+        if sampler is None:
+            return None
+        if not isinstance(sampler, samplers.Sampler):
+            raise ValueError(f"sampler must be a decodelab.samplers.Sampler, got {sampler!r:.80}")
+        stages = sampler.stages if isinstance(sampler, samplers.Chain) else [sampler]
+        if stages and stages[-1].selects:
+            stages = stages[:-1]  # the selector picks one token: the distribution is before it
+        return samplers.Chain([s.clone() for s in stages])
 
     def lens(self, hidden) -> np.ndarray:
         """The logit lens: the final norm and the output head applied to rows of the residual
