@@ -103,7 +103,13 @@ def _traced(generations) -> list:
 def mean_entropy(generations, distribution: str = "processed") -> float:
     """Mean entropy (nats) per generated token of the distribution each token was drawn from
     ("processed": after every sampler stage before the selector) or of the model's own ("raw"),
-    over all steps of all generations (each made with ``trace=True``)."""
+    over all steps of all generations (each made with ``trace=True``).
+
+    >>> gens = [model.generate("Once upon a time", temperature=1.0, top_p=0.9, seed=s, trace=True)
+    ...         for s in range(4)]                                 # doctest: +SKIP
+    >>> mean_entropy(gens), mean_entropy(gens, "raw")              # doctest: +SKIP
+    (1.21..., 1.87...)
+    """
     if distribution not in ("processed", "raw"):
         raise ValueError(f"distribution must be 'processed' or 'raw', got {distribution!r}")
     values = [(s.stages[0] if distribution == "raw" else s.stages[-2 if len(s.stages) > 1 else 0]).entropy
@@ -113,7 +119,11 @@ def mean_entropy(generations, distribution: str = "processed") -> float:
 
 def mean_token_probability(generations, distribution: str = "raw") -> float:
     """Mean probability of the chosen tokens under the model's distribution ("raw") or the one
-    they were drawn from ("processed"), from traces."""
+    they were drawn from ("processed"), from traces.
+
+    >>> mean_token_probability([model.generate("Once upon a time", trace=True)])   # doctest: +SKIP
+    0.62...
+    """
     if distribution not in ("processed", "raw"):
         raise ValueError(f"distribution must be 'processed' or 'raw', got {distribution!r}")
     values = [math.exp(s.logprob_raw if distribution == "raw" else s.logprob_processed)
