@@ -203,9 +203,11 @@ class GrammarMask(Sampler):
         if state is None:
             state = self._matchers[sequence] = (self.matcher(), [])
         m, done = state
-        k, n = 0, min(len(done), len(gen))
-        while k < n and done[k] == gen[k]:
-            k += 1
+        k = len(done)
+        if gen[:k] != done:  # beams that swapped, or drafts rejected: roll back to the common prefix
+            k = 0
+            while k < min(len(done), len(gen)) and done[k] == gen[k]:
+                k += 1
         if k < len(done):
             m.rollback(len(done) - k)
             del done[k:]

@@ -22,7 +22,6 @@ window on a `llama` file) is refused by name; Phi-3's window is written, though 
 """
 import json
 import os
-import sys
 
 import numpy as np
 from safetensors.numpy import load_file
@@ -53,6 +52,20 @@ def _linear_factor(rope, head_dim):
     """Linear RoPE scaling's factor, from the frequencies it divided."""
     base = 1.0 / rope.theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     return float(np.float32(np.median(base / np.asarray(rope.inv_freq, np.float64))))
+
+
+def _writer(out, arch, model):
+    """A GGUF writer with the shape every Llama-like architecture records (llama.cpp's keys)."""
+    import gguf
+
+    w = gguf.GGUFWriter(out, arch)
+    w.add_context_length(model.max_position_embeddings)
+    w.add_embedding_length(model.hidden_size)
+    w.add_feed_forward_length(model.intermediate_size)
+    w.add_block_count(model.n_layers)
+    w.add_head_count(model.n_heads)
+    w.add_head_count_kv(model.n_kv_heads)
+    return w
 
 
 TYPES = ("F32", "F16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0", "Q4_K")
@@ -161,17 +174,10 @@ def export(folder, out, tensor_type="F32"):
         # llama.cpp's names: Qwen2 and Qwen3 have their own architectures with rotate_half RoPE;
         # Mistral without a sliding window is a Llama.
         arch = {"qwen2": "qwen2", "qwen3": "qwen3"}.get(cfg["model_type"], "llama")
-        D, L = cfg["hidden_size"], cfg["num_hidden_layers"]
-        nh, nkv = model.n_heads, model.n_kv_heads
+        L, nh, nkv = model.n_layers, model.n_heads, model.n_kv_heads
         hd = model.head_dim
         permute = _unpermute if arch == "llama" else (lambda x, n: x)
-        w = gguf.GGUFWriter(out, arch)
-        w.add_context_length(cfg["max_position_embeddings"])
-        w.add_embedding_length(D)
-        w.add_feed_forward_length(cfg["intermediate_size"])
-        w.add_block_count(L)
-        w.add_head_count(nh)
-        w.add_head_count_kv(nkv)
+        w = _writer(out, arch, model)
         w.add_key_length(hd)
         w.add_value_length(hd)
         w.add_rope_dimension_count(hd)
@@ -220,13 +226,7 @@ def export(folder, out, tensor_type="F32"):
                 window if (i + 1) % every else 0 for i in range(L)):
             raise ValueError(f"llama.cpp runs {arch} with a sliding window on all but every {every}th layer; "
                              "these layer_types differ")
-        w = gguf.GGUFWriter(out, arch)
-        w.add_context_length(model.max_position_embeddings)
-        w.add_embedding_length(D)
-        w.add_feed_forward_length(model.intermediate_size)
-        w.add_block_count(L)
-        w.add_head_count(model.n_heads)
-        w.add_head_count_kv(model.n_kv_heads)
+        w = _writer(out, arch, model)
         w.add_key_length(hd)
         w.add_value_length(hd)
         w.add_rope_freq_base(model.rope_theta)
@@ -265,14 +265,8 @@ def export(folder, out, tensor_type="F32"):
 
         model = from_hf_dict(cfg)
         arch = "phi3"
-        D, L, hd = model.hidden_size, model.n_layers, model.head_dim
-        w = gguf.GGUFWriter(out, arch)
-        w.add_context_length(model.max_position_embeddings)
-        w.add_embedding_length(D)
-        w.add_feed_forward_length(model.intermediate_size)
-        w.add_block_count(L)
-        w.add_head_count(model.n_heads)
-        w.add_head_count_kv(model.n_kv_heads)
+        L, hd = model.n_layers, model.head_dim
+        w = _writer(out, arch, model)
         w.add_rope_dimension_count(hd)
         w.add_rope_freq_base(model.rope_theta)
         w.add_layer_norm_rms_eps(model.norm_eps)
@@ -303,12 +297,7 @@ def export(folder, out, tensor_type="F32"):
             raise ValueError(f"rope scaling {model.rope.rope_type!r} is not exported for gpt_neox")
         arch = "gptneox"
         D, L, nh, hd = model.hidden_size, model.n_layers, model.n_heads, model.head_dim
-        w = gguf.GGUFWriter(out, arch)
-        w.add_context_length(model.max_position_embeddings)
-        w.add_embedding_length(D)
-        w.add_feed_forward_length(model.intermediate_size)
-        w.add_block_count(L)
-        w.add_head_count(nh)
+        w = _writer(out, arch, model)  # head_count_kv = head_count, llama.cpp's own default for gptneox
         w.add_rope_dimension_count(model.rotary_dim or hd)
         w.add_rope_freq_base(model.rope_theta)
         w.add_parallel_residual(model.parallel_residual)

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "cpu/linear/block_tiles.h"
 #include "cpu/linear/kernels.h"
 
 namespace decodelab {
@@ -70,9 +71,6 @@ void quantize_q8_blocks(const float* x, int T, int in, Q8Blocks& out) {
 }
 
 namespace {
-
-// Rows of activations per tile: each step's weights, unpacked once, serve NT rows.
-constexpr int kI4Tile = 4;
 
 // f[t][r] (panel rows r = 0..15) for activation rows [t0, t0 + NT) over all blocks, then y.
 template <int NT>
@@ -140,24 +138,13 @@ void i4_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
     }
   }
 #endif
-  const int o0 = p * kPanel, nr = std::min(kPanel, L.out - o0);
-  for (int t = 0; t < NT; ++t) {
-    float* yt = y + static_cast<size_t>(t0 + t) * L.out + o0;
-    for (int r = 0; r < nr; ++r) yt[r] = L.b ? f[t][r] + L.b[o0 + r] : f[t][r];
-  }
+  store_tile<NT>(f, t0, L, p, y);
 }
 
 }  // namespace
 
 void i4_panel_rows(const Q8Blocks& xb, int t_lo, int t_hi, const Linear& L, int p, float* y) {
-  int t = t_lo;
-  for (; t + kI4Tile <= t_hi; t += kI4Tile) i4_tile<kI4Tile>(xb, t, L, p, y);
-  switch (t_hi - t) {
-    case 3: i4_tile<3>(xb, t, L, p, y); break;
-    case 2: i4_tile<2>(xb, t, L, p, y); break;
-    case 1: i4_tile<1>(xb, t, L, p, y); break;
-    default: break;
-  }
+  for_each_tile(t_lo, t_hi, [&](auto nt, int t0) { i4_tile<decltype(nt)::value>(xb, t0, L, p, y); });
 }
 
 }  // namespace DECODELAB_ISA

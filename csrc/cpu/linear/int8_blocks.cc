@@ -9,14 +9,13 @@
 #include <cmath>
 #include <cstring>
 
+#include "cpu/linear/block_tiles.h"
 #include "cpu/linear/kernels.h"
 
 namespace decodelab {
 namespace DECODELAB_ISA {
 
 namespace {
-
-constexpr int kI8bTile = 4;  // activation rows per tile: each step's codes serve them all
 
 template <int NT, int G>
 void i8b_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
@@ -90,30 +89,16 @@ void i8b_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
     }
   }
 #endif
-  const int o0 = p * kPanel, nr = std::min(kPanel, L.out - o0);
-  for (int t = 0; t < NT; ++t) {
-    float* yt = y + static_cast<size_t>(t0 + t) * L.out + o0;
-    for (int r = 0; r < nr; ++r) yt[r] = L.b ? f[t][r] + L.b[o0 + r] : f[t][r];
-  }
-}
-
-template <int G>
-void rows(const Q8Blocks& xb, int t_lo, int t_hi, const Linear& L, int p, float* y) {
-  int t = t_lo;
-  for (; t + kI8bTile <= t_hi; t += kI8bTile) i8b_tile<kI8bTile, G>(xb, t, L, p, y);
-  switch (t_hi - t) {
-    case 3: i8b_tile<3, G>(xb, t, L, p, y); break;
-    case 2: i8b_tile<2, G>(xb, t, L, p, y); break;
-    case 1: i8b_tile<1, G>(xb, t, L, p, y); break;
-    default: break;
-  }
+  store_tile<NT>(f, t0, L, p, y);
 }
 
 }  // namespace
 
 void i8b_panel_rows(const Q8Blocks& xb, int t_lo, int t_hi, const Linear& L, int p, float* y) {
-  if (L.i8b_groups == 2) rows<2>(xb, t_lo, t_hi, L, p, y);
-  else rows<1>(xb, t_lo, t_hi, L, p, y);
+  for_each_tile(t_lo, t_hi, [&](auto nt, int t0) {
+    if (L.i8b_groups == 2) i8b_tile<decltype(nt)::value, 2>(xb, t0, L, p, y);
+    else i8b_tile<decltype(nt)::value, 1>(xb, t0, L, p, y);
+  });
 }
 
 }  // namespace DECODELAB_ISA

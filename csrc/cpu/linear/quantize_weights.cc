@@ -16,6 +16,17 @@ static size_t packed_size(int out, int in, int G) {
   return static_cast<size_t>(panel_count(out)) * kPanel * panel_steps(in, G) * G;
 }
 
+// Where a conversion of `bytes` goes: dst, or the store's own buffer; zeroed (padding stays zero).
+static uint8_t* destination(QuantizedWeights& q, size_t bytes, uint8_t* dst) {
+  q.bytes = bytes;
+  if (!dst) {
+    q.own.resize(bytes);
+    dst = q.own.data();
+  }
+  std::memset(dst, 0, bytes);
+  return dst;
+}
+
 size_t quantized_size(const Linear& L, WeightType type) {
   switch (type) {
     case WeightType::BF16: return (L.out + 3) / 4 * bf16_group_elems(L) * sizeof(uint16_t);
@@ -59,12 +70,7 @@ bool linear_row_view(const Linear& L, int first, int count, Linear* view) {
 
 void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* dst, const RowSource* source) {
   if (type == WeightType::F32) return;
-  q.bytes = DECODELAB_ISA::quantized_size(L, type);
-  if (!dst) {
-    q.own.resize(q.bytes);
-    dst = q.own.data();
-  }
-  std::memset(dst, 0, q.bytes);  // padding rows and columns stay zero
+  dst = destination(q, DECODELAB_ISA::quantized_size(L, type), dst);
   const int in = L.in, out = L.out, panels = panel_count(out);
   // Each panel's rows (16, fewer in the last) as fp32 (rows, in): in place where L.w is (out, in),
   // else in the thread's scratch, from `source` or transposed from an (in, out) L.w. One panel at
@@ -180,12 +186,7 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
 }
 
 void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst) {
-  q.bytes = DECODELAB_ISA::quantized_size(L, WeightType::I4);
-  if (!dst) {
-    q.own.resize(q.bytes);
-    dst = q.own.data();
-  }
-  std::memset(dst, 0, q.bytes);
+  dst = destination(q, DECODELAB_ISA::quantized_size(L, WeightType::I4), dst);
   const int in = L.in, out = L.out, panels = panel_count(out), nb = i4_blocks(in);
   const size_t per = static_cast<size_t>(panels) * nb * kPanel;
   q.scales.assign(2 * per, 0.0f);
@@ -219,12 +220,7 @@ void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
 }
 
 void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst) {
-  q.bytes = DECODELAB_ISA::quantized_size(L, WeightType::I8Blocks);
-  if (!dst) {
-    q.own.resize(q.bytes);
-    dst = q.own.data();
-  }
-  std::memset(dst, 0, q.bytes);
+  dst = destination(q, DECODELAB_ISA::quantized_size(L, WeightType::I8Blocks), dst);
   const int in = L.in, out = L.out, panels = panel_count(out), nb = i4_blocks(in);
   const int G = kI4Block / q8_group(f);
   const bool with_min = q8_has_min(f);
