@@ -16,6 +16,7 @@ void register_decoding(py::module_& m);
 void register_scheduler(py::module_& m);
 void register_device(py::module_& m);
 void register_bench(py::module_& m);
+void register_profile(py::module_& m);
 }  // namespace decodelab
 
 PYBIND11_MODULE(_core, m) {
@@ -32,4 +33,5 @@ PYBIND11_MODULE(_core, m) {
   decodelab::register_scheduler(m);
   decodelab::register_device(m);
   decodelab::register_bench(m);
+  decodelab::register_profile(m);
 }

@@ -1,6 +1,8 @@
 // The decode loop of one sequence (Decoder, generate) and the rule for a generation's length.
 #include "decodelab/decoder.h"
 
+#include "decodelab/op_profile.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -123,6 +125,7 @@ int32_t Decoder::choose(const float* logits) {
 
 int32_t Decoder::select(std::chrono::steady_clock::time_point t0) {
   using clock = std::chrono::steady_clock;
+  OpClock clk(Phase::Decode);
   const int V = model_.config().vocab_size;
   const auto& stages = chain_.stages();
   const int step = static_cast<int>(r_.token_ids.size());
@@ -199,6 +202,7 @@ int32_t Decoder::select(std::chrono::steady_clock::time_point t0) {
   } else {
     pending_ = next;  // run through the model at the next step, only if there is one
   }
+  clk.mark(Op::Sampling);
   const double dt = std::chrono::duration<double>(clock::now() - t0).count();
   if (step == 0) r_.first_token_seconds = dt;
   else r_.decode_seconds += dt;

@@ -1,6 +1,7 @@
 #include "decodelab/transformer.h"
 
 #include "decodelab/busy_cores.h"
+#include "decodelab/op_profile.h"
 
 #include <omp.h>
 
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -36,7 +38,68 @@ std::vector<const Linear*> one_per_shape(const std::vector<Linear*>& layers) {
     if (seen.insert(std::make_tuple(l->in, l->out, l->b != nullptr)).second) out.push_back(l);
   return out;
 }
+
+// Bytes of a linear layer's weights one pass reads: values, steps and minima (layout padding aside).
+double read_bytes(const Linear& x) {
+  const double n = static_cast<double>(x.in) * x.out, blocks = static_cast<double>(x.out) * ((x.in + 31) / 32);
+  switch (x.type) {
+    case WeightType::F32: return 4 * n;
+    case WeightType::BF16: return 2 * n;
+    case WeightType::I8:
+    case WeightType::I8A8: return n + 4.0 * x.out;
+    case WeightType::I4: return n / 2 + 8 * blocks;
+    case WeightType::I8Blocks: return n + 4 * blocks * (x.i8b_groups + (x.mins ? 1 : 0));
+  }
+  return 0;
+}
+
+// A pass's totals into the profile: per linear op, the weights' bytes and the multiply-adds of
+// `rows` rows; per attention, the cache positions read and their multiply-adds.
+void record_linears(OpProfile& p, int ph, Op op, std::initializer_list<const Linear*> ls, int rows) {
+  for (const Linear* x : ls) {
+    p.weight_bytes[ph][static_cast<int>(op)] += read_bytes(*x);
+    p.macs[ph][static_cast<int>(op)] += static_cast<double>(rows) * x->in * x->out;
+  }
+}
 }  // namespace
+
+void Transformer::record_pass(OpClock& clk, int R, KVCache* const* caches, const int* rows, int n_seg,
+                              bool all_logits) const {
+  OpProfile& p = *clk.profile();
+  const int ph = clk.phase();
+  ++p.passes[ph];
+  p.rows[ph] += R;
+  for (const Layer& l : layers_) {
+    if (cfg_.is_llama()) record_linears(p, ph, Op::QkvProj, {&l.q, &l.k, &l.v}, R);
+    else record_linears(p, ph, Op::QkvProj, {&l.qkv}, R);
+    record_linears(p, ph, Op::OutProj, {&l.o}, R);
+    if (cfg_.is_llama()) record_linears(p, ph, Op::MlpIn, {&l.gate, &l.up}, R);
+    else record_linears(p, ph, Op::MlpIn, {&l.fc}, R);
+    record_linears(p, ph, Op::MlpOut, {&l.down}, R);
+  }
+  record_linears(p, ph, Op::Head, {&lm_head_}, all_logits ? R : n_seg);
+  // Attention: each segment's rows read the positions before them (within a sliding window), keys
+  // and values of every KV head, once per layer; a query head's scores and weighted values are 2 x
+  // head_dim multiply-adds per position.
+  const int KVD = cfg_.n_kv_heads * cfg_.head_dim;
+  for (int s = 0; s < n_seg; ++s) {
+    const KVDType dt = caches[s]->pool().dtype();
+    const double per_pos = 2.0 * (dt == KVDType::F32 ? 4 * KVD : dt == KVDType::BF16 ? 2 * KVD
+                                                                                      : KVD + 4 * cfg_.n_kv_heads);
+    const int p_end = caches[s]->length();  // after this pass's tokens were committed
+    for (int li = 0; li < cfg_.n_layers; ++li) {
+      const int window = cfg_.sliding_window.empty() ? 0 : cfg_.sliding_window[li];
+      const int seen = window > 0 ? std::min(p_end, window + rows[s] - 1) : p_end;
+      p.kv_bytes[ph] += seen * per_pos;
+      double pairs = 0;  // (query, key) pairs of the segment's rows
+      for (int t = 0; t < rows[s]; ++t) {
+        const int n = p_end - rows[s] + t + 1;
+        pairs += window > 0 ? std::min(n, window) : n;
+      }
+      p.macs[ph][static_cast<int>(Op::Attention)] += pairs * 2.0 * cfg_.n_heads * cfg_.head_dim;
+    }
+  }
+}
 
 std::vector<Linear*> Transformer::layer_linears() {
   std::vector<Linear*> all;
@@ -516,6 +579,7 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
   // One thread count for the whole pass: the scratch below is sized for it.
   const int n_threads = threads_now();
   omp_set_num_threads(n_threads);
+  OpClock clk(R == n_seg ? Phase::Decode : Phase::Prompt);
   const int D = cfg_.dim, NH = cfg_.n_heads, KVH = cfg_.n_kv_heads, HD = cfg_.head_dim;
   const int QD = NH * HD, KVD = KVH * HD;
   std::vector<int> first(n_seg), p0(n_seg);
@@ -578,12 +642,14 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
         for (int i = 0; i < D; ++i) row[i] *= cfg_.embed_scale;
       if (pos_embed_) add_inplace(row, pos_embed_ + static_cast<size_t>(p0[s] + t) * D, D);
     }
+  clk.mark(Op::Embed);
 
   const size_t stream = static_cast<size_t>(R) * D;  // one copy of the residual stream
   if (hidden) std::memcpy(hidden, x, stream * sizeof(float));
   for (int li = 0; li < cfg_.n_layers; ++li) {
     const Layer& l = layers_[li];
     norm(x, l.norm1_w, l.norm1_b, R, h);
+    clk.mark(Op::Norm);
     float* q = ws.q.data();
     float* k = ws.k.data();
     float* v = ws.v.data();
@@ -612,12 +678,14 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
         std::memcpy(v + static_cast<size_t>(r) * KVD, row + QD + KVD, KVD * sizeof(float));
       });
     }
+    clk.mark(Op::QkvProj);
     // A batch of single-token segments (batched decode, beams) spreads its sequences over the
     // threads, each attending on its own; one longer segment spreads its heads instead (no
     // enclosing parallel region then: a nested one would run on one thread).
     const bool per_seq = n_seg > 1 && R == n_seg;
     const int window = cfg_.sliding_window.empty() ? 0 : cfg_.sliding_window[li];
-    auto attend = [&](int s, float* scratch, int threads) {
+    // timed: marks RoPE, the stores and attention apart (not inside a parallel loop over segments).
+    auto attend = [&](int s, float* scratch, int threads, bool timed) {
       float* qs = q + static_cast<size_t>(first[s]) * QD;
       float* ks = k + static_cast<size_t>(first[s]) * KVD;
       float* vs = v + static_cast<size_t>(first[s]) * KVD;
@@ -632,54 +700,76 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
         rope(qs, rows[s], NH, HD, 0, rc, rs, cfg_.rope_interleaved, cfg_.rope_dim());
         rope(ks, rows[s], KVH, HD, 0, rc, rs, cfg_.rope_interleaved, cfg_.rope_dim());
       }
+      if (timed) clk.mark(Op::Rope);
       BlockPool& pool = caches[s]->pool();
       const int* table = caches[s]->block_table().data();
       store_kv(ks, vs, pool, table, li, rows[s], p0[s]);
+      if (timed) clk.mark(Op::KvStore);
       attention_paged(qs, pool, table, li, rows[s], p0[s], NH, ws.att.data() + static_cast<size_t>(first[s]) * QD,
                       scratch, score_stride, ws.gather.data(), threads,
                       AttentionOptions{window, cfg_.attn_scale, cfg_.attn_softcap});
+      if (timed) clk.mark(Op::Attention);
     };
     if (per_seq) {
 #pragma omp parallel for schedule(dynamic) num_threads(n_threads)
       for (int s = 0; s < n_seg; ++s)
-        attend(s, ws.scores.data() + static_cast<size_t>(omp_get_thread_num()) * NH * score_stride, 1);
+        attend(s, ws.scores.data() + static_cast<size_t>(omp_get_thread_num()) * NH * score_stride, 1, false);
+      clk.mark(Op::Attention);
     } else {
-      for (int s = 0; s < n_seg; ++s) attend(s, ws.scores.data(), n_threads);
+      for (int s = 0; s < n_seg; ++s) attend(s, ws.scores.data(), n_threads, true);
     }
     linear(ws.att.data(), R, l.o, h);
-    if (cfg_.sandwich_norms) norm(h, l.post_attn_norm_w, nullptr, R, h);  // Gemma, in place
+    clk.mark(Op::OutProj);
+    if (cfg_.sandwich_norms) {  // Gemma, in place
+      norm(h, l.post_attn_norm_w, nullptr, R, h);
+      clk.mark(Op::Norm);
+    }
     // A parallel residual (GPT-NeoX) normalises the layer's input for the MLP too, and adds
     // mlp + attention to it at the end, in transformers' order; otherwise attention goes in first.
     const bool parallel = cfg_.is_neox() && cfg_.parallel_residual;
     float* mlp_in = parallel ? ws.att.data() : h;  // att is free once projected; neox: QD == D
-    if (!parallel) add_inplace(x, h, static_cast<size_t>(R) * D);
+    if (!parallel) {
+      add_inplace(x, h, static_cast<size_t>(R) * D);
+      clk.mark(Op::Residual);
+    }
 
     norm(x, l.norm2_w, l.norm2_b, R, mlp_in);
+    clk.mark(Op::Norm);
     const size_t nh = static_cast<size_t>(R) * cfg_.hidden_dim;
     if (cfg_.is_llama()) {
       const Linear* ff_layers[2] = {&l.gate, &l.up};
       float* ff_out[2] = {ws.ff_a.data(), ws.ff_b.data()};
       linear_many(mlp_in, R, ff_layers, ff_out, 2);
+      clk.mark(Op::MlpIn);
       if (cfg_.gelu_gate) gelu_tanh_mul(ws.ff_a.data(), ws.ff_b.data(), ws.ff_a.data(), nh);
       else silu_mul(ws.ff_a.data(), ws.ff_b.data(), ws.ff_a.data(), nh);
     } else {
       linear(mlp_in, R, l.fc, ws.ff_a.data());
+      clk.mark(Op::MlpIn);
       if (cfg_.is_neox()) gelu_erf_inplace(ws.ff_a.data(), nh);
       else gelu_tanh_inplace(ws.ff_a.data(), nh);
     }
+    clk.mark(Op::Activation);
     if (parallel) {
       linear(ws.ff_a.data(), R, l.down, mlp_in);
+      clk.mark(Op::MlpOut);
       add_inplace(mlp_in, h, static_cast<size_t>(R) * D);  // mlp + attention
       add_inplace(x, mlp_in, static_cast<size_t>(R) * D);
     } else {
       linear(ws.ff_a.data(), R, l.down, h);
-      if (cfg_.sandwich_norms) norm(h, l.post_ff_norm_w, nullptr, R, h);
+      clk.mark(Op::MlpOut);
+      if (cfg_.sandwich_norms) {
+        norm(h, l.post_ff_norm_w, nullptr, R, h);
+        clk.mark(Op::Norm);
+      }
       add_inplace(x, h, static_cast<size_t>(R) * D);
     }
     if (hidden) std::memcpy(hidden + (li + 1) * stream, x, stream * sizeof(float));
+    clk.mark(Op::Residual);
   }
 
   for (int s = 0; s < n_seg; ++s) caches[s]->commit_append(tokens + first[s], rows[s]);
+  clk.mark(Op::KvStore);
   if (all_logits) {
     norm(x, final_w_, final_b_, R, h);
     linear(h, R, lm_head_, logits);
@@ -693,6 +783,8 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
   }
   if (cfg_.final_softcap > 0.0f)  // Gemma 2: cap tanh(logits / cap)
     softcap_inplace(logits, static_cast<size_t>(all_logits ? R : n_seg) * cfg_.vocab_size, cfg_.final_softcap);
+  clk.mark(Op::Head);
+  if (clk.on()) record_pass(clk, R, caches, rows, n_seg, all_logits);
 }
 
 }  // namespace decodelab

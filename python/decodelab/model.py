@@ -7,7 +7,7 @@ from typing import Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
-from . import constraints, options, samplers, scoring, streaming
+from . import constraints, options, profiling, samplers, scoring, streaming
 from ._native import _core
 from .beam import BeamTree
 from .config import ModelConfig
@@ -205,6 +205,21 @@ class Model:
         if stages and stages[-1].selects:
             stages = stages[:-1]  # the selector picks one token: the distribution is before it
         return samplers.Chain([s.clone() for s in stages])
+
+    def profile(self, *, probe_bandwidth: bool = False) -> "profiling.Profiler":
+        """Times every forward pass this thread runs inside a ``with`` block, op by op (norms,
+        projections, RoPE, cache stores, attention, MLP, head, and the decoder's sampling), with
+        the weight and cache bytes each op read and its multiply-adds; the block's target is a
+        :class:`decodelab.profiling.Profile`, complete when the block ends. ``probe_bandwidth``:
+        then measure the machine's read bandwidth (256 MiB on this model's threads) to show each
+        op's read rate as a share of it.
+
+        >>> with model.profile() as prof:                          # doctest: +SKIP
+        ...     model.generate("Once upon a time", max_new_tokens=64)
+        >>> prof.ops("decode")[0].op                              # doctest: +SKIP
+        'embed'
+        """
+        return profiling.Profiler(self.threads, bool(probe_bandwidth))
 
     def lens(self, hidden) -> np.ndarray:
         """The logit lens: the final norm and the output head applied to rows of the residual

@@ -11,6 +11,7 @@
 #include "decodelab/config.h"
 #include "decodelab/kernels.h"
 #include "decodelab/kv_cache.h"
+#include "decodelab/op_profile.h"
 #include "decodelab/weights.h"
 #include "decodelab/workspace.h"
 
@@ -127,6 +128,8 @@ class Transformer {
   std::vector<Linear*> layer_linears();  // every layer's linear layers present in this architecture
   void run(const int32_t* tokens, int R, KVCache* const* caches, const int* rows, int n_seg, float* logits,
            bool all_logits, Workspace& ws, float* hidden = nullptr) const;
+  // A profiled pass's weight bytes, multiply-adds and cache reads (decodelab/op_profile.h).
+  void record_pass(OpClock& clk, int R, KVCache* const* caches, const int* rows, int n_seg, bool all_logits) const;
 
   ModelConfig cfg_;
   std::shared_ptr<WeightStore> weights_;
