@@ -10,6 +10,8 @@ import sys
 import numpy as np
 import pytest
 
+import decodelab
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -64,6 +66,22 @@ def test_worker_peak_rss_is_its_own(engine, checkpoint):
                          capture_output=True, text=True, check=True)
     res = json.loads(out.stdout.strip().splitlines()[-2])
     assert 1 < res["peak_rss_mib"] < 400, res
+    if engine == "decodelab":  # the bytes its bound counts: the profile's, fp32 here
+        cfg = decodelab.load(folder).config
+        D, H, q, kv = cfg.hidden_size, cfg.intermediate_size, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+        params = cfg.n_layers * (D * q + 2 * D * kv + q * D + 3 * D * H) + D * cfg.vocab_size
+        assert res["weight_bytes_per_step"] == 4 * params
+
+
+def test_phase_profile_reports_the_ops_and_the_bound(checkpoint):
+    # bench_phase.py --profile is how the notes' per-op figures are taken.
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_phase.py"), str(checkpoint("llama-tiny")),
+                          "--phase", "decode", "--prompt", "16", "--steps", "8", "--repeats", "2", "--threads", "1",
+                          "--profile"], capture_output=True, text=True, check=True)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {"qkv_proj", "attention", "mlp_in", "mlp_out", "head"} <= set(res["profile_ms_per_pass"])
+    assert res["weight_bytes_per_pass"] > 0 and res["kv_bytes_per_pass"] > 0 and 0 < res["bound_share"]
+    assert "ms/pass" in out.stdout and "of probe" in out.stdout
 
 
 @pytest.mark.parametrize("kv", ["float32", "bfloat16", "int8"])
