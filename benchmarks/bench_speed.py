@@ -25,8 +25,9 @@ about 11 minutes on 2 cores); the GGUF files come from decodelab/gguf_export.py 
 own quantizer. smollm2-q4_1 is the shared SmolLM2-135M-Instruct Q4_1 GGUF file itself, run by
 decodelab (its default for the file: int4, the file's own 4-bit values) and by llama.cpp (the
 file as it is, "q4_1"); the other engines do not read GGUF and are left out for it. Its bound
-counts the bytes each engine's step reads: our int4 panels (4 bits and an fp32 step and minimum
-per 32 weights) and int8 head, or the file's Q4_1 and Q8_0 blocks.
+counts the bytes each engine's step reads: decodelab's as its op profile counts them (Model.profile:
+the file's 4 bits with a half step and minimum per 32 weights, and its Q8_0 head as int8 with an fp32
+step per 32), or the file's Q4_1 and Q8_0 blocks.
 """
 import argparse
 import hashlib

@@ -189,3 +189,30 @@ def test_a_4_bit_gguf_loads_as_int4_from_its_mapping(tiny_q4k):
     # Greedy decoding runs on the native layers, and dtype="int8" reads the same file too.
     assert len(m.generate(ids[:4], max_new_tokens=8, eos_token_id=[]).token_ids) == 8
     assert decodelab.load(tiny_q4k, dtype="int8").dtype == "int8"
+
+
+@pytest.mark.parametrize("fmt,per_block", [("Q4_1", 4), ("Q4_0", 4), ("Q4_K", 8)])
+def test_int4_steps_stay_halves_where_the_file_has_halves(tmp_path, fmt, per_block):
+    # Q4_0 / Q4_1 steps and minima are halves in the file: kept as halves, a decode step reads 4
+    # bytes of them per 32 weights (the kernel's arithmetic is the same: see the emulation above);
+    # Q4_K's steps are products of a half and a 6-bit scale, kept in fp32 (8 bytes).
+    from decodelab import gguf_export
+
+    folder = testing.write_checkpoint(str(tmp_path / "model"), {
+        "arch": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 1, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 320, "max_position_embeddings": 64, "tie_word_embeddings": False})
+    path = str(tmp_path / f"model.{fmt}.gguf")
+    gguf_export.export(folder, path, fmt)
+    m = decodelab.load(path)
+    assert m.dtype == "int4"
+    c = m.new_cache()
+    m.prefill([3, 4], c)
+    with m.profile() as prof:
+        m.decode(5, c)
+    rows = {r.op: r for r in prof.ops("decode")}
+    D, H = 256, 512
+    assert rows["mlp_in"].weight_bytes == 2 * (D * H / 2 + per_block * H * D / 32)
+    assert rows["mlp_out"].weight_bytes == H * D / 2 + per_block * D * H / 32
+    exact = decodelab.load(path, dtype="float32")
+    ids = list(range(3, 40))
+    assert (m.forward(ids).argmax(-1) == exact.forward(ids).argmax(-1)).mean() >= 0.9

@@ -1,6 +1,7 @@
-// 4-bit weights (WeightType::I4) at every row count: w = step q + min per (row, block of 32),
-// q in 0..15, in the panels of layout.h; activations rounded to int8 per block of 32 (scale
-// max|x| / 127, as llama.cpp's Q8_1), so a block's dot product is
+// 4-bit weights (WeightType::I4) at every row count: w = step q + min per (row, block of 32), the
+// step and minimum fp32 or halves (Linear::steps16), q in 0..15, in the panels of layout.h;
+// activations rounded to int8 per block of 32 (scale max|x| / 127, as llama.cpp's Q8_1), so a
+// block's dot product is
 //   (step dx) sum(q xq) + min (dx sum(xq)),
 // the integer sums exact and the fp32 sum over the blocks in order, the same for every row count.
 #include <immintrin.h>
@@ -8,9 +9,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "cpu/linear/block_tiles.h"
 #include "cpu/linear/kernels.h"
+#include "decodelab/f16.h"
 
 namespace decodelab {
 namespace DECODELAB_ISA {
@@ -72,13 +75,32 @@ void quantize_q8_blocks(const float* x, int T, int in, Q8Blocks& out) {
 
 namespace {
 
+// A panel's 16 steps (or minima) of one block, as fp32 or as halves (Linear::steps16).
+template <bool Half>
+struct PanelScales {
+  using Elem = std::conditional_t<Half, uint16_t, float>;
+  const Elem* p;
+  float at(size_t i) const {
+    if constexpr (Half) return f16_to_f32(p[i]);
+    else return p[i];
+  }
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 load8(size_t i) const {  // values i .. i + 7
+    if constexpr (Half) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i)));
+    else return _mm256_loadu_ps(p + i);
+  }
+#endif
+};
+
 // f[t][r] (panel rows r = 0..15) for activation rows [t0, t0 + NT) over all blocks, then y.
-template <int NT>
+template <int NT, bool Half>
 void i4_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
   const int nb = xb.blocks;
   const uint8_t* w = L.w_i4 + static_cast<size_t>(p) * nb * kI4BlockBytes;
-  const float* steps = L.scales + static_cast<size_t>(p) * nb * kPanel;
-  const float* mins = L.mins + static_cast<size_t>(p) * nb * kPanel;
+  const size_t s0 = static_cast<size_t>(p) * nb * kPanel;
+  PanelScales<Half> steps, mins;
+  if constexpr (Half) steps.p = L.steps16 + s0, mins.p = L.mins16 + s0;
+  else steps.p = L.scales + s0, mins.p = L.mins + s0;
   alignas(32) float f[NT][kPanel];
 #if defined(__AVX2__) && defined(__FMA__)
   const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
@@ -105,15 +127,15 @@ void i4_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
         s[t][1] = _mm256_add_epi16(s[t][1], _mm256_maddubs_epi16(hi, xv));
       }
     }
-    const float* st = steps + static_cast<size_t>(b) * kPanel;
-    const float* mn = mins + static_cast<size_t>(b) * kPanel;
+    const size_t sb = static_cast<size_t>(b) * kPanel;
+    const __m256 st[2] = {steps.load8(sb), steps.load8(sb + 8)}, mn[2] = {mins.load8(sb), mins.load8(sb + 8)};
     for (int t = 0; t < NT; ++t) {
       const size_t xi = static_cast<size_t>(t0 + t) * nb + b;
       const __m256 dx = _mm256_set1_ps(xb.d[xi]), sx = _mm256_set1_ps(xb.s[xi]);
       for (int h = 0; h < 2; ++h) {
         const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(s[t][h], ones));
-        acc[t][h] = _mm256_fmadd_ps(sums, _mm256_mul_ps(_mm256_loadu_ps(st + 8 * h), dx), acc[t][h]);
-        acc[t][h] = _mm256_fmadd_ps(_mm256_loadu_ps(mn + 8 * h), sx, acc[t][h]);
+        acc[t][h] = _mm256_fmadd_ps(sums, _mm256_mul_ps(st[h], dx), acc[t][h]);
+        acc[t][h] = _mm256_fmadd_ps(mn[h], sx, acc[t][h]);
       }
     }
   }
@@ -131,9 +153,9 @@ void i4_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
       for (int r = 0; r < kPanel; ++r) {
         int32_t s = 0;
         for (int j = 0; j < kI4Block; ++j) s += ((wb[i4_byte(r, j)] >> i4_shift(r)) & 0x0F) * xq[j];
-        const float stdx = steps[static_cast<size_t>(b) * kPanel + r] * xb.d[xi];
+        const float stdx = steps.at(static_cast<size_t>(b) * kPanel + r) * xb.d[xi];
         f[t][r] = std::fma(static_cast<float>(s), stdx, f[t][r]);
-        f[t][r] = std::fma(mins[static_cast<size_t>(b) * kPanel + r], xb.s[xi], f[t][r]);
+        f[t][r] = std::fma(mins.at(static_cast<size_t>(b) * kPanel + r), xb.s[xi], f[t][r]);
       }
     }
   }
@@ -144,7 +166,10 @@ void i4_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
 }  // namespace
 
 void i4_panel_rows(const Q8Blocks& xb, int t_lo, int t_hi, const Linear& L, int p, float* y) {
-  for_each_tile(t_lo, t_hi, [&](auto nt, int t0) { i4_tile<decltype(nt)::value>(xb, t0, L, p, y); });
+  for_each_tile(t_lo, t_hi, [&](auto nt, int t0) {
+    if (L.steps16) i4_tile<decltype(nt)::value, true>(xb, t0, L, p, y);
+    else i4_tile<decltype(nt)::value, false>(xb, t0, L, p, y);
+  });
 }
 
 }  // namespace DECODELAB_ISA

@@ -7,6 +7,7 @@
 
 #include "cpu/linear/kernels.h"
 #include "decodelab/bf16.h"
+#include "decodelab/f16.h"
 #include "decodelab/gguf_blocks.h"
 
 namespace decodelab {
@@ -54,8 +55,13 @@ bool linear_row_view(const Linear& L, int first, int count, Linear* view) {
   if (L.type == WeightType::I4) {  // steps and minima per panel and block
     const size_t per_panel = static_cast<size_t>(i4_blocks(L.in)) * kPanel;
     view->w_i4 = L.w_i4 + static_cast<size_t>(first / kPanel) * i4_panel_bytes(L.in);
-    view->scales = L.scales + first / kPanel * per_panel;
-    view->mins = L.mins + first / kPanel * per_panel;
+    if (L.steps16) {
+      view->steps16 = L.steps16 + first / kPanel * per_panel;
+      view->mins16 = L.mins16 + first / kPanel * per_panel;
+    } else {
+      view->scales = L.scales + first / kPanel * per_panel;
+      view->mins = L.mins + first / kPanel * per_panel;
+    }
   } else if (L.type == WeightType::I8Blocks) {  // steps per panel, block and group; minima per panel and block
     const size_t per_panel = static_cast<size_t>(i4_blocks(L.in)) * kPanel;
     view->w_i8b = L.w_i8b + static_cast<size_t>(first / kPanel) * i4_blocks(L.in) * kI8BlockBytes;
@@ -214,6 +220,19 @@ void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
   L.w_i4 = dst;
   L.scales = steps;
   L.mins = mins;
+  // Where every step and minimum is a half (always for Q4_0 and Q4_1; Q4_K's products of a half and
+  // a 6-bit scale mostly not), they are kept as halves: the same values in half the bytes.
+  q.halves.resize(2 * per);
+  bool exact = true;
+  for (size_t i = 0; i < 2 * per && exact; ++i) exact = f32_to_f16_exact(q.scales[i], q.halves[i]);
+  if (exact) {
+    L.steps16 = q.halves.data();
+    L.mins16 = q.halves.data() + per;
+    L.scales = L.mins = nullptr;
+    std::vector<float>().swap(q.scales);
+  } else {
+    std::vector<uint16_t>().swap(q.halves);
+  }
   L.type = WeightType::I4;
   L.in_major = false;
   L.w = nullptr;
