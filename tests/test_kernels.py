@@ -302,10 +302,19 @@ def test_attention_seconds_times_each_step():
         _core.attention_seconds(64, 64, 64, 128, 1 << 20)
 
 
+def _halves_or_fp32(*arrays):
+    """The layer's steps and minima as int4 keeps them: rounded to halves where every one is then a
+    normal half or zero, else fp32 as they are."""
+    with np.errstate(over="ignore"):  # past the largest half: inf, and then fp32
+        rounded = [a.astype(np.float16) for a in arrays]
+    ok = all(np.all((a == 0) | (np.isfinite(r) & (np.abs(r) >= np.float16(2 ** -14)))) for a, r in zip(arrays, rounded))
+    return [r.astype(np.float32) for r in rounded] if ok else list(arrays)
+
+
 def _int4_reference(x, w):
     """numpy emulation of the int4 kernel's arithmetic: Q4_1 weights per block of 32 (min, 15 steps
-    to the max, values rounded as ggml rounds), activations to int8 per block (max / 127), the
-    integer block sums exact, scaled per block."""
+    to the max, values rounded as ggml rounds, the step and min then stored as halves), activations
+    to int8 per block (max / 127), the integer block sums exact, scaled per block."""
     T, n = x.shape
     nb = (n + 31) // 32
     pad = nb * 32 - n
@@ -320,6 +329,7 @@ def _int4_reference(x, w):
     xb = np.pad(x, ((0, 0), (0, pad))).reshape(T, nb, 32)
     dx = (np.abs(xb).max(axis=2) / np.float32(127)).astype(np.float32)
     xq = np.rint(xb * np.where(dx > 0, np.float32(1) / np.where(dx > 0, dx, 1), 0)[..., None]).astype(np.int64)
+    d, lo = _halves_or_fp32(d, lo)
     ints = np.einsum("onk,tnk->ton", q, xq).astype(np.float64)
     return (ints * (d[None] * dx[:, None]) + lo[None] * (dx * xq.sum(axis=2))[:, None]).sum(axis=2)
 
@@ -342,3 +352,27 @@ def test_int4_kernel_equals_its_numpy_emulation(T, n_in, n_out):
     np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
     alone = np.concatenate([_core.linear(x[t:t + 1], w, "int4") for t in range(T)])
     np.testing.assert_array_equal(y, alone)
+
+
+@pytest.mark.parametrize("scale", [1e6, 1e-7])
+def test_int4_steps_that_do_not_fit_a_half_stay_fp32(scale):
+    # Steps past the largest half, or lost to a subnormal one: the layer keeps fp32 steps, and the
+    # kernel still equals the emulation (which checks the same rule).
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 96)).astype(np.float32)
+    w = (scale * rng.standard_normal((20, 96))).astype(np.float32)
+    ref = _int4_reference(x, w)
+    np.testing.assert_allclose(_core.linear(x, w, "int4"), ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
+def test_int4_blocks_are_ggufs_q4_1_blocks():
+    # The int4 rule is GGUF's Q4_1: a layer quantized here equals gguf's Q4_1 blocks of it read
+    # natively, bit for bit.
+    gguf = pytest.importorskip("gguf")
+    rng = np.random.default_rng(9)
+    w = (0.05 * rng.standard_normal((48, 256))).astype(np.float32)
+    w[3, :32] = 0.5  # a constant block
+    x = rng.standard_normal((4, 256)).astype(np.float32)
+    blocks = gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q4_1)
+    np.testing.assert_array_equal(_core.linear(x, w, "int4"),
+                                  _core.linear_blocks(x, "Q4_1", blocks.tobytes(), 48, "int4"))

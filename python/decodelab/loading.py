@@ -136,8 +136,9 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
     7-bit integers, a scale per 256 values, error at most 1/126 of the block's largest value:
     faster prompts at a measured cost in accuracy; see benchmarks/bench_speed.py and
     benchmarks/bench_accuracy.py), or "int4" (4-bit values per block of 32 inputs with a step and
-    a minimum, from fp32 or bf16 weights by GGUF's Q4_1 rule; each layer's input rounded to int8
-    per block of 32, as llama.cpp does; the output head keeps int8). A GGUF file's Q4_0, Q4_1 and
+    a minimum, from fp32 or bf16 weights by GGUF's Q4_1 rule: the same blocks as gguf's quantizer,
+    steps and minima as halves; each layer's input rounded to int8 per block of 32, as llama.cpp
+    does; the output head keeps int8). A GGUF file's Q4_0, Q4_1 and
     Q4_K layers become int4 layers with the file's own values, read from its mapping with no fp32
     copy; under "int4" its 5- to 8-bit layers (Q5_0 ... Q8_0) keep 8 bits (int8), as does the head.
     The default (None) is "float32", and for a GGUF file with block-quantized tensors the dtype

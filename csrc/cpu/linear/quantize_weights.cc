@@ -28,6 +28,33 @@ static uint8_t* destination(QuantizedWeights& q, size_t bytes, uint8_t* dst) {
   return dst;
 }
 
+// An I4 layer's steps and minima (q.scales: `per` of each) as halves, in half the bytes, where
+// every one of them is a normal half or zero once rounded (round: to the nearest half, as GGUF's
+// Q4_1 stores them) or as it is (!round); otherwise they stay fp32 as they are.
+static void keep_halves(Linear& L, QuantizedWeights& q, size_t per, bool round) {
+  q.halves.resize(2 * per);
+  bool ok = true;
+  for (size_t i = 0; i < 2 * per && ok; ++i) {
+    const float x = q.scales[i];
+    if (!round) {
+      ok = f32_to_f16_exact(x, q.halves[i]);
+      continue;
+    }
+    const uint16_t h = f32_to_f16(x);
+    const uint32_t e = (h >> 10) & 0x1fu;
+    ok = x == 0.0f || (e != 0 && e != 0x1f);  // no overflow, and no loss to a subnormal
+    q.halves[i] = h;
+  }
+  if (!ok) {
+    std::vector<uint16_t>().swap(q.halves);
+    return;
+  }
+  L.steps16 = q.halves.data();
+  L.mins16 = q.halves.data() + per;
+  L.scales = L.mins = nullptr;
+  std::vector<float>().swap(q.scales);
+}
+
 size_t quantized_size(const Linear& L, WeightType type) {
   switch (type) {
     case WeightType::BF16: return (L.out + 3) / 4 * bf16_group_elems(L) * sizeof(uint16_t);
@@ -115,8 +142,9 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
     }
   } else if (type == WeightType::I4) {
     // Per block of 32: min and max of its values, 15 steps between them, each value the nearest
-    // step (GGUF's Q4_1 rule; a dequantized Q4_1 block comes back with its own values). Steps
-    // first, then minima, in one vector.
+    // step, then the step and minimum rounded to halves (GGUF's Q4_1 rule, the same blocks as
+    // gguf's quantizer; a dequantized Q4_1 block comes back with its own values). Steps first,
+    // then minima, in one vector.
     const int nb = i4_blocks(in);
     const size_t per = static_cast<size_t>(panels) * nb * kPanel;
     q.scales.assign(2 * per, 0.0f);
@@ -150,6 +178,7 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
     L.w_i4 = dst;
     L.scales = steps;
     L.mins = mins;
+    keep_halves(L, q, per, true);
   } else {
     // int8 per output row (scale max|w| / 127), packed into panels of G-value steps. w8a8 also
     // fills wsums[(p * blocks + b) * 16 + r] with -64 x the sum of row 16p + r over block b: the
@@ -220,19 +249,9 @@ void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
   L.w_i4 = dst;
   L.scales = steps;
   L.mins = mins;
-  // Where every step and minimum is a half (always for Q4_0 and Q4_1; Q4_K's products of a half and
-  // a 6-bit scale mostly not), they are kept as halves: the same values in half the bytes.
-  q.halves.resize(2 * per);
-  bool exact = true;
-  for (size_t i = 0; i < 2 * per && exact; ++i) exact = f32_to_f16_exact(q.scales[i], q.halves[i]);
-  if (exact) {
-    L.steps16 = q.halves.data();
-    L.mins16 = q.halves.data() + per;
-    L.scales = L.mins = nullptr;
-    std::vector<float>().swap(q.scales);
-  } else {
-    std::vector<uint16_t>().swap(q.halves);
-  }
+  // A file's steps and minima as they are: halves where all of them are (always for Q4_0 and Q4_1;
+  // Q4_K's products of a half and a 6-bit scale mostly not).
+  keep_halves(L, q, per, false);
   L.type = WeightType::I4;
   L.in_major = false;
   L.w = nullptr;
