@@ -84,8 +84,8 @@ void register_profile(py::module_& m) {
   py::class_<OpProfiler>(m, "OpProfiler", R"doc(
 Times the forward passes (and the decoder's sampling) that the thread calling start() runs until
 stop(), op by op: each op gets the wall time from the previous op's end to its own, so a pass's ops
-add up to the pass. Passes where every sequence adds one token count as "decode", others as
-"prompt". Only the innermost running profiler of a thread collects; calls that other threads make
+add up to the pass. Passes where every sequence adds one token count as "decode", others
+(prompts, and a speculative round's pass over its drafts) as "prompt". Only the innermost running profiler of a thread collects; calls that other threads make
 (a batch engine's scheduler) are not timed.)doc")
       .def(py::init<>())
       .def("start", &OpProfiler::start)

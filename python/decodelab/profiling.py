@@ -6,10 +6,12 @@ weights and cache each op reads and the multiply-adds it does, from ``Model.prof
     >>> print(prof)                                                     # doctest: +SKIP
 
 Each op gets the wall time on the calling thread from the previous op's end to its own, parallel
-regions included, so a pass's ops add up to the pass. A decode step reads every weight once:
-its linear ops' bytes over their time is the rate they stream weights at, to hold against the
-machine's read bandwidth (``probe_bandwidth=True``). A prompt reuses each weight over many rows:
-its multiply-adds per second say how well the kernels compute.
+regions included, so a pass's ops add up to the pass. "decode" passes add one token to every
+sequence (decode steps, batched or not); "prompt" passes are the rest (prompts, and a speculative
+round's pass over its drafts). A decode step reads every weight once: its linear ops' bytes over
+their time is the rate they stream weights at, to hold against the machine's read bandwidth
+(``probe_bandwidth=True``). A prompt reuses each weight over many rows: its multiply-adds per
+second say how well the kernels compute.
 """
 from __future__ import annotations
 

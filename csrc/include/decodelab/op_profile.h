@@ -28,7 +28,8 @@ enum class Op : int {
 constexpr int kOpCount = static_cast<int>(Op::kCount);
 const char* op_name(Op op);
 
-// Passes where every sequence adds one token (decode steps, batched or not), and the others.
+// Passes where every sequence adds one token (decode steps, batched or not), and the others
+// (prompts, a speculative round's pass over its drafts).
 enum class Phase : int { Prompt, Decode, kCount };
 constexpr int kPhaseCount = static_cast<int>(Phase::kCount);
 
