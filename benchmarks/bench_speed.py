@@ -107,11 +107,9 @@ def weight_bytes_per_step(folder, dtype):
     cfg = model_cfg(folder)
     if folder.endswith(".gguf") and dtype.startswith("q"):  # llama.cpp reads the file's blocks
         return gguf_step_bytes(folder)
-    # q8_0 stores a 2-byte scale per 32 weights, q4_1 two, and so does our int4 (half steps and
-    # minima), with an int8 head.
-    per = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "w8a8": 1, "q8_0": 34 / 32, "q4_1": 20 / 32,
-           "int4": 20 / 32}[dtype]
-    head_per = {"int4": 1, "q4_1": 34 / 32}.get(dtype, per)
+    # q8_0 stores a 2-byte scale per 32 weights, q4_1 two.
+    per = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "q8_0": 34 / 32, "q4_1": 20 / 32}[dtype]
+    head_per = {"q4_1": 34 / 32}.get(dtype, per)
     if cfg["model_type"] == "gpt2":
         D, L, V = cfg["n_embd"], cfg["n_layer"], cfg["vocab_size"]
         return (L * (D * 3 * D + D * D + 2 * D * 4 * D)) * per + V * D * head_per

@@ -134,13 +134,12 @@ class Profile:
 
 class Profiler:
     """The context manager behind ``Model.profile()``: starts the engine's op profiler on entry,
-    stops it on exit and fills ``profile``."""
+    stops it on exit and fills the Profile the block got."""
 
     def __init__(self, threads: int, probe_bandwidth: bool):
         self._p = _core.OpProfiler()
         self._threads = threads
         self._probe = probe_bandwidth
-        self.profile: Optional[Profile] = None
 
     def __enter__(self) -> "_Live":
         self._live = _Live()
@@ -150,7 +149,7 @@ class Profiler:
     def __exit__(self, *exc) -> None:
         self._p.stop()
         bw = _core.read_bandwidth(256 << 20, self._threads) if self._probe else None
-        self._live._fill(Profile(self._p.result(), bw))
+        self._live._fill(self._p.result(), bw)
 
 
 class _Live(Profile):
@@ -159,8 +158,8 @@ class _Live(Profile):
     def __init__(self):  # filled by _fill
         self._done = False
 
-    def _fill(self, p: Profile) -> None:
-        self.__dict__.update(p.__dict__)
+    def _fill(self, raw: dict, bandwidth: Optional[float]) -> None:
+        super().__init__(raw, bandwidth)
         self._done = True
 
     def __getattr__(self, name):

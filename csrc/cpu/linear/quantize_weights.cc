@@ -29,20 +29,17 @@ static uint8_t* destination(QuantizedWeights& q, size_t bytes, uint8_t* dst) {
 }
 
 // An I4 layer's steps and minima (q.scales: `per` of each) as halves, in half the bytes, where
-// every one of them is a normal half or zero once rounded (round: to the nearest half, as GGUF's
-// Q4_1 stores them) or as it is (!round); otherwise they stay fp32 as they are.
+// every one of them is a half as it is (!round), or a normal half or zero once rounded to the
+// nearest (round: as GGUF's Q4_1 stores them); otherwise they stay fp32 as they are.
 static void keep_halves(Linear& L, QuantizedWeights& q, size_t per, bool round) {
   q.halves.resize(2 * per);
   bool ok = true;
   for (size_t i = 0; i < 2 * per && ok; ++i) {
     const float x = q.scales[i];
-    if (!round) {
-      ok = f32_to_f16_exact(x, q.halves[i]);
-      continue;
-    }
     const uint16_t h = f32_to_f16(x);
     const uint32_t e = (h >> 10) & 0x1fu;
-    ok = x == 0.0f || (e != 0 && e != 0x1f);  // no overflow, and no loss to a subnormal
+    ok = round ? x == 0.0f || (e != 0 && e != 0x1f)  // no overflow, and no loss to a subnormal
+               : e != 0x1f && f16_to_f32(h) == x;    // the same value
     q.halves[i] = h;
   }
   if (!ok) {

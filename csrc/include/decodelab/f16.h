@@ -1,5 +1,5 @@
-// IEEE half precision (GGUF's F16 tensors and block scales) to fp32, exactly, and back where a
-// value is exactly a half.
+// IEEE half precision (GGUF's F16 tensors and block scales) to fp32, exactly, and fp32 to the
+// nearest half.
 #pragma once
 
 #include <cstdint>
@@ -55,31 +55,6 @@ inline uint16_t f32_to_f16(float x) {
   const uint32_t rem = abs & 0x1fffu;
   if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // a carry moves into the exponent
   return static_cast<uint16_t>(sign | h);
-}
-
-// x's half bits in h where x is exactly a half (zero, normal or subnormal); false otherwise
-// (inf, NaN, out of range, or bits a half does not hold).
-inline bool f32_to_f16_exact(float x, uint16_t& h) {
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  const uint32_t sign = (b >> 16) & 0x8000u, mant = b & 0x7fffffu;
-  const int exp = static_cast<int>((b >> 23) & 0xff);
-  if (exp == 0) {  // zero, or an fp32 subnormal (below any half)
-    h = static_cast<uint16_t>(sign);
-    return mant == 0;
-  }
-  const int e = exp - 127;
-  if (exp == 0xff || e > 15 || e < -24) return false;
-  if (e >= -14) {  // a normal half: 10 of the 23 mantissa bits
-    if (mant & 0x1fffu) return false;
-    h = static_cast<uint16_t>(sign | static_cast<uint32_t>(e + 15) << 10 | mant >> 13);
-    return true;
-  }
-  const uint32_t full = mant | 0x800000u;  // a subnormal half: full x 2^(e - 23) = m x 2^-24
-  const int shift = 13 + (-14 - e);
-  if (full & ((1u << shift) - 1)) return false;
-  h = static_cast<uint16_t>(sign | full >> shift);
-  return true;
 }
 
 }  // namespace decodelab
