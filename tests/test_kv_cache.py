@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import decodelab
+from decodelab import testing
 
 LONG_LLAMA = dict(arch="llama", hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, vocab_size=512, max_position_embeddings=2048, tie_word_embeddings=False)
@@ -372,11 +373,12 @@ def test_decode_batch_on_int8_caches(checkpoint, shape):
         _close(got[i], m.forward(s + [t])[-1], atol=2e-2)
 
 
-def _check_steps_against_forward(m, dtype, ids):
+def _check_steps_against_forward(m, dtype, ids, median_tol=2e-5):
     """A 3-token prompt, then one-token steps over the rest of ids (the decode attention kernels),
     against a full forward pass (the prefill kernels): fp32 caches to 2e-5; bf16 and int8 caches
     within 2e-2 and not exact (keys and values rounded), and close against a full pass that
-    rounds them the same way (see below)."""
+    rounds them the same way (see below; median_tol: the median row's largest difference there,
+    which grows with the number of positions that may flip)."""
     full = m.forward(ids)
     c = m.new_cache(dtype=dtype)
     rows = np.stack([m.prefill(ids[:3], c)] + [m.decode(t, c) for t in ids[3:]])
@@ -390,7 +392,7 @@ def _check_steps_against_forward(m, dtype, ids):
         # after one such flip the later rows move by ~1e-4. Most rows still agree to fp32 rounding.
         same = m._engine.forward(np.asarray(ids, dtype=np.int64), m.new_cache(dtype=dtype), True)
         per_row = np.abs(rows - same[2:]).max(axis=1)
-        assert per_row.max() < 1e-3 and np.median(per_row) < 2e-5
+        assert per_row.max() < 1e-3 and np.median(per_row) < median_tol
 
 
 @pytest.mark.parametrize("head_dim", [8, 12, 24, 48, 64, 80, 128])
@@ -407,6 +409,35 @@ def test_decode_attention_head_sizes(checkpoint, head_dim, dtype):
     m = decodelab.load(checkpoint(shape), kv_block_size=16)
     assert m.config.head_dim == head_dim
     _check_steps_against_forward(m, dtype, np.random.default_rng(head_dim).integers(0, 256, size=53).tolist())
+
+
+# Gemma 2 (4 query heads on 2 KV heads, soft-capped scores, every other layer a sliding window)
+# long enough for grouped-query decode attention to split its context into chunks of 256 positions.
+LONG_GEMMA2 = dict(testing.SHAPES["gemma2-tiny"], max_position_embeddings=640, sliding_window=300)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+def test_decode_attention_over_several_chunks(checkpoint, dtype):
+    """Decode attention splits a grouped-query model's context into chunks of 256 positions, which
+    the threads share, and merges the chunks' softmax sums and weighted values: one-token steps over
+    three chunks, with soft caps and a window whose edge falls inside a chunk, against a full pass;
+    a 5-token prompt after 500 cached positions (the decode kernels take up to 7 queries); and the
+    same bits on one thread and two."""
+    path = checkpoint(LONG_GEMMA2)
+    m = decodelab.load(path, kv_block_size=16, threads=2)
+    ids = np.random.default_rng(7).integers(0, 512, size=600).tolist()
+    _check_steps_against_forward(m, dtype, ids, median_tol=1e-4)
+    c = m.new_cache(dtype=dtype)
+    m.prefill(ids[:500], c)
+    rows = m._engine.forward(np.asarray(ids[500:505], dtype=np.int64), c, True)
+    want = m.forward(ids[:505])[500:]
+    assert np.abs(rows - want).max() < (2e-5 if dtype == "float32" else 2e-2)
+    # Token by token from the start (prompts of 8 or more take the prompt kernels, whose sums the
+    # thread count may reorder).
+    one = decodelab.load(path, kv_block_size=16, threads=1)
+    ca, cb = one.new_cache(dtype=dtype), m.new_cache(dtype=dtype)
+    for tok in ids[:580]:
+        np.testing.assert_array_equal(one.decode(tok, ca), m.decode(tok, cb))
 
 
 @pytest.mark.parametrize("n_heads,n_kv_heads", [(4, 4), (2, 1), (3, 1), (4, 1), (5, 1), (8, 1), (6, 2)])

@@ -4,6 +4,7 @@
 
 #include "cpu/eigen_maps.h"
 #include "cpu/kernels.h"
+#include "decodelab/aligned.h"
 
 namespace decodelab {
 namespace DECODELAB_ISA {
@@ -50,13 +51,23 @@ void add_inplace(float* x, const float* y, size_t n) {
   });
 }
 
+// cap tanh(x / cap). Eigen takes the elements before x's first vector boundary and after its last
+// with scalar std::tanh, which rounds unlike its vector tanh, so the bits would follow the
+// caller's address (the logits: a fresh array each step). Through an aligned copy padded to whole
+// vectors, every element takes the vector path.
 void softcap_inplace(float* x, size_t n, float cap) {
-  constexpr size_t kChunk = 16384;
+  constexpr size_t kChunk = 16384, kPad = kAlign / sizeof(float);
   const long n_chunks = static_cast<long>((n + kChunk - 1) / kChunk);
   for_each_index(n_chunks, n_chunks > 1, [&](int64_t ch) {
     const size_t lo = static_cast<size_t>(ch) * kChunk, len = std::min(kChunk, n - lo);
-    Eigen::Map<Eigen::ArrayXf> v(x + lo, static_cast<Eigen::Index>(len));
+    const size_t padded = (len + kPad - 1) / kPad * kPad;
+    thread_local FloatBuffer buf;
+    grow(buf, padded);
+    std::copy(x + lo, x + lo + len, buf.data());
+    std::fill(buf.data() + len, buf.data() + padded, 0.0f);
+    Eigen::Map<Eigen::ArrayXf, Eigen::Aligned64> v(buf.data(), static_cast<Eigen::Index>(padded));
     v = (v / cap).tanh() * cap;
+    std::copy(buf.data(), buf.data() + len, x + lo);
   });
 }
 

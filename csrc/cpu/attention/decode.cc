@@ -1,5 +1,6 @@
-// Decode attention (1 to 7 queries) straight from the paged cache: each thread a run of KV heads,
-// block by block, the grouped-query heads of a KV head sharing each slab.
+// Decode attention (1 to 7 queries) straight from the paged cache: each thread a run of (chunk of
+// the context, KV head) items, block by block, the grouped-query heads of a KV head sharing each
+// slab; then the chunks' partial results merged.
 #include <omp.h>
 
 #include <algorithm>
@@ -37,6 +38,36 @@ inline float dot_kv(const float* q, const int8_t* k, int n) {  // before the row
   return s;
 }
 
+// Decode attention splits the context of grouped-query models into chunks of kChunkPositions
+// (whole cache blocks, counted from position 0), so that the threads share a step evenly however
+// few KV heads there are; each chunk leaves a partial result that merge_chunks combines. The chunks
+// do not depend on the thread count, so neither do the results. Models with a KV head per query
+// head (GPT-2) keep one chunk: their many heads already share evenly, and chunks ran slower there.
+constexpr int kChunkPositions = 256;
+inline int first_chunk(int n_ctx, int bs, int window, int cb) {
+  const int lo = window > 0 ? std::max(0, n_ctx - window) : 0;
+  return lo / bs / cb;
+}
+inline int end_chunk(int n_ctx, int bs, int cb) { return ((n_ctx + bs - 1) / bs + cb - 1) / cb; }
+// Chunk c's keys: blocks [b0, b1), of which positions [lo, ...) get weight.
+struct ChunkSpan {
+  int b0, b1, lo;
+};
+inline ChunkSpan chunk_span(int n_ctx, int bs, int window, int cb, int c) {
+  const int lo = window > 0 ? std::max(0, n_ctx - window) : 0;
+  const int b0 = std::max(lo / bs, c * cb), b1 = std::min((n_ctx + bs - 1) / bs, (c + 1) * cb);
+  return {b0, b1, std::max(lo, b0 * bs)};
+}
+// Per (query, chunk, query head): the unnormalised weighted values o (head_dim floats), the
+// chunk's largest score m and its softmax sum l against m.
+struct Partials {
+  float* o = nullptr;
+  float* m = nullptr;
+  float* l = nullptr;
+  int chunk_blocks = 1, n_chunks = 1, n_heads = 1;
+  size_t index(int t, int c, int h) const { return (static_cast<size_t>(t) * n_chunks + c) * n_heads + h; }
+};
+
 // Decode-style attention (query t over its causal prefix) straight from the paged cache, for a
 // thread's run of KV heads [kh0, kh1): block by block, every head of the run in turn, so a thread
 // reads its heads' slabs of one cache block (adjacent in memory) before the next block, and the
@@ -69,15 +100,16 @@ void add_weighted_values_heads(int G, const typename Read::Elem* v, const float*
 
 template <typename E>
 void attend_heads(const float* q, const BlockPool& pool, const int* table, int layer, int t, int p0, int n_heads,
-                  int kh0, int kh1, float* out, float* sc, int stride, bool vec, const AttentionOptions& options) {
+                  int kh0, int kh1, int chunk, const Partials& part, float* sc, int stride, bool vec,
+                  const AttentionOptions& options) {
   const int n_kv = pool.n_kv_heads(), hd = pool.head_dim(), bs = pool.block_size();
   const int group = n_heads / n_kv, nh = (kh1 - kh0) * group;
   const float scale = options.scale > 0.0f ? options.scale : 1.0f / std::sqrt(static_cast<float>(hd));
-  const int window = options.window;
-  const int n_ctx = p0 + t + 1, n_blocks = (n_ctx + bs - 1) / bs;
-  // A sliding window sees keys [lo, n_ctx): blocks before b_lo are not read at all, and the keys
-  // of block b_lo before lo get no weight. Scores stay indexed by position.
-  const int lo = window > 0 ? std::max(0, n_ctx - window) : 0, b_lo = lo / bs;
+  const int n_ctx = p0 + t + 1;
+  // The chunk's blocks [b_lo, n_blocks): its share of the keys the query sees, [lo, n_ctx). Keys of
+  // block b_lo before lo (a sliding window's edge) get no weight. Scores stay indexed by position.
+  const ChunkSpan span = chunk_span(n_ctx, bs, options.window, part.chunk_blocks, chunk);
+  const int lo = span.lo, b_lo = span.b0, n_blocks = span.b1, end = std::min(n_ctx, n_blocks * bs);
   auto slab = [&](int b, int kind, int kh) {
     return reinterpret_cast<const E*>(pool.data(table[b])) + pool.slab(layer, kind, kh);
   };
@@ -195,17 +227,18 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
   if (options.softcap > 0.0f || lo > b_lo * bs)
     for (int j = 0; j < nh; ++j) {
       float* s = sc + static_cast<size_t>(j) * stride;
-      Eigen::Map<Eigen::ArrayXf> seen(s + lo, n_ctx - lo);
+      Eigen::Map<Eigen::ArrayXf> seen(s + lo, end - lo);
       if (options.softcap > 0.0f) seen = (seen / options.softcap).tanh() * options.softcap;
       std::fill(s + b_lo * bs, s + lo, -std::numeric_limits<float>::infinity());
       m[j] = seen.maxCoeff();
     }
   for (int j = 0; j < nh; ++j) {
-    Eigen::Map<Eigen::ArrayXf> p(sc + static_cast<size_t>(j) * stride + b_lo * bs, n_ctx - b_lo * bs);
+    Eigen::Map<Eigen::ArrayXf> p(sc + static_cast<size_t>(j) * stride + b_lo * bs, end - b_lo * bs);
     p = (p - m[j]).exp();  // vectorised
-    m[j] = 1.0f / p.sum();
-    const int h = kh0 * group + j;
-    float* o = out + (static_cast<size_t>(t) * n_heads + h) * hd;
+    const size_t at = part.index(t, chunk, kh0 * group + j);
+    part.m[at] = m[j];
+    part.l[at] = p.sum();
+    float* o = part.o + at * hd;
     std::fill(o, o + hd, 0.0f);
   }
   for (int b = b_lo; b < n_blocks; ++b) {
@@ -225,7 +258,7 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
             for (int g = 0; g < G; ++g) {
               const int j = (kh - kh0) * group + g0 + g;
               ps[g] = sc + static_cast<size_t>(j) * stride + b * bs;
-              os[g] = out + (static_cast<size_t>(t) * n_heads + kh * group + g0 + g) * hd;
+              os[g] = part.o + part.index(t, chunk, kh * group + g0 + g) * hd;
             }
             add_values_i8_heads(G, vb, scales_of(b, 1, kh), ps, rows, hd, os, g0 == 0 ? next : nullptr, next_bytes);
           }
@@ -243,7 +276,7 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
         for (int g = 0; g < G; ++g) {
           const int j = (kh - kh0) * group + g0 + g, h = kh * group + g0 + g;
           ps[g] = sc + static_cast<size_t>(j) * stride + b * bs;
-          os[g] = eo ? od + static_cast<size_t>(j) * hd : out + (static_cast<size_t>(t) * n_heads + h) * hd;
+          os[g] = eo ? od + static_cast<size_t>(j) * hd : part.o + part.index(t, chunk, h) * hd;
         }
         const void* pf = g0 == 0 ? next : nullptr;
         if constexpr (bf16) {
@@ -256,7 +289,7 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
       for (int g = 0; g < group && !(vec && group > 1); ++g) {
         const int j = (kh - kh0) * group + g, h = kh * group + g;
         const float* p = sc + static_cast<size_t>(j) * stride + b * bs;
-        float* o = out + (static_cast<size_t>(t) * n_heads + h) * hd;
+        float* o = part.o + part.index(t, chunk, h) * hd;
         const void* pf = g == 0 ? next : nullptr;
         if constexpr (bf16) {
           if (eo) {
@@ -276,17 +309,38 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
       }
     }
   }
-  for (int j = 0; j < nh; ++j) {
-    float* o = out + (static_cast<size_t>(t) * n_heads + kh0 * group + j) * hd;
-    if (eo) {
+  if (eo)  // the even/odd outputs back in order
+    for (int j = 0; j < nh; ++j) {
+      float* o = part.o + part.index(t, chunk, kh0 * group + j) * hd;
       const float* d = od + static_cast<size_t>(j) * hd;
       for (int i = 0; i < hd; i += 16)
         for (int e = 0; e < 8; ++e) {
-          o[i + 2 * e] = d[i + e] * m[j];
-          o[i + 2 * e + 1] = d[i + 8 + e] * m[j];
+          o[i + 2 * e] = d[i + e];
+          o[i + 2 * e + 1] = d[i + 8 + e];
         }
-    } else {
-      Vec(o, hd) *= m[j];
+    }
+}
+
+// Each query head's output from its chunks' partials, in chunk order: with M the largest of the
+// chunks' maxima and w_c = exp(m_c - M), out = sum_c (w_c / L) o_c where L = sum_c w_c l_c. One
+// chunk gives w = 1 and out = o / l, the single pass's bits.
+void merge_chunks(const Partials& part, int T, int p0, int n_heads, int hd, int bs, int window, float* out) {
+  for (int t = 0; t < T; ++t) {
+    const int n_ctx = p0 + t + 1, c0 = first_chunk(n_ctx, bs, window, part.chunk_blocks),
+              c1 = end_chunk(n_ctx, bs, part.chunk_blocks);
+    for (int h = 0; h < n_heads; ++h) {
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int c = c0; c < c1; ++c) mx = std::max(mx, part.m[part.index(t, c, h)]);
+      float L = 0.0f;
+      for (int c = c0; c < c1; ++c) L += std::exp(part.m[part.index(t, c, h)] - mx) * part.l[part.index(t, c, h)];
+      const float inv = 1.0f / L;
+      Vec o(out + (static_cast<size_t>(t) * n_heads + h) * hd, hd);
+      for (int c = c0; c < c1; ++c) {
+        const size_t at = part.index(t, c, h);
+        const float w = std::exp(part.m[at] - mx) * inv;
+        if (c == c0) o = ConstVec(part.o + at * hd, hd) * w;
+        else o += ConstVec(part.o + at * hd, hd) * w;
+      }
     }
   }
 }
@@ -295,22 +349,43 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
 // heads over the threads.
 constexpr int64_t kAttentionThreadsMinWork = int64_t(1) << 12;
 
-// Decode attention for T < 8 queries: the (query, KV head) pairs split evenly into one contiguous
-// run per thread (not handed out one at a time: a run reads adjacent slabs, and its GQA heads
-// share them). scratch holds n_threads * n_heads * stride floats.
+// Decode attention for T < 8 queries: the (query, chunk, KV head) items split evenly into one
+// contiguous run per thread (not handed out one at a time: a run reads adjacent slabs, and its GQA
+// heads share them), then the chunks merged. Chunks are fixed spans of the context, so the result
+// is the same on any thread count. scratch holds n_threads * n_heads * stride floats.
 template <typename E>
 void attention_runs(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0, int n_heads,
                     float* out, float* scratch, int stride, int n_threads, const AttentionOptions& options) {
-  const int n_kv = pool.n_kv_heads(), hd = pool.head_dim();
+  const int n_kv = pool.n_kv_heads(), hd = pool.head_dim(), bs = pool.block_size();
   const bool vec = kVectorAttention && hd % 8 == 0;
-  const int items = T * n_kv;
+  Partials part;
+  const int group = n_heads / n_kv, ctx_blocks = (p0 + T + bs - 1) / bs;
+  part.chunk_blocks = group > 1 ? std::max(1, kChunkPositions / bs) : ctx_blocks;
+  part.n_heads = n_heads;
+  part.n_chunks = end_chunk(p0 + T, bs, part.chunk_blocks);
+  // Items of query t: [first[t], first[t + 1]), chunk by chunk, each chunk's KV heads in order.
+  int first[8] = {0}, c_lo[8] = {0};
+  for (int t = 0; t < T; ++t) {
+    const int n_ctx = p0 + t + 1;
+    c_lo[t] = first_chunk(n_ctx, bs, options.window, part.chunk_blocks);
+    first[t + 1] = first[t] + (end_chunk(n_ctx, bs, part.chunk_blocks) - c_lo[t]) * n_kv;
+  }
+  const int items = first[T];
+  thread_local FloatBuffer partials;
+  const size_t n_part = static_cast<size_t>(T) * part.n_chunks * n_heads;
+  grow(partials, n_part * (hd + 2));
+  part.o = partials.data();
+  part.m = part.o + n_part * hd;
+  part.l = part.m + n_part;
   const int64_t work = static_cast<int64_t>(T) * n_heads * (p0 + T) * hd;  // multiply-adds, roughly
   auto run = [&](int nth, int id) {
     float* sc = scratch + static_cast<size_t>(id) * n_heads * stride;
     const int i1 = static_cast<int>(static_cast<int64_t>(items) * (id + 1) / nth);
     for (int i = static_cast<int>(static_cast<int64_t>(items) * id / nth); i < i1;) {
-      const int t = i / n_kv, kh0 = i % n_kv, kh1 = std::min(n_kv, kh0 + (i1 - i));
-      attend_heads<E>(q, pool, table, layer, t, p0, n_heads, kh0, kh1, out, sc, stride, vec, options);
+      int t = 0;
+      while (i >= first[t + 1]) ++t;
+      const int k = i - first[t], chunk = c_lo[t] + k / n_kv, kh0 = k % n_kv, kh1 = std::min(n_kv, kh0 + (i1 - i));
+      attend_heads<E>(q, pool, table, layer, t, p0, n_heads, kh0, kh1, chunk, part, sc, stride, vec, options);
       i += kh1 - kh0;
     }
   };
@@ -322,7 +397,9 @@ void attention_runs(const float* q, const BlockPool& pool, const int* table, int
   } else {
     run(1, 0);
   }
-}}  // namespace
+  merge_chunks(part, T, p0, n_heads, hd, bs, options.window, out);
+}
+}  // namespace
 
 template <typename E>
 void attention_decode(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0,
