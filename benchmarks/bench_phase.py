@@ -17,8 +17,8 @@ faults each took (memory mapped for the first time), and the seconds load() took
 with the read-bandwidth probe taken after it and the bound it gives: the probe over the bytes of
 weights and cache one pass reads (decode and batch), and the share of it the phase ran at.
 """
-import contextlib
 import argparse
+import contextlib
 import json
 import os
 import resource

@@ -570,8 +570,9 @@ def main():
         row["decode_bound_share"] = max(r["decode_tok_s"] * (wb + kv_long) / r["read_bandwidth_bytes_s"] for r in ok)
         if row.get("decode_short_tok_s") is not None:
             row["decode_short_bound_with_kv_tok_s"] = bw_row / (wb + kv_short)
-            row["decode_short_bound_share"] = max(r["decode_short_tok_s"] * (wb + kv_short) / r["read_bandwidth_bytes_s"]
-                                                  for r in ok if r.get("decode_short_tok_s"))
+            row["decode_short_bound_share"] = max(
+                r["decode_short_tok_s"] * (wb + kv_short) / r["read_bandwidth_bytes_s"]
+                for r in ok if r.get("decode_short_tok_s"))
         rows.append(row)
     cols = [("prefill tok/s", "prefill_tok_s", "{:.0f}"), ("decode tok/s", "decode_tok_s", "{:.1f}"),
             ("bound", "decode_bound_tok_s", "{:.1f}"), ("bound+KV", "decode_bound_with_kv_tok_s", "{:.1f}"),

@@ -192,6 +192,9 @@ def test_misuse_raises_with_the_reason(stories):
             prof.ops("decode")
     with pytest.raises(ValueError, match="phase must be one of prompt, decode"):
         prof.ops("train")
+    assert not hasattr(prof, "no_such_field")  # a finished profile: plain AttributeError
+    with pytest.raises(ValueError, match="probe_bandwidth must be True or False, got 'yes'"):
+        stories.profile(probe_bandwidth="yes")
 
 
 def test_bandwidth_probe_and_tables(stories):

@@ -85,8 +85,9 @@ void register_profile(py::module_& m) {
 Times the forward passes (and the decoder's sampling) that the thread calling start() runs until
 stop(), op by op: each op gets the wall time from the previous op's end to its own, so a pass's ops
 add up to the pass. Passes where every sequence adds one token count as "decode", others
-(prompts, and a speculative round's pass over its drafts) as "prompt". Only the innermost running profiler of a thread collects; calls that other threads make
-(a batch engine's scheduler) are not timed.)doc")
+(prompts, and a speculative round's pass over its drafts) as "prompt". Only the innermost running
+profiler of a thread collects; calls that other threads make (a batch engine's scheduler) are not
+timed.)doc")
       .def(py::init<>())
       .def("start", &OpProfiler::start)
       .def("stop", &OpProfiler::stop)

@@ -219,7 +219,9 @@ class Model:
         >>> prof.ops("decode")[0].op                              # doctest: +SKIP
         'embed'
         """
-        return profiling.Profiler(self.threads, bool(probe_bandwidth))
+        if not isinstance(probe_bandwidth, bool):
+            raise ValueError(f"probe_bandwidth must be True or False, got {probe_bandwidth!r}")
+        return profiling.Profiler(self.threads, probe_bandwidth)
 
     def lens(self, hidden) -> np.ndarray:
         """The logit lens: the final norm and the output head applied to rows of the residual

@@ -109,7 +109,8 @@ class Profile:
             label = f" {r.share:.0%}" + (f", {r.gb_per_s:.0f} GB/s" if r.gb_per_s and phase == "decode" else "")
             ax.text(r.ms_per_pass, k, label, va="center", fontsize=8)
         ax.set_xlabel(f"ms per {'step' if phase == 'decode' else 'prompt pass'}")
-        ax.set_title(title or f"{phase}: {self.passes[phase]} passes, {1e3 * self.seconds[phase] / max(self.passes[phase], 1):.2f} ms each")
+        per = 1e3 * self.seconds[phase] / max(self.passes[phase], 1)
+        ax.set_title(title or f"{phase}: {self.passes[phase]} passes, {per:.2f} ms each")
         fig.tight_layout()
         return fig
 
@@ -162,7 +163,9 @@ class _Live(Profile):
         super().__init__(raw, bandwidth)
         self._done = True
 
-    def __getattr__(self, name):
+    def __getattr__(self, name):  # only for names not set: before _fill, every Profile attribute
+        if self.__dict__.get("_done"):
+            raise AttributeError(f"'Profile' object has no attribute {name!r}")
         raise RuntimeError(f"the profile is read after its with block ends ({name!r} asked for inside it)")
 
     def __repr__(self) -> str:

@@ -44,17 +44,16 @@ inline float dot_kv(const float* q, const int8_t* k, int n) {  // before the row
 // do not depend on the thread count, so neither do the results. Models with a KV head per query
 // head (GPT-2) keep one chunk: their many heads already share evenly, and chunks ran slower there.
 constexpr int kChunkPositions = 256;
-inline int first_chunk(int n_ctx, int bs, int window, int cb) {
-  const int lo = window > 0 ? std::max(0, n_ctx - window) : 0;
-  return lo / bs / cb;
-}
+// The first position a query at n_ctx - 1 sees: a sliding window's start, or 0.
+inline int window_start(int n_ctx, int window) { return window > 0 ? std::max(0, n_ctx - window) : 0; }
+inline int first_chunk(int n_ctx, int bs, int window, int cb) { return window_start(n_ctx, window) / bs / cb; }
 inline int end_chunk(int n_ctx, int bs, int cb) { return ((n_ctx + bs - 1) / bs + cb - 1) / cb; }
 // Chunk c's keys: blocks [b0, b1), of which positions [lo, ...) get weight.
 struct ChunkSpan {
   int b0, b1, lo;
 };
 inline ChunkSpan chunk_span(int n_ctx, int bs, int window, int cb, int c) {
-  const int lo = window > 0 ? std::max(0, n_ctx - window) : 0;
+  const int lo = window_start(n_ctx, window);
   const int b0 = std::max(lo / bs, c * cb), b1 = std::min((n_ctx + bs - 1) / bs, (c + 1) * cb);
   return {b0, b1, std::max(lo, b0 * bs)};
 }
@@ -322,13 +321,13 @@ void attend_heads(const float* q, const BlockPool& pool, const int* table, int l
     }
 }
 
-// Each query head's output from its chunks' partials, in chunk order: with M the largest of the
-// chunks' maxima and w_c = exp(m_c - M), out = sum_c (w_c / L) o_c where L = sum_c w_c l_c. One
-// chunk gives w = 1 and out = o / l, the single pass's bits.
-void merge_chunks(const Partials& part, int T, int p0, int n_heads, int hd, int bs, int window, float* out) {
+// Each query head's output from its chunks' partials (query t's chunks: [c_lo[t], c_end[t])), in
+// chunk order: with M the largest of the chunks' maxima and w_c = exp(m_c - M),
+// out = sum_c (w_c / L) o_c where L = sum_c w_c l_c. One chunk gives w = 1 and out = o / l, the
+// single pass's bits.
+void merge_chunks(const Partials& part, int T, const int* c_lo, const int* c_end, int n_heads, int hd, float* out) {
   for (int t = 0; t < T; ++t) {
-    const int n_ctx = p0 + t + 1, c0 = first_chunk(n_ctx, bs, window, part.chunk_blocks),
-              c1 = end_chunk(n_ctx, bs, part.chunk_blocks);
+    const int c0 = c_lo[t], c1 = c_end[t];
     for (int h = 0; h < n_heads; ++h) {
       float mx = -std::numeric_limits<float>::infinity();
       for (int c = c0; c < c1; ++c) mx = std::max(mx, part.m[part.index(t, c, h)]);
@@ -365,11 +364,12 @@ void attention_runs(const float* q, const BlockPool& pool, const int* table, int
   part.n_heads = n_heads;
   part.n_chunks = end_chunk(p0 + T, bs, part.chunk_blocks);
   // Items of query t: [first[t], first[t + 1]), chunk by chunk, each chunk's KV heads in order.
-  int first[8] = {0}, c_lo[8] = {0};
+  int first[8] = {0}, c_lo[8] = {0}, c_end[8] = {0};  // T < 8
   for (int t = 0; t < T; ++t) {
     const int n_ctx = p0 + t + 1;
     c_lo[t] = first_chunk(n_ctx, bs, options.window, part.chunk_blocks);
-    first[t + 1] = first[t] + (end_chunk(n_ctx, bs, part.chunk_blocks) - c_lo[t]) * n_kv;
+    c_end[t] = end_chunk(n_ctx, bs, part.chunk_blocks);
+    first[t + 1] = first[t] + (c_end[t] - c_lo[t]) * n_kv;
   }
   const int items = first[T];
   thread_local FloatBuffer partials;
@@ -398,7 +398,7 @@ void attention_runs(const float* q, const BlockPool& pool, const int* table, int
   } else {
     run(1, 0);
   }
-  merge_chunks(part, T, p0, n_heads, hd, bs, options.window, out);
+  merge_chunks(part, T, c_lo, c_end, n_heads, hd, out);
 }
 }  // namespace
 

@@ -61,8 +61,9 @@ constexpr int kA8Offset = 64;
 // 8 steps of 4 inputs, each step 32 bytes whose byte 4l + j holds input 4k + j of row l in its low
 // nibble and of row 8 + l in its high one. One load, a mask and a shift give the step's bytes for
 // rows 0-7 and 8-15, each lane one row's 4 values, against the 4 activations broadcast (pmaddubsw).
-// Each (row, block) has an fp32 step and minimum, at [(p * blocks + b) * 16 + row % 16] of `scales`
-// and `mins` (or of steps16 and mins16 as halves, where a file's are halves). Inputs are padded with zero values to whole blocks, outputs with zero rows to panels.
+// Each (row, block) has a step and minimum at [(p * blocks + b) * 16 + row % 16] of `scales` and
+// `mins` (fp32), or of `steps16` and `mins16` (halves, where every one of the layer's is a half).
+// Inputs are padded with zero values to whole blocks, outputs with zero rows to panels.
 constexpr int kI4Block = 32;
 constexpr int kI4BlockBytes = kPanel * kI4Block / 2;
 static inline int i4_blocks(int in) { return (in + kI4Block - 1) / kI4Block; }
