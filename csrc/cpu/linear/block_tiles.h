@@ -3,6 +3,8 @@
 // panel outputs written out with the bias.
 #pragma once
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <type_traits>
@@ -14,6 +16,19 @@ namespace decodelab {
 namespace DECODELAB_ISA {
 
 constexpr int kBlockTile = 4;
+
+#if defined(__AVX2__) && defined(__FMA__)
+// acc plus, per 32-bit lane, the four products of u's unsigned bytes and s's signed ones: one
+// vpdpbusd with VNNI; without, pmaddubsw (pairs into a saturating int16, which every caller keeps
+// in range) and pmaddwd against ones. The same integers either way.
+static inline __m256i add_quad_products(__m256i acc, __m256i u, __m256i s) {
+#if defined(DECODELAB_VNNI512)
+  return _mm256_dpbusd_epi32(acc, u, s);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+#endif
 
 // tile(std::integral_constant<int, NT>, t0) for rows [t_lo, t_hi): tiles of kBlockTile, then the rest.
 template <class Tile>

@@ -92,6 +92,22 @@ struct PanelScales {
 #endif
 };
 
+#if defined(__AVX2__) && defined(__FMA__)
+// A block's integer sums of 8 rows per vector, a step of four codes (u8, 0..15) times four
+// activations (s8) at a time. VNNI adds each step's quads into int32 lanes in one instruction;
+// AVX2 adds pmaddubsw pairs into int16 lanes (eight steps of at most 2 x 15 x 127 fit: 30480)
+// and widens them once per block. The same integers either way.
+struct BlockSums {
+#if defined(DECODELAB_VNNI512)
+  static __m256i add(__m256i s, __m256i codes, __m256i x) { return add_quad_products(s, codes, x); }
+  static __m256i widen(__m256i s) { return s; }
+#else
+  static __m256i add(__m256i s, __m256i codes, __m256i x) { return _mm256_add_epi16(s, _mm256_maddubs_epi16(codes, x)); }
+  static __m256i widen(__m256i s) { return _mm256_madd_epi16(s, _mm256_set1_epi16(1)); }
+#endif
+};
+#endif
+
 // f[t][r] (panel rows r = 0..15) for activation rows [t0, t0 + NT) over all blocks, then y.
 template <int NT, bool Half>
 void i4_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
@@ -103,7 +119,7 @@ void i4_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
   else steps.p = L.scales + s0, mins.p = L.mins + s0;
   alignas(32) float f[NT][kPanel];
 #if defined(__AVX2__) && defined(__FMA__)
-  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i low = _mm256_set1_epi8(0x0F);
   __m256 acc[NT][2];
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
   for (int b = 0; b < nb; ++b) {
@@ -112,7 +128,6 @@ void i4_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
     _mm_prefetch(reinterpret_cast<const char*>(wb) + 2048 + 64, _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(wb) + 2048 + 128, _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(wb) + 2048 + 192, _MM_HINT_T0);
-    // Eight steps of pmaddubsw pairs (each at most 2 x 15 x 127) fit an int16 sum: 30480.
     __m256i s[NT][2];
     for (int t = 0; t < NT; ++t) s[t][0] = s[t][1] = _mm256_setzero_si256();
     const int8_t* xq = xb.q.data() + (static_cast<size_t>(t0) * nb + b) * kI4Block;
@@ -123,8 +138,8 @@ void i4_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
         int32_t quad;
         std::memcpy(&quad, xq + static_cast<size_t>(t) * nb * kI4Block + 4 * k, 4);
         const __m256i xv = _mm256_set1_epi32(quad);
-        s[t][0] = _mm256_add_epi16(s[t][0], _mm256_maddubs_epi16(lo, xv));
-        s[t][1] = _mm256_add_epi16(s[t][1], _mm256_maddubs_epi16(hi, xv));
+        s[t][0] = BlockSums::add(s[t][0], lo, xv);
+        s[t][1] = BlockSums::add(s[t][1], hi, xv);
       }
     }
     const size_t sb = static_cast<size_t>(b) * kPanel;
@@ -133,7 +148,7 @@ void i4_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
       const size_t xi = static_cast<size_t>(t0 + t) * nb + b;
       const __m256 dx = _mm256_set1_ps(xb.d[xi]), sx = _mm256_set1_ps(xb.s[xi]);
       for (int h = 0; h < 2; ++h) {
-        const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(s[t][h], ones));
+        const __m256 sums = _mm256_cvtepi32_ps(BlockSums::widen(s[t][h]));
         acc[t][h] = _mm256_fmadd_ps(sums, _mm256_mul_ps(st[h], dx), acc[t][h]);
         acc[t][h] = _mm256_fmadd_ps(mn[h], sx, acc[t][h]);
       }

@@ -26,7 +26,6 @@ void i8b_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
   const float* mins = L.mins ? L.mins + static_cast<size_t>(p) * nb * kPanel : nullptr;
   alignas(32) float f[NT][kPanel];
 #if defined(__AVX2__) && defined(__FMA__)
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[NT][2];
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
   for (int b = 0; b < nb; ++b) {
@@ -37,8 +36,8 @@ void i8b_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
       __m256i s[NT][2];
       for (int t = 0; t < NT; ++t) s[t][0] = s[t][1] = _mm256_setzero_si256();
       for (int k = g * kSteps; k < (g + 1) * kSteps; ++k) {
-        // pmaddubsw takes unsigned bytes on its left: |w| there and x with w's sign on the right,
-        // each pair at most 2 x 128 x 127, then summed in int32 per step.
+        // The products take unsigned bytes on their left: |w| there and x with w's sign on the
+        // right (a pmaddubsw pair at most 2 x 128 x 127), summed in int32 per step.
         const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 64 * k));
         const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 64 * k + 32));
         const __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
@@ -46,8 +45,8 @@ void i8b_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
           int32_t quad;
           std::memcpy(&quad, xq + static_cast<size_t>(t) * nb * kI4Block + 4 * k, 4);
           const __m256i xv = _mm256_set1_epi32(quad);
-          s[t][0] = _mm256_add_epi32(s[t][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(xv, w0)), ones));
-          s[t][1] = _mm256_add_epi32(s[t][1], _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(xv, w1)), ones));
+          s[t][0] = add_quad_products(s[t][0], a0, _mm256_sign_epi8(xv, w0));
+          s[t][1] = add_quad_products(s[t][1], a1, _mm256_sign_epi8(xv, w1));
         }
       }
       const float* st = steps + (static_cast<size_t>(b) * G + g) * kPanel;
