@@ -17,6 +17,14 @@ STORIES_TOK = os.path.join(MODELS, "stories260K", "tok512.bin")
 GPT2_TOKENIZER = os.path.join(MODELS, "gpt2-tokenizer")
 
 
+def pytest_report_header(config):
+    """Which kernel variant the run tests (the CPU's best, or DECODELAB_ISA's cap), and where from."""
+    info = decodelab.cpu_info()
+    return [f"decodelab {decodelab.__file__}",
+            f"kernels: {info['chosen']} chosen of {', '.join(info['supported'])} supported "
+            f"(detected: {', '.join(info['detected']) or 'none'}; cap: {info['cap']})"]
+
+
 def _need(path):
     if not os.path.exists(path):
         pytest.skip(f"shared model file {path} is absent (set DECODELAB_MODELS to the models folder)")
