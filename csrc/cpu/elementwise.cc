@@ -1,6 +1,7 @@
 // Elementwise activations and residual adds, on Eigen, in chunks spread over the threads.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "cpu/eigen_maps.h"
 #include "cpu/kernels.h"
@@ -53,22 +54,31 @@ void add_inplace(float* x, const float* y, size_t n) {
 
 // cap tanh(x / cap). Eigen takes the elements before x's first vector boundary and after its last
 // with scalar std::tanh, which rounds unlike its vector tanh, so the bits would follow the
-// caller's address (the logits: a fresh array each step). Through an aligned copy padded to whole
-// vectors, every element takes the vector path.
+// caller's address (the logits: a fresh array each step). So the aligned middle runs in place and
+// each end (under one 64-byte vector) through a zero-padded aligned vector: every element takes
+// the vector path.
 void softcap_inplace(float* x, size_t n, float cap) {
   constexpr size_t kChunk = 16384, kPad = kAlign / sizeof(float);
-  const long n_chunks = static_cast<long>((n + kChunk - 1) / kChunk);
-  for_each_index(n_chunks, n_chunks > 1, [&](int64_t ch) {
-    const size_t lo = static_cast<size_t>(ch) * kChunk, len = std::min(kChunk, n - lo);
-    const size_t padded = (len + kPad - 1) / kPad * kPad;
-    thread_local FloatBuffer buf;
-    grow(buf, padded);
-    std::copy(x + lo, x + lo + len, buf.data());
-    std::fill(buf.data() + len, buf.data() + padded, 0.0f);
-    Eigen::Map<Eigen::ArrayXf, Eigen::Aligned64> v(buf.data(), static_cast<Eigen::Index>(padded));
+  auto vectors = [cap](float* p, size_t len) {  // p aligned, len a multiple of kPad
+    Eigen::Map<Eigen::ArrayXf, Eigen::Aligned64> v(p, static_cast<Eigen::Index>(len));
     v = (v / cap).tanh() * cap;
-    std::copy(buf.data(), buf.data() + len, x + lo);
+  };
+  auto padded = [&](float* p, size_t len) {  // len < kPad
+    alignas(kAlign) float v[kPad] = {};
+    std::copy(p, p + len, v);
+    vectors(v, kPad);
+    std::copy(v, v + len, p);
+  };
+  const size_t head = std::min(n, (kAlign - reinterpret_cast<uintptr_t>(x) % kAlign) % kAlign / sizeof(float));
+  if (head) padded(x, head);
+  float* body = x + head;
+  const size_t whole = (n - head) / kPad * kPad;
+  const long n_chunks = static_cast<long>((whole + kChunk - 1) / kChunk);
+  for_each_index(n_chunks, n_chunks > 1, [&](int64_t ch) {
+    const size_t lo = static_cast<size_t>(ch) * kChunk;
+    vectors(body + lo, std::min(kChunk, whole - lo));
   });
+  if (n - head > whole) padded(body + whole, n - head - whole);
 }
 
 void gelu_tanh_mul(const float* gate, const float* up, float* out, size_t n) {

@@ -67,15 +67,6 @@ struct Partials {
   size_t index(int t, int c, int h) const { return (static_cast<size_t>(t) * n_chunks + c) * n_heads + h; }
 };
 
-// Decode-style attention (query t over one chunk of its causal prefix) straight from the paged
-// cache into each head's partial, for a thread's run of KV heads [kh0, kh1): block by block,
-// every head of the run in turn, so a thread reads its heads' slabs of one cache block (adjacent
-// in memory) before the next block, and the query heads of a KV group share each key and value
-// slab while it is in cache. Cache blocks live apart, where the hardware prefetcher stops, so each
-// slab's kernel asks for the head's next slab as it goes. Scores for all the run's heads first,
-// then softmax, then the weighted values; sc holds (kh1 - kh0) * group rows of `stride` scores.
-// Head sizes that are a multiple of 8 take the vector kernels above (bf16 caches the even/odd
-// ones when a multiple of 16); others a plain loop.
 // key_scores_group / add_weighted_values_group for a run-time count of 1 to 4 heads.
 template <typename Read>
 void key_scores_heads(int G, const typename Read::Elem* k, const float* const* q, int rows, int hd, float scale,
@@ -98,6 +89,15 @@ void add_weighted_values_heads(int G, const typename Read::Elem* v, const float*
   }
 }
 
+// Decode-style attention (query t over one chunk of its causal prefix) straight from the paged
+// cache into each head's partial, for a thread's run of KV heads [kh0, kh1): block by block,
+// every head of the run in turn, so a thread reads its heads' slabs of one cache block (adjacent
+// in memory) before the next block, and the query heads of a KV group share each key and value
+// slab while it is in cache. Cache blocks live apart, where the hardware prefetcher stops, so each
+// slab's kernel asks for the head's next slab as it goes. Scores for all the run's heads first,
+// then softmax, then the weighted values; sc holds (kh1 - kh0) * group rows of `stride` scores.
+// Head sizes that are a multiple of 8 take the vector kernels above (bf16 caches the even/odd
+// ones when a multiple of 16); others a plain loop.
 template <typename E>
 void attend_heads(const float* q, const BlockPool& pool, const int* table, int layer, int t, int p0, int n_heads,
                   int kh0, int kh1, int chunk, const Partials& part, float* sc, int stride, bool vec,
