@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 import decodelab
-from decodelab.batching import BatchEngine
+from decodelab.serve.engine import BatchEngine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = os.environ.get("DECODELAB_MODELS", os.path.join(HERE, "..", "..", "shared", "models"))

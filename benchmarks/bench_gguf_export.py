@@ -13,7 +13,9 @@ import tempfile
 import numpy as np
 
 import decodelab
-from decodelab import gguf_export, testing
+from decodelab import testing
+from decodelab.testing.llama_cpp import compare_gguf
+from decodelab.formats.gguf import export as gguf_export
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHAPE = dict(arch="llama", hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
@@ -31,7 +33,7 @@ def main():
             path = gguf_export.export(folder, os.path.join(d, f"{t}.gguf"), t)
             rms = float(np.sqrt(np.mean((decodelab.load(path, dtype="float32").forward(ids) - ref) ** 2)))
             rows[t] = {"logit_rms_vs_source": rms,
-                       "llama_cpp_max_diff_same_file": gguf_export.check(folder, path, against="file")}
+                       "llama_cpp_max_diff_same_file": compare_gguf(folder, path, against="file")}
             print(f"{t:5s} logit RMS vs source {rms:.4f}, llama.cpp vs decodelab on the file "
                   f"{rows[t]['llama_cpp_max_diff_same_file']:.4f}", flush=True)
     with open(os.path.join(HERE, "results", "bench_gguf_export.json"), "w") as f:

@@ -15,7 +15,7 @@ import platform
 
 import decodelab
 from decodelab import Grammar, samplers
-from decodelab.constraints import GrammarMask
+from decodelab.samplers.grammar import GrammarMask
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = os.environ.get("DECODELAB_MODELS", os.path.join(HERE, "..", "..", "shared", "models"))

@@ -2,7 +2,7 @@
 vocabulary and compile a JSON Schema, what a token mask costs along a recorded constrained
 generation (up to the first token xgrammar's JSON grammar refuses), and whether the two allow the
 same tokens at each step. The figures behind the choice
-of llguidance for decodelab's grammar stage (decodelab.constraints).
+of llguidance for decodelab's grammar stage (decodelab.samplers.grammar).
 
     pip install llguidance xgrammar   # xgrammar's metadata pulls torch, transformers and triton
     python benchmarks/bench_grammar_engines.py [--json benchmarks/results/bench_grammar_engines.json]

@@ -71,8 +71,8 @@ def q4_1_values_kept() -> float:
     kernel against this emulation): per block of 32, min, 15 steps to the max, nearest step."""
     import numpy as np
 
-    from decodelab import gguf_quants
-    from decodelab.gguf_file import GGUFFile
+    from decodelab.formats.gguf import blocks as gguf_quants
+    from decodelab.formats.gguf.reader import GGUFFile
 
     same = total = 0
     with GGUFFile(PATH) as g:

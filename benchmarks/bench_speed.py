@@ -53,8 +53,8 @@ GGUF_MODELS = {"smollm2-q4_1": os.path.join(MODELS, "smollm2-135m-instruct", "Sm
 def model_cfg(folder):
     """The model's Hugging Face config: config.json, or for a GGUF file the fields read here."""
     if folder.endswith(".gguf"):
-        from decodelab.gguf_file import GGUFFile
-        from decodelab.gguf_model import config_from_gguf
+        from decodelab.formats.gguf.reader import GGUFFile
+        from decodelab.formats.gguf.model import config_from_gguf
 
         with GGUFFile(folder) as g:
             c = config_from_gguf(g)
@@ -66,7 +66,7 @@ def model_cfg(folder):
 
 def gguf_step_bytes(path):
     """Bytes of a GGUF file's matrices one decode step reads: each layer's and the head's blocks."""
-    from decodelab.gguf_file import GGUFFile
+    from decodelab.formats.gguf.reader import GGUFFile
 
     with GGUFFile(path) as g:
         head = "output.weight" if "output.weight" in g.tensors else "token_embd.weight"
@@ -253,7 +253,7 @@ def work_llamacpp(folder, dtype, a):
     import llama_cpp as lc
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from decodelab import gguf_export
+    from decodelab.formats.gguf import export as gguf_export
 
     lc.llama_backend_init()
     if folder.endswith(".gguf"):  # a shared file, run as it is
@@ -359,7 +359,7 @@ def work_llamacpp(folder, dtype, a):
 def llama2c_export(folder, out):
     """A Hugging Face Llama folder as a llama2.c "v0" checkpoint (interleaved RoPE rows)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from decodelab.gguf_export import _tensors, _unpermute
+    from decodelab.formats.gguf.export import _tensors, _unpermute
 
     cfg = model_cfg(folder)
     t = _tensors(folder)

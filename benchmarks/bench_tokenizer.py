@@ -21,7 +21,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    from decodelab.tokenizer import Llama2cTokenizer
+    from decodelab.text.tokenizer import Llama2cTokenizer
 
     tok = Llama2cTokenizer(os.path.join(MODELS, "stories260K", "tok512.bin"), 512)
     words = ("Once upon a time there was a little girl named Lily . She loved to play with her red ball in the "

@@ -12,7 +12,7 @@ import torch
 
 import decodelab
 import decodelab.samplers as S
-from decodelab.watermark import WatermarkDetector
+from decodelab.samplers.watermark import WatermarkDetector
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = os.environ.get("DECODELAB_MODELS", os.path.join(HERE, "..", "..", "shared", "models"))

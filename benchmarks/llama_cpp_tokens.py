@@ -52,7 +52,8 @@ def vocab_digest(tokens):
 
 def stories_gguf(folder):
     """stories260K as GGUF (F32, SentencePiece vocabulary), through decodelab's exporter."""
-    from decodelab import gguf_export, testing
+    from decodelab import testing
+    from decodelab.formats.gguf import export as gguf_export
 
     hf = testing.convert_llama2c(STORIES, os.path.join(folder, "hf"))
     return gguf_export.export(hf, os.path.join(folder, "stories260K.gguf"))
@@ -72,7 +73,8 @@ def llama_cpp_ids(path):
 
 
 def decodelab_ids(path):
-    from decodelab import gguf_file, gguf_tokenizer
+    from decodelab.formats.gguf import reader as gguf_file
+    from decodelab.formats.gguf import tokenizer as gguf_tokenizer
 
     with gguf_file.GGUFFile(path) as g:
         tok = gguf_tokenizer.tokenizer_from_gguf(g)

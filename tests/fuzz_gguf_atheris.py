@@ -18,8 +18,10 @@ import atheris
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 with atheris.instrument_imports():
-    from decodelab import gguf_model, gguf_quants, gguf_tokenizer
-    from decodelab.gguf_file import GGUFFile
+    from decodelab.formats.gguf import model as gguf_model
+    from decodelab.formats.gguf import blocks as gguf_quants
+    from decodelab.formats.gguf import tokenizer as gguf_tokenizer
+    from decodelab.formats.gguf.reader import GGUFFile
 
 PATH = os.path.join(tempfile.mkdtemp(prefix="decodelab-gguf-fuzz-"), "f.gguf")
 

@@ -1,4 +1,4 @@
-"""Continuous batching (decodelab.batching, the C++ Scheduler): seeded requests give the same bits
+"""Continuous batching (decodelab.serve.engine, the C++ Scheduler): seeded requests give the same bits
 alone and among others for fp32, bf16 and int8 weights; prompts prefill in chunks beside running
 decodes; cancellation frees blocks; the queue is bounded; prompt prefixes are reused by content."""
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 
 import decodelab
 from decodelab import _core
-from decodelab.batching import BatchEngine, QueueFull
+from decodelab.serve.engine import BatchEngine, QueueFull
 
 # Wide enough that every linear layer takes the threaded paths at two threads, small enough to be quick.
 SHAPE = dict(arch="llama", hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,

@@ -130,7 +130,7 @@ def test_cli_errors_name_the_cli_option(checkpoint, tmp_path):
     assert gen.returncode == 0 and gen.stdout.startswith("any text")  # make-checkpoint wrote a tokenizer
 
 
-def test_cli_ctrl_c_keeps_the_text_and_exits_130(tmp_path):
+def test_cli_ctrl_c_keeps_the_text_and_exits_130(tmp_path, sigint):
     # A model slow enough that the stream is still running when SIGINT arrives.
     import signal
     import time

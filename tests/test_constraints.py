@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import decodelab
-from decodelab import Grammar, constraints
+from decodelab import Grammar
+from decodelab.samplers import grammar as constraints
 
 from conftest import MODELS, _need
 

@@ -10,7 +10,7 @@ import torch
 import decodelab
 import decodelab.model as dmodel
 import decodelab.samplers as S
-from decodelab.tokenizer import HFTokenizer
+from decodelab.text.tokenizer import HFTokenizer
 from reference import hf_model
 
 DOT, BANG = 426, 443  # "." and "!" in the stories260K vocabulary
@@ -107,9 +107,9 @@ def test_beam_tree_records_every_candidate(stories, tmp_path):
     import matplotlib
 
     matplotlib.use("Agg")
-    import decodelab.plot
+    import decodelab.viz.plot
 
-    fig = decodelab.plot.beam_tree(tree)
+    fig = decodelab.viz.plot.beam_tree(tree)
     fig.savefig(tmp_path / "tree.png")
     assert (tmp_path / "tree.png").stat().st_size > 1000
 
@@ -219,7 +219,7 @@ def test_stream_interrupted_by_the_consumer_leaves_the_model_usable(stories):
     assert "".join(stories.stream("Once upon a time", max_new_tokens=30)) == fresh
 
 
-def test_ctrl_c_during_beam_search(checkpoint):
+def test_ctrl_c_during_beam_search(checkpoint, sigint):
     # Large enough that 8000 tokens of 4 beams take seconds on one thread: the interrupt at 0.3 s
     # lands inside generate().
     shape = dict(arch="llama", hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4,

@@ -138,7 +138,7 @@ SLOW_SHAPE = dict(arch="llama", hidden_size=256, intermediate_size=1024, num_hid
                   num_key_value_heads=2, vocab_size=512, max_position_embeddings=8192, tie_word_embeddings=False)
 
 
-def test_keyboard_interrupt_stops_generation_and_model_stays_usable(checkpoint):
+def test_keyboard_interrupt_stops_generation_and_model_stays_usable(checkpoint, sigint):
     shape = SLOW_SHAPE
     m = decodelab.load(checkpoint(shape), threads=1)
     before = m.generate([1, 2, 3], max_new_tokens=30, eos_token_id=[]).token_ids

@@ -10,6 +10,7 @@ import pytest
 
 import decodelab
 from decodelab import testing
+from decodelab.testing.llama_cpp import compare_gguf
 
 pytestmark = pytest.mark.reference
 TOL = 1e-4
@@ -210,8 +211,8 @@ def test_gguf_export_and_load_per_family(tmp_path, shape, arch, overrides, n_che
     GPT-NeoX's q/k/v rows as [q | k | v], Gemma's norms as 1 + w, Phi-3's fused matrices and
     longrope factors): decodelab reads the file back as the same model, and llama.cpp's logits on
     it agree with the folder's."""
-    from decodelab import gguf_export
-    from decodelab.gguf_file import GGUFFile
+    from decodelab.formats.gguf import export as gguf_export
+    from decodelab.formats.gguf.reader import GGUFFile
 
     folder = testing.write_checkpoint(str(tmp_path / "hf"), dict(testing.SHAPES[shape], **overrides),
                                       byte_tokenizer=True)
@@ -226,7 +227,7 @@ def test_gguf_export_and_load_per_family(tmp_path, shape, arch, overrides, n_che
     ids = _prompt(ref.config.vocab_size, 80 if ref.config.rope.rope_type != "longrope" else 300, 6)
     np.testing.assert_allclose(ours.forward(ids), ref.forward(ids), atol=TOL, rtol=0)
     pytest.importorskip("llama_cpp", reason="llama-cpp-python runs the exported file")
-    assert gguf_export.check(folder, out, n_tokens=n_check, precise=precise) < tol
+    assert compare_gguf(folder, out, n_tokens=n_check, precise=precise) < tol
 
 
 @pytest.mark.parametrize("tensor_type", ["Q8_0", "Q4_1"])
@@ -234,12 +235,12 @@ def test_phi3_fused_block_matrices_split_in_place(tmp_path, tensor_type):
     """A quantized Phi-3 file's fused q/k/v and gate/up blocks split into row ranges: llama.cpp's
     logits on the file agree with decodelab's exact reading of it (llama.cpp rounding activations
     to 8 bits accounts for the 5e-3 left), and the native int8 / int4 read stays close to it."""
-    from decodelab import gguf_export
+    from decodelab.formats.gguf import export as gguf_export
 
     pytest.importorskip("llama_cpp", reason="llama-cpp-python runs the exported file")
     folder = testing.write_checkpoint(str(tmp_path / "hf"), "phi3-tiny", byte_tokenizer=True)
     out = gguf_export.export(folder, str(tmp_path / "m.gguf"), tensor_type)
-    assert gguf_export.check(folder, out, n_tokens=32, against="file", precise=True) < 1.5e-2
+    assert compare_gguf(folder, out, n_tokens=32, against="file", precise=True) < 1.5e-2
     ids = _prompt(512, 32, 2)
     exact, native = decodelab.load(out, dtype="float32"), decodelab.load(out)
     assert native.dtype == {"Q8_0": "int8", "Q4_1": "int4"}[tensor_type]
@@ -252,7 +253,7 @@ def test_phi3_fused_block_matrices_split_in_place(tmp_path, tensor_type):
     (dict(_GEMMA3_GGUF, sliding_window_pattern=2), "all but every 6th layer"),
     (dict(_GEMMA3_GGUF, final_logit_softcapping=30.0), "no soft caps")])
 def test_gemma3_that_llama_cpp_runs_differently_is_not_exported(tmp_path, overrides, message):
-    from decodelab import gguf_export
+    from decodelab.formats.gguf import export as gguf_export
 
     folder = testing.write_checkpoint(str(tmp_path / "hf"), dict(testing.SHAPES["gemma3-tiny"], **overrides))
     with pytest.raises(ValueError, match=message):
@@ -260,7 +261,7 @@ def test_gemma3_that_llama_cpp_runs_differently_is_not_exported(tmp_path, overri
 
 
 def test_gemma2_scaling_llama_cpp_does_not_run_is_not_exported(tmp_path):
-    from decodelab import gguf_export
+    from decodelab.formats.gguf import export as gguf_export
 
     folder = testing.write_checkpoint(str(tmp_path / "hf"), "gemma2-tiny")  # query_pre_attn_scalar 24, head 32
     with pytest.raises(ValueError, match="a query_pre_attn_scalar of 24 would not be the same model there"):
@@ -268,7 +269,7 @@ def test_gemma2_scaling_llama_cpp_does_not_run_is_not_exported(tmp_path):
 
 
 def test_sliding_window_models_are_not_exported(tmp_path):
-    from decodelab import gguf_export
+    from decodelab.formats.gguf import export as gguf_export
 
     folder = testing.write_checkpoint(str(tmp_path / "hf"), "mistral-tiny")
     with pytest.raises(ValueError, match="without sliding windows"):

@@ -1,5 +1,5 @@
-"""GGUF files read as untrusted input (decodelab.gguf_file) and their tensors decoded
-(decodelab.gguf_quants): the shared SmolLM2 file against the gguf package's reader and
+"""GGUF files read as untrusted input (decodelab.formats.gguf.reader) and their tensors decoded
+(decodelab.formats.gguf.blocks): the shared SmolLM2 file against the gguf package's reader and
 dequantizers, bit for bit; each malformed-file class a crafted file; a seeded mutator."""
 import os
 import struct
@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import decodelab
-from decodelab import gguf_file, gguf_quants
-from decodelab.gguf_file import GGUFFile
+from decodelab.formats.gguf import reader as gguf_file
+from decodelab.formats.gguf import blocks as gguf_quants
+from decodelab.formats.gguf.reader import GGUFFile
 
 from conftest import MODELS, _need
 
@@ -233,13 +234,14 @@ def _block_bound(w, tensor_type):
 def test_exported_files_load_and_match_the_source(tmp_path, tensor_type):
     from safetensors.numpy import load_file
 
-    from decodelab import gguf_export, testing
+    from decodelab import testing
+    from decodelab.formats.gguf import export as gguf_export
     folder = testing.write_checkpoint(str(tmp_path / "hf"), "llama-tiny", byte_tokenizer=True)
     out = gguf_export.export(folder, str(tmp_path / f"m.{tensor_type}.gguf"), tensor_type)
     src = load_file(os.path.join(folder, "model.safetensors"))
     with GGUFFile(out) as g:
         for name, t in g.tensors.items():
-            target = decodelab.gguf_model._engine_name(name, 2)
+            target = decodelab.formats.gguf.model._engine_name(name, 2)
             w = src[target].astype(np.float32)
             got = gguf_quants.dequantize_tensor(g, t)
             if name.endswith(("attn_q.weight", "attn_k.weight")):  # stored in interleaved RoPE order
@@ -267,7 +269,7 @@ def test_q4_k_blocks_decode_as_gguf_decodes_them_within_a_step():
     """Our Q4_K encoder: gguf's dequantizer and ours give the same values; each value is within one
     step of its sub-block's range (the 6-bit scales cost up to half a step more than Q4_1's exact
     ones); all-zero, constant and one-signed rows survive; widths not a multiple of 256 are refused."""
-    from decodelab.gguf_quantize import quantize_q4_k
+    from decodelab.formats.gguf.quantize import quantize_q4_k
 
     rng = np.random.default_rng(0)
     w = (0.05 * rng.standard_normal((12, 512))).astype(np.float32)
@@ -291,7 +293,8 @@ def test_q4_k_blocks_decode_as_gguf_decodes_them_within_a_step():
 def test_q4_k_export_loads_and_matches_the_source(tmp_path):
     """A checkpoint with 256- and 512-wide rows as Q4_K: decodelab reads it, with logits about as
     far from the source's as Q4_1 (exact scales per 32 values) puts them."""
-    from decodelab import gguf_export, testing
+    from decodelab import testing
+    from decodelab.formats.gguf import export as gguf_export
     shape = dict(arch="llama", hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=300, max_position_embeddings=128, tie_word_embeddings=False)
     cfg, tensors = testing.random_weights(shape, seed=4)
@@ -310,7 +313,8 @@ def test_q4_k_export_loads_and_matches_the_source(tmp_path):
 
 @pytest.mark.parametrize("tensor_type", ["F32", "Q8_0"])
 def test_gpt2_gguf_files_load_as_the_source(tmp_path, tensor_type):
-    from decodelab import gguf_export, testing
+    from decodelab import testing
+    from decodelab.formats.gguf import export as gguf_export
     folder = testing.write_checkpoint(str(tmp_path / "hf"), "gpt2-tiny", byte_tokenizer=True)
     out = gguf_export.export(folder, str(tmp_path / "g.gguf"), tensor_type)
     ours = decodelab.load(out, dtype="float32")
@@ -347,7 +351,7 @@ def _bpe_gguf(tmp_path, pre: str) -> str:
 ])
 def test_pre_tokenizers_cut_where_llama_cpp_cuts(tmp_path, pre, pieces):
     with GGUFFile(_bpe_gguf(tmp_path, pre)) as g:
-        tok = decodelab.gguf_tokenizer.tokenizer_from_gguf(g)
+        tok = decodelab.formats.gguf.tokenizer.tokenizer_from_gguf(g)
     ids = tok.encode("12345")
     assert [tok.id_to_piece(i) for i in ids] == pieces
     assert tok.decode(tok.encode("(hello) 123\n\n  x")) == "(hello) 123\n\n  x"
@@ -356,4 +360,4 @@ def test_pre_tokenizers_cut_where_llama_cpp_cuts(tmp_path, pre, pieces):
 def test_an_unknown_pre_tokenizer_is_named(tmp_path):
     with GGUFFile(_bpe_gguf(tmp_path, "deepseek-llm")) as g:
         with pytest.raises(ValueError, match="GGUF pre-tokenizer 'deepseek-llm' is not supported yet"):
-            decodelab.gguf_tokenizer.tokenizer_from_gguf(g)
+            decodelab.formats.gguf.tokenizer.tokenizer_from_gguf(g)

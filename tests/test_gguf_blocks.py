@@ -66,7 +66,7 @@ def four_bit_parts(fmt, raw):
         d = _f16(raw, 0)
         m = -8 * d if fmt == "Q4_0" else _f16(raw, 2)
         return q, d[:, None], m[:, None]
-    from decodelab.gguf_quants import _k_scales
+    from decodelab.formats.gguf.blocks import _k_scales
 
     d, dmin = _f16(raw, 0), _f16(raw, 2)
     sc, mn = _k_scales(raw[:, 4:16])
@@ -160,7 +160,7 @@ def test_wider_layers_convert_as_from_fp32(fmt, dtype):
 def tiny_q4k(tmp_path_factory):
     """A tiny random Llama exported with Q4_K layers (rows of 256 values) and Q5_0 where a row is
     not a multiple of 256, as llama.cpp's Q4_K_M does."""
-    from decodelab import gguf_export
+    from decodelab.formats.gguf import export as gguf_export
 
     tmp = tmp_path_factory.mktemp("q4k")
     folder = str(tmp / "model")
@@ -173,7 +173,7 @@ def tiny_q4k(tmp_path_factory):
 
 
 def test_a_4_bit_gguf_loads_as_int4_from_its_mapping(tiny_q4k):
-    from decodelab.gguf_file import GGUFFile
+    from decodelab.formats.gguf.reader import GGUFFile
 
     with GGUFFile(tiny_q4k) as g:
         types = {t.type.name for t in g.tensors.values()}
@@ -196,7 +196,7 @@ def test_int4_steps_stay_halves_where_the_file_has_halves(tmp_path, fmt, per_blo
     # Q4_0 / Q4_1 steps and minima are halves in the file: kept as halves, a decode step reads 4
     # bytes of them per 32 weights (the kernel's arithmetic is the same: see the emulation above);
     # Q4_K's steps are products of a half and a 6-bit scale, kept in fp32 (8 bytes).
-    from decodelab import gguf_export
+    from decodelab.formats.gguf import export as gguf_export
 
     folder = testing.write_checkpoint(str(tmp_path / "model"), {
         "arch": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 1, "num_attention_heads": 4,

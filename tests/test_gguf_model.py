@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import decodelab
-from decodelab import gguf_model, testing
-from decodelab.gguf_file import GGUFFile
+from decodelab import testing
+from decodelab.formats.gguf import model as gguf_model
+from decodelab.formats.gguf.reader import GGUFFile
 
 from conftest import MODELS, _need
 
@@ -183,7 +184,7 @@ def test_chat_templates_are_untrusted_input(ours):
         tok.apply_chat_template([{"role": "user"}])
     with pytest.raises(ValueError, match="messages must be a list"):
         tok.apply_chat_template("hi")
-    from decodelab import chat
+    from decodelab.text import chat_template as chat
     with pytest.raises(ValueError, match="chat template error: no system role"):
         chat.render("{{ raise_exception('no system role') }}", MESSAGES)
     with pytest.raises(ValueError, match="chat template error"):  # the sandbox refuses internals
@@ -209,7 +210,7 @@ def test_a_folder_chat_template_comes_from_tokenizer_config(tmp_path):
     assert decodelab.load(folder).tokenizer.apply_chat_template(MESSAGES) == "J1"
 
 
-def test_cli_chat_in_a_terminal():
+def test_cli_chat_in_a_terminal(sigint):
     """decodelab chat through a pseudo-terminal: a streamed answer, /reset, Ctrl-C ending a reply
     (not the program), Ctrl-D quitting."""
     _need(PATH)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import decodelab
-from decodelab import gguf_tokenizer
-from decodelab.gguf_file import GGUFFile
-from decodelab.tokenizer import Llama2cTokenizer
+from decodelab.formats.gguf import tokenizer as gguf_tokenizer
+from decodelab.formats.gguf.reader import GGUFFile
+from decodelab.text.tokenizer import Llama2cTokenizer
 
 from conftest import MODELS, STORIES_TOK, _need
 
@@ -32,7 +32,8 @@ def _recorded():
 @pytest.fixture(scope="module")
 def stories_gguf(tmp_path_factory, stories_bin):
     """stories260K as GGUF (F32) with its SentencePiece vocabulary, as the benchmark script makes it."""
-    from decodelab import gguf_export, testing
+    from decodelab import testing
+    from decodelab.formats.gguf import export as gguf_export
 
     d = tmp_path_factory.mktemp("spm")
     hf = testing.convert_llama2c(stories_bin, str(d / "hf"))
@@ -182,7 +183,8 @@ def test_a_merge_outside_the_vocabulary_is_named(tmp_path, merge):
 
 
 def test_exported_gpt2_vocabulary_tokenizes_as_the_folder(tmp_path):
-    from decodelab import gguf_export, testing
+    from decodelab import testing
+    from decodelab.formats.gguf import export as gguf_export
 
     tok_dir = _need(os.path.join(MODELS, "gpt2-tokenizer"))
     folder = testing.write_checkpoint(str(tmp_path / "hf"), "gpt2-tiny", tokenizer_dir=tok_dir)

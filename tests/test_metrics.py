@@ -1,4 +1,4 @@
-"""decodelab.metrics against hand-computed values on tiny inputs, and compare() on stories260K:
+"""decodelab.eval.metrics against hand-computed values on tiny inputs, and compare() on stories260K:
 greedy decoding has the lowest distinct-2 of greedy, top-p and min-p, and the same seeds give the
 same table."""
 import doctest
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from decodelab import metrics
+from decodelab.eval import metrics
 
 
 def test_the_docstring_examples():

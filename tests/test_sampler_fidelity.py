@@ -259,7 +259,7 @@ def test_watermark_equals_transformers_bit_for_bit(scheme, width):
     from transformers import LlamaConfig
     from transformers.generation import WatermarkDetector as HFDetector
 
-    from decodelab.watermark import WatermarkDetector
+    from decodelab.samplers.watermark import WatermarkDetector
 
     cfg = LlamaConfig(vocab_size=vocab, bos_token_id=1)
     wcfg = dict(greenlist_ratio=0.3, bias=1.5, seeding_scheme=scheme, context_width=width, hashing_key=15485863)
@@ -281,7 +281,7 @@ def test_watermark_settings_are_checked():
         S.Watermark(100, seeding_scheme="x")
     with pytest.raises(ValueError, match="watermark vocab_size 100 differs from the model's 4 logits"):
         S.Watermark(100).apply(np.zeros(4), [1])
-    from decodelab.watermark import WatermarkDetector
+    from decodelab.samplers.watermark import WatermarkDetector
     with pytest.raises(ValueError, match="need at least 2 tokens to score"):
         WatermarkDetector(100)([5])
 

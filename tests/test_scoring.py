@@ -9,7 +9,7 @@ import pytest
 
 import decodelab
 from decodelab import samplers, testing
-from decodelab.scoring import log_softmax
+from decodelab.eval.scoring import log_softmax
 
 
 @pytest.fixture(scope="module")

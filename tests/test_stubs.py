@@ -39,17 +39,3 @@ def test_every_public_core_name_is_in_the_stub():
         have = {n for n in vars(cls) if not n.startswith("_")}
         assert not have - names, f"{name} members missing from _core.pyi: {sorted(have - names)}"
         assert not names - have, f"{name} members in _core.pyi but not in the module: {sorted(names - have)}"
-
-
-def test_public_api_import_paths():
-    # Every public import path keeps working as the code moves between files.
-    import decodelab.model
-    import decodelab.samplers
-
-    for name in decodelab.__all__:
-        assert hasattr(decodelab, name), name
-    for name in ("load", "Model", "Generation", "TokenLogprob", "GeneratedSequence"):
-        assert getattr(decodelab.model, name) is getattr(decodelab, name)
-    for name in decodelab.samplers.__all__:
-        assert hasattr(decodelab.samplers, name), name
-    from decodelab import cli, formats, options, plot, testing, tokenizer  # noqa: F401

@@ -4,7 +4,7 @@ import os
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from decodelab.tokenizer import HFTokenizer, Llama2cTokenizer
+from decodelab.text.tokenizer import HFTokenizer, Llama2cTokenizer
 
 TEXTS = [
     "Hello, world!",

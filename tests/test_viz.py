@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import decodelab
-import decodelab.plot
+import decodelab.viz.plot
 import decodelab.samplers as S
-from decodelab.lens import logit_lens
-from decodelab.playground import Playground
-from decodelab.token_view import TokenView
+from decodelab.viz.lens import logit_lens
+from decodelab.viz.playground import Playground
+from decodelab.viz.token_view import TokenView
 
 matplotlib.use("Agg")
 torch = pytest.importorskip("torch")
@@ -56,7 +56,7 @@ def test_logit_lens_reads_every_layer(stories):
     assert np.all((lens.top_probs > 0) & (lens.top_probs <= 1))
     html = lens._repr_html_()
     assert "layer 5" in html and "embed" in html
-    fig = decodelab.plot.logit_lens(lens)
+    fig = decodelab.viz.plot.logit_lens(lens)
     assert fig.axes[0].get_ylabel() == "layer"
 
 
@@ -110,17 +110,17 @@ def test_playground_sliders_and_static_fallback(stories, monkeypatch):
 
 def test_generation_curves(stories):
     g = stories.generate("Once upon a time", max_new_tokens=6, temperature=0.8, seed=1, trace=True)
-    fig = decodelab.plot.generation_curves(g, tokenizer=stories.tokenizer)
+    fig = decodelab.viz.plot.generation_curves(g, tokenizer=stories.tokenizer)
     assert len(fig.axes) == 2
     with pytest.raises(ValueError, match="trace=True"):
-        decodelab.plot.generation_curves(stories.generate("Once", max_new_tokens=2))
+        decodelab.viz.plot.generation_curves(stories.generate("Once", max_new_tokens=2))
 
 
 def test_speculation_draws_each_round(stories):
     g = stories.generate("Once upon a time, there was a girl. Once upon a time", max_new_tokens=30,
                          draft="prompt_lookup", num_draft_tokens=4)
-    fig = decodelab.plot.speculation(g, tokenizer=stories.tokenizer)
+    fig = decodelab.viz.plot.speculation(g, tokenizer=stories.tokenizer)
     # One cell per drafted token and one for the model's own token, in every round drawn.
     assert len(fig.axes[0].patches) == sum(len(r.draft) + 1 for r in g.speculation.rounds)
     with pytest.raises(ValueError, match="no draft"):
-        decodelab.plot.speculation(stories.generate("Once", max_new_tokens=2))
+        decodelab.viz.plot.speculation(stories.generate("Once", max_new_tokens=2))

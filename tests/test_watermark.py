@@ -8,7 +8,7 @@ import pytest
 
 import decodelab
 import decodelab.samplers as S
-from decodelab.watermark import WatermarkDetector
+from decodelab.samplers.watermark import WatermarkDetector
 
 from conftest import MODELS, _need
 

@@ -5,16 +5,29 @@
 >>> print(model.generate("Once upon a time", max_new_tokens=50).text)      # doctest: +SKIP
 """
 from ._native import _core
+from . import _compat
 from .config import ModelConfig
 from . import samplers
 from .model import Model  # before loading, which builds a Model
 from .loading import load
 from .results import GeneratedSequence, Generation, TokenLogprob
 from .trace import StageSummary, StepTrace, Trace
-from .tokenizer import HFTokenizer, Llama2cTokenizer, Tokenizer
-from .constraints import Grammar
+from .text.tokenizer import HFTokenizer, Llama2cTokenizer, Tokenizer
+from .samplers.grammar import Grammar
 
 __version__ = "0.1.0"
+
+
+_compat.install()
+
+
+def __getattr__(name):
+    # decodelab.plot and the other old module paths, reached as attributes (_compat.MOVED_MODULES).
+    if f"decodelab.{name}" in _compat.MOVED_MODULES:
+        import importlib
+
+        return importlib.import_module(f"decodelab.{name}")
+    raise AttributeError(f"module 'decodelab' has no attribute {name!r}")
 
 
 def cpu_info() -> dict:

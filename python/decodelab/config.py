@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Tuple
+import json
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -347,3 +348,15 @@ def _gemma3_ropes(cfg: dict, head_dim: int, max_pos: int):
     if rope.dynamic_factor or rope.long_inv_freq:
         raise ValueError(f"Gemma 3 with rope scaling {rope.rope_type!r} is not supported")
     return rope, local_rope
+
+
+def load_json(path: str) -> Dict:
+    """A JSON object from a file, or ValueError (not UTF-8, not JSON, nested too deep, not an object)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise ValueError(f"{path}: invalid JSON ({type(e).__name__}: {e})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: must hold a JSON object, got {type(value).__name__}")
+    return value

@@ -10,11 +10,15 @@ from typing import Optional, Union
 
 import numpy as np
 
-from . import formats, gguf_file, gguf_model, gguf_tokenizer, options
+from . import options
+from .formats import hf, llama2c
+from .formats.gguf import model as gguf_model
+from .formats.gguf import reader as gguf_file
+from .formats.gguf import tokenizer as gguf_tokenizer
 from ._native import _core
-from .config import from_hf_dict
+from .config import from_hf_dict, load_json
 from .model import Model
-from .tokenizer import Tokenizer, find_tokenizer, load_tokenizer
+from .text.tokenizer import Tokenizer, find_tokenizer, load_tokenizer
 
 
 def _default_threads() -> int:
@@ -67,18 +71,18 @@ def _read_model_files(path: str):
         cfg_path = os.path.join(path, "config.json")
         if not os.path.exists(cfg_path):
             raise FileNotFoundError(f"{path} has no config.json")
-        raw = formats.load_json(cfg_path)
+        raw = load_json(cfg_path)
         gen_path = os.path.join(path, "generation_config.json")
         gen = {}
         if os.path.exists(gen_path):
-            gen = formats.load_json(gen_path)
+            gen = load_json(gen_path)
             if not isinstance(gen, dict):
                 raise ValueError(f"{gen_path} must hold a JSON object")
             if gen.get("eos_token_id") is not None:
                 raw = dict(raw, eos_token_id=gen["eos_token_id"])
         config = from_hf_dict(raw)
         config = dataclasses.replace(config, generation_defaults=generation_defaults(gen))
-        files, tensors = formats.read_hf_weights(path, config)
+        files, tensors = hf.read_hf_weights(path, config)
         return config, files, tensors, path, None, None
     if gguf_file.is_gguf(path):
         with gguf_file.GGUFFile(path) as g:  # checked whole, so a malformed file says what is wrong
@@ -86,7 +90,7 @@ def _read_model_files(path: str):
             tok = gguf_tokenizer.tokenizer_from_gguf(g)
             files, tensors, scratch = gguf_model.weight_table(g, config)
             return config, files, tensors, tok, scratch, gguf_model.native_dtype(g)
-    config, tensors = formats.read_llama2c(path)
+    config, tensors = llama2c.read_llama2c(path)
     return config, [path], tensors, os.path.dirname(os.path.abspath(path)), None, None
 
 

@@ -7,12 +7,15 @@ from typing import Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
-from . import constraints, options, profiling, samplers, scoring, streaming
+from . import options, profiling, samplers
+from .eval import scoring
+from .samplers import grammar as constraints
+from .text import streaming
 from ._native import _core
 from .beam import BeamTree
 from .config import ModelConfig
 from .results import GeneratedSequence, Generation, Speculation, StreamPiece, TokenLogprob
-from .tokenizer import Tokenizer
+from .text.tokenizer import Tokenizer
 from .trace import Trace
 
 Prompt = Union[str, Sequence[int]]
@@ -657,6 +660,11 @@ _RUN_KEYS = {"max_new_tokens", "seed", "sampler", "order", "preset", "eos_token_
              "draft", "num_draft_tokens", "json_schema", "regex", "grammar", "choice"}
 
 
-from .loading import load  # noqa: E402  (load() builds a Model; kept importable from here)
+__all__ = ["Model", "Generation", "GeneratedSequence", "TokenLogprob"]
 
-__all__ = ["Model", "Generation", "GeneratedSequence", "TokenLogprob", "load"]
+
+def __getattr__(name):
+    # Names that moved elsewhere, with their warning (_compat.MOVED_NAMES).
+    from . import _compat
+
+    return _compat.moved_name(__name__, name)

@@ -1,1 +1,2 @@
-"""Bridges from decodelab's samplers to other libraries (``integrations.transformers``)."""
+"""Bridges from decodelab to other libraries: ``transformers`` (a sampler chain as a transformers
+LogitsProcessor) and ``lm_eval`` (a decodelab model as an lm-evaluation-harness model)."""

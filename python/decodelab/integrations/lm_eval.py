@@ -18,7 +18,7 @@ except ImportError:  # pragma: no cover - the message is the point
     raise ImportError("decodelab.integrations.lm_eval needs lm-evaluation-harness: pip install lm_eval") from None
 
 import decodelab
-from decodelab import scoring
+from decodelab.eval import scoring
 
 
 @register_model("decodelab")

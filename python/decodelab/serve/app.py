@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Callable, Optional
 
-from ..batching import BatchEngine, QueueFull
+from .engine import BatchEngine, QueueFull
 from . import protocol as P
 from .protocol import APIError
 

@@ -15,7 +15,7 @@ from typing import Dict, Optional
 import numpy as np
 from tqdm.auto import tqdm
 
-from .. import formats
+from ..formats import llama2c
 
 SHAPES: Dict[str, dict] = {
     # GPT-2 small (124M parameters).
@@ -331,7 +331,7 @@ def meta_to_hf_rope_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
 def convert_llama2c(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, progress: bool = False) -> str:
     """Convert a llama2.c checkpoint into a Hugging Face LlamaForCausalLM folder (``progress``: a
     tqdm bar over the tensors)."""
-    cfg, entries = formats.read_llama2c(checkpoint)
+    cfg, entries = llama2c.read_llama2c(checkpoint)
     data = np.memmap(checkpoint, dtype=np.uint8, mode="r")
     tensors = {}
     for name, _dtype, shape, _file, offset, nbytes in tqdm(entries, desc="converting", unit="tensor",

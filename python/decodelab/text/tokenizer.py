@@ -41,7 +41,7 @@ class Tokenizer:
         or with ``tokenize=True`` its token ids (special tokens in the text are matched, and no BOS
         is added twice: the template writes what the model expects). Extra keyword variables pass
         through to the template; bos_token and eos_token are set from the tokenizer."""
-        from . import chat
+        from . import chat_template as chat
 
         if self.chat_template is None:
             raise ValueError("this tokenizer has no chat template (none in the GGUF metadata or tokenizer_config.json)")
@@ -250,7 +250,7 @@ class Llama2cTokenizer(Tokenizer):
 def _folder_chat_template(folder: str) -> Optional[str]:
     """A Hugging Face folder's chat template: chat_template.jinja, else tokenizer_config.json's
     "chat_template" (a string, or a list of named templates, of which "default")."""
-    from .formats import load_json
+    from ..config import load_json
 
     jinja = os.path.join(folder, "chat_template.jinja")
     if os.path.exists(jinja):

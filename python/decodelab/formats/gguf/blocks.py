@@ -18,7 +18,7 @@ from typing import Callable, Dict
 
 import numpy as np
 
-from .gguf_file import TensorInfo
+from .reader import TensorInfo
 
 
 def _f16(b: np.ndarray) -> np.ndarray:

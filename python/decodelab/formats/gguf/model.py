@@ -7,7 +7,7 @@ refused by name.
 Tensors the engine reads as they are stay in the file's memory map: F32, F16, BF16 and, for Llama,
 ggml's block formats (_core.BLOCK_DTYPES), which the engine repacks (4-bit layers into its int4
 panels, exactly) or decodes a few rows at a time. GPT-2's block-quantized matrices are decoded to
-float32 (gguf_quants) into one scratch file that the engine maps, which load() removes once the
+float32 (blocks.py) into one scratch file that the engine maps, which load() removes once the
 engine holds its own converted weights. llama.cpp's converter stores Llama's Q and
 K rows in Meta's interleaved RoPE order, so the config says rope_interleaved, as for llama2.c files.
 GGUF stores GPT-2's matrices (out, in); the engine reads GPT-2's as Hugging Face's Conv1D stores
@@ -21,10 +21,12 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from . import _core, formats, gguf_quants
-from . import rope as rope_params
-from .config import ModelConfig
-from .gguf_file import GGUFFile
+from ... import rope as rope_params
+from ..._native import _core
+from ...config import ModelConfig
+from .. import hf
+from . import blocks
+from .reader import GGUFFile
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "gptneox", "gpt2")
 _DIRECT = {"F32": "F32", "F16": "F16", "BF16": "BF16"}  # types the engine maps in place
@@ -65,7 +67,7 @@ _GEMMA_LAYER = dict(_LAYER, **{"post_attention_norm.weight": "post_attention_lay
                                "post_ffw_norm.weight": "post_feedforward_layernorm.weight"})
 
 
-# Phi-3's fused q/k/v and [gate | up] matrices, split into row ranges by formats.split_fused.
+# Phi-3's fused q/k/v and [gate | up] matrices, split into row ranges by hf.split_fused.
 _PHI3_LAYER = dict(_LAYER, **{"attn_qkv.weight": "self_attn.qkv_proj.weight",
                               "ffn_up.weight": "mlp.gate_up_proj.weight"})
 
@@ -211,7 +213,7 @@ def _rope(g: GGUFFile, arch: str, theta: float, head_dim: int) -> rope_params.Ro
         if t.type.name != "F32" or list(t.shape) != [head_dim // 2]:
             raise ValueError(f"{g.path}: rope_freqs.weight must be F32 with {head_dim // 2} values, got "
                              f"{t.type.name} {list(t.shape)}")
-        factors = gguf_quants.dequantize_tensor(g, t).reshape(-1)
+        factors = blocks.dequantize_tensor(g, t).reshape(-1)
         if not np.all(np.isfinite(factors)) or np.any(factors <= 0):
             raise ValueError(f"{g.path}: rope_freqs.weight holds factors that are not finite and > 0")
         return rope_params.Rope("llama3", theta, tuple(float(v) for v in base / factors))
@@ -230,7 +232,7 @@ def _factors(g: GGUFFile, name: str, head_dim: int) -> np.ndarray:
         raise ValueError(f"{g.path}: {name} is missing (longrope needs rope_factors_long and rope_factors_short)")
     if t.type.name != "F32" or list(t.shape) != [head_dim // 2]:
         raise ValueError(f"{g.path}: {name} must be F32 with {head_dim // 2} values, got {t.type.name} {list(t.shape)}")
-    f = gguf_quants.dequantize_tensor(g, t).reshape(-1)
+    f = blocks.dequantize_tensor(g, t).reshape(-1)
     if not np.all(np.isfinite(f)) or np.any(f <= 0):
         raise ValueError(f"{g.path}: {name} holds factors that are not finite and > 0")
     return f
@@ -282,13 +284,13 @@ def weight_table(g: GGUFFile, config: ModelConfig) -> Tuple[List[str], list, Opt
             if t.type.name in _core.BLOCK_DTYPES and not conv1d:  # the engine reads the blocks
                 tensors.append((target, t.type.name, shape, 0, t.offset, t.nbytes))
                 continue
-            if t.type.name not in gguf_quants.DEQUANTIZERS:
+            if t.type.name not in blocks.DEQUANTIZERS:
                 raise ValueError(f"{g.path}: tensor {name!r} has type {t.type.name}, which decodelab cannot read "
-                                 f"yet (it reads {', '.join(gguf_quants.DEQUANTIZERS)})")
+                                 f"yet (it reads {', '.join(blocks.DEQUANTIZERS)})")
             if scratch is None:
                 fd, scratch_path = tempfile.mkstemp(prefix="decodelab-gguf-", suffix=".f32")
                 scratch = os.fdopen(fd, "wb")
-            values = gguf_quants.dequantize_tensor(g, t)
+            values = blocks.dequantize_tensor(g, t)
             if conv1d:
                 values = np.ascontiguousarray(values.T)
                 shape = shape[::-1]
@@ -307,7 +309,7 @@ def weight_table(g: GGUFFile, config: ModelConfig) -> Tuple[List[str], list, Opt
         raise
     if config.family == "phi3":
         try:
-            tensors = formats.split_fused(tensors, config)
+            tensors = hf.split_fused(tensors, config)
         except ValueError as e:
             if scratch_path:
                 os.unlink(scratch_path)

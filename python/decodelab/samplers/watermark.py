@@ -1,14 +1,51 @@
-"""Detecting the green-list watermark (Kirchenbauer et al. 2023) that samplers.Watermark adds: count
-the tokens that fall in the green list their predecessor seeds and compare with the share chance
-gives, as a z-score. The counting and the z-score follow transformers' WatermarkDetector."""
+"""The green-list watermark (Kirchenbauer et al. 2023): the ``Watermark`` sampler that adds it, and the
+``WatermarkDetector`` that finds it by counting the tokens in the green list their predecessor seeds
+against the share chance gives, as a z-score (counting and z-score as transformers' detector)."""
 from __future__ import annotations
 
 import dataclasses
 import math
 from typing import Optional, Sequence
 
-from . import options
-from .samplers import watermark_scheme
+import numpy as np
+
+from .. import options
+from .._native import _core
+from .base import Sampler, _float, _int
+
+__all__ = ["Watermark", "WatermarkDetector", "WatermarkResult", "watermark_scheme"]
+
+
+class Watermark(Sampler):
+    """The green-list watermark (Kirchenbauer et al. 2023): seeded by the preceding token, a fixed
+    share of the vocabulary is "green" at each step and gets ``bias`` added; detect it with
+    ``WatermarkDetector`` and the same settings. The green lists equal
+    transformers' bit for bit (its torch.randperm under the same seeds).
+
+    Range: greenlist_ratio in (0, 1), finite bias, seeding_scheme "lefthash" or "selfhash",
+    context_width >= 1. No-op: bias = 0. Source: transformers ``WatermarkLogitsProcessor``.
+
+    >>> w = Watermark(vocab_size=4, greenlist_ratio=0.5, bias=1.0)
+    >>> int(np.isclose(w.apply(np.zeros(4), context=[1]), 1.0).sum())
+    2
+    """
+
+    def __init__(self, vocab_size: int, greenlist_ratio: float = 0.25, bias: float = 2.0,
+                 hashing_key: int = 15485863, seeding_scheme: str = "lefthash", context_width: int = 1):
+        self.scheme = watermark_scheme(vocab_size, greenlist_ratio, hashing_key, seeding_scheme, context_width)
+        self.vocab_size, self.greenlist_ratio, self.hashing_key = vocab_size, greenlist_ratio, hashing_key
+        self.seeding_scheme, self.context_width = seeding_scheme, context_width
+        self.bias = _float("watermark bias", bias)
+        self._core = _core.sampler_watermark(self.scheme, self.bias)
+
+
+def watermark_scheme(vocab_size, greenlist_ratio, hashing_key, seeding_scheme, context_width):
+    """The core's WatermarkScheme for these settings, each checked."""
+    if not isinstance(seeding_scheme, str):
+        raise ValueError(f"watermark seeding_scheme must be 'lefthash' or 'selfhash', got {seeding_scheme!r}")
+    return _core.WatermarkScheme(_int("watermark vocab_size", vocab_size), _float("watermark greenlist_ratio",
+                                 greenlist_ratio), options.checked_seed(hashing_key), seeding_scheme,
+                                 _int("watermark context_width", context_width))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .gguf_file import GGUFFile
+from .reader import GGUFFile
 
 # llama.cpp's token types (llama-vocab.h): the ones matched as whole tokens in text.
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -145,7 +145,7 @@ def tokenizer_from_gguf(g: GGUFFile):
     vocabulary; ValueError for a kind or pre-tokenizer not supported yet or malformed metadata."""
     from tokenizers import AddedToken, Tokenizer, processors
 
-    from .tokenizer import HFTokenizer
+    from ...text.tokenizer import HFTokenizer
 
     kind = g.metadata.get("tokenizer.ggml.model")
     if kind is None or kind == "none":  # no vocabulary: the caller feeds token ids

@@ -1,7 +1,7 @@
 """Q4_K blocks from float32 weights with numpy, for the GGUF exporter (the gguf package quantizes
 Q4_0 to Q8_0 but none of the k-quants). A 256-value super-block holds 8 sub-blocks of 32 values,
 each with a 6-bit scale and a 6-bit min under two f16 factors, and 4-bit values:
-x ~ d sc q - dmin mn. gguf_quants (and gguf.quants.dequantize) decode what this writes."""
+x ~ d sc q - dmin mn. blocks.py (and gguf.quants.dequantize) decode what this writes."""
 from __future__ import annotations
 
 import numpy as np

@@ -118,7 +118,7 @@ def generation_curves(generation, *, tokenizer=None, title: Optional[str] = None
 
 
 def logit_lens(lens, *, title: Optional[str] = None):
-    """A LogitLens (``decodelab.lens.logit_lens``) as a layer x position picture: each cell the
+    """A LogitLens (``decodelab.viz.lens.logit_lens``) as a layer x position picture: each cell the
     layer's most likely next token, shaded by its probability. Returns the Figure."""
     import matplotlib.pyplot as plt
 

@@ -2,14 +2,14 @@
 GGUF file that llama.cpp runs: for the speed benchmark (llama.cpp beside decodelab on the same
 weights) and for tests that need GGUF files of any shape and type. Needs the gguf package (a test extra).
 
-    python -m decodelab.gguf_export FOLDER OUT.gguf [--type F32|F16|Q8_0|Q5_1|Q5_0|Q4_1|Q4_0|Q4_K] [--check]
+    python -m decodelab.formats.gguf.export FOLDER OUT.gguf [--type F32|F16|Q8_0|Q5_1|Q5_0|Q4_1|Q4_0|Q4_K] [--check]
 
---check compares llama.cpp's logits on the file with decodelab's on the folder (needs
+--check compares (decodelab.testing.llama_cpp.compare_gguf) llama.cpp's logits on the file with decodelab's on the folder (needs
 llama-cpp-python): 2.6e-3 at most on the Llama 110M and GPT-2 124M shapes, llama.cpp keeping its
 KV cache in f16 by default.
 
 The matrices are stored as --type (F32 by default; F16 and Q8_0 to Q4_0 through gguf.quants; Q4_K
-through decodelab.gguf_quantize, rows whose width is not a multiple of 256 falling back to Q5_0 as
+through decodelab.formats.gguf.quantize, rows whose width is not a multiple of 256 falling back to Q5_0 as
 llama.cpp's quantizer does), norms and biases as F32. The folder's tokenizer goes along when it is one GGUF can hold: a llama2.c
 tokenizer.bin as a `llama` SentencePiece vocabulary (pieces with "▁" for spaces, scores, byte and
 control tokens), GPT-2's vocab.json + merges.txt as a `gpt2` one; otherwise none (llama.cpp's "none"
@@ -26,7 +26,7 @@ import os
 import numpy as np
 from safetensors.numpy import load_file
 
-from .gguf_quantize import quantize_q4_k
+from .quantize import quantize_q4_k
 
 
 def _unpermute(w, n_heads):
@@ -73,7 +73,7 @@ TYPES = ("F32", "F16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0", "Q4_K")
 
 def _add_tokenizer(w, folder, vocab_size):
     """Writes the folder's tokenizer as GGUF metadata (llama.cpp's keys), or the "none" model."""
-    from .tokenizer import HFTokenizer, Llama2cTokenizer, _BYTE_PIECE
+    from ...text.tokenizer import HFTokenizer, Llama2cTokenizer, _BYTE_PIECE
 
     bin_path = os.path.join(folder, "tokenizer.bin")
     vj, mt = os.path.join(folder, "vocab.json"), os.path.join(folder, "merges.txt")
@@ -163,7 +163,7 @@ def export(folder, out, tensor_type="F32"):
         if "lm_head.weight" in t and not cfg.get("tie_word_embeddings", True):
             names["output.weight"] = t["lm_head.weight"]
     elif cfg["model_type"] in ("llama", "qwen2", "qwen3", "mistral"):
-        from .config import from_hf_dict
+        from ...config import from_hf_dict
 
         model = from_hf_dict(cfg)  # checks the config, and its RoPE, as load() would
         if model.sliding_window:
@@ -209,7 +209,7 @@ def export(folder, out, tensor_type="F32"):
             names[f"blk.{i}.ffn_up.weight"] = t[h + "mlp.up_proj.weight"]
             names[f"blk.{i}.ffn_down.weight"] = t[h + "mlp.down_proj.weight"]
     elif cfg["model_type"] in ("gemma2", "gemma3", "gemma3_text"):
-        from .config import from_hf_dict
+        from ...config import from_hf_dict
 
         model = from_hf_dict(cfg)
         arch = model.family
@@ -261,7 +261,7 @@ def export(folder, out, tensor_type="F32"):
                              ("mlp.down_proj", "ffn_down")):
                 names[f"blk.{i}.{dst}.weight"] = t[h + src + ".weight"]
     elif cfg["model_type"] == "phi3":
-        from .config import from_hf_dict
+        from ...config import from_hf_dict
 
         model = from_hf_dict(cfg)
         arch = "phi3"
@@ -290,7 +290,7 @@ def export(folder, out, tensor_type="F32"):
                              ("mlp.gate_up_proj", "ffn_up"), ("mlp.down_proj", "ffn_down")):
                 names[f"blk.{i}.{dst}.weight"] = t[h + src + ".weight"]
     elif cfg["model_type"] == "gpt_neox":
-        from .config import from_hf_dict
+        from ...config import from_hf_dict
 
         model = from_hf_dict(cfg)
         if model.rope.rope_type != "default":
@@ -345,46 +345,6 @@ def export(folder, out, tensor_type="F32"):
     return out
 
 
-
-
-def check(folder, gguf_path, n_tokens=24, against="folder", precise=False):
-    """Max |logit difference| between llama.cpp on `gguf_path` and decodelab on `folder`, over a
-    prompt of pseudo-random tokens: evidence that the export is the same model. against="file":
-    decodelab reads the GGUF file itself (its exact fp32 values), which isolates how llama.cpp
-    reads a quantized file from the quantization error. precise=True runs llama.cpp with an f32 KV
-    cache and without flash attention (which rounds queries to f16), leaving its f16 GELU table as
-    the main rounding: for models whose large attention scores magnify f16 noise."""
-    import llama_cpp as lc
-
-    import decodelab
-
-    if against not in ("folder", "file"):
-        raise ValueError(f"against must be 'folder' or 'file', got {against!r}")
-    m = decodelab.load(folder) if against == "folder" else decodelab.load(gguf_path, dtype="float32")
-    V = m.config.vocab_size
-    toks = np.random.default_rng(1).integers(3, V, size=n_tokens).tolist()
-    ours = m.forward(toks)
-    lc.llama_backend_init()
-    model = lc.llama_model_load_from_file(gguf_path.encode(), lc.llama_model_default_params())
-    cp = lc.llama_context_default_params()
-    cp.n_ctx = cp.n_batch = cp.n_ubatch = 64
-    if precise:
-        cp.type_k = cp.type_v = 0  # GGML_TYPE_F32
-        cp.flash_attn_type = 0     # LLAMA_FLASH_ATTN_TYPE_DISABLED
-    ctx = lc.llama_init_from_model(model, cp)
-    batch = lc.llama_batch_init(n_tokens, 0, 1)
-    for j, t in enumerate(toks):
-        batch.token[j], batch.pos[j], batch.n_seq_id[j], batch.logits[j] = t, j, 1, 1
-        batch.seq_id[j][0] = 0
-    batch.n_tokens = n_tokens
-    assert lc.llama_decode(ctx, batch) == 0
-    theirs = np.stack([np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, j), shape=(V,)) for j in range(n_tokens)])
-    lc.llama_batch_free(batch)
-    lc.llama_free(ctx)
-    lc.llama_model_free(model)
-    return float(np.abs(theirs - ours).max())
-
-
 if __name__ == "__main__":
     import argparse
 
@@ -396,4 +356,13 @@ if __name__ == "__main__":
     a = ap.parse_args()
     export(a.folder, a.out, a.type)
     if a.check:
-        print(f"max |logit difference| llama.cpp vs decodelab: {check(a.folder, a.out):.3g}")
+        from decodelab.testing.llama_cpp import compare_gguf
+
+        print(f"max |logit difference| llama.cpp vs decodelab: {compare_gguf(a.folder, a.out):.3g}")
+
+
+def __getattr__(name):
+    # Names that moved elsewhere, with their warning (_compat.MOVED_NAMES).
+    from ... import _compat
+
+    return _compat.moved_name(__name__, name)

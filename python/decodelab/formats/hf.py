@@ -1,9 +1,5 @@
-"""Readers for model file formats: they list each tensor's file, dtype, shape, offset and length.
-
-Nothing here reads tensor data: the C++ core memory-maps the files and checks every range again
-before it touches a byte. A model file is untrusted input; every error is a ValueError that names
-the file and tensor.
-"""
+"""Hugging Face folders: safetensors headers (single or sharded) read into the engine's tensor table,
+with fused projections split and GPT-2's bare tensor names mapped."""
 from __future__ import annotations
 
 import json
@@ -11,7 +7,7 @@ import os
 import struct
 from typing import Dict, List, Tuple
 
-from .config import ModelConfig
+from ..config import ModelConfig, load_json
 
 # (name, dtype, shape, file index, byte offset, byte length): the C++ core's tensor table.
 TensorEntry = Tuple[str, str, List[int], int, int, int]
@@ -169,83 +165,3 @@ def split_fused(tensors: List[TensorEntry], config: ModelConfig) -> List[TensorE
             out.append((prefix + part, dtype, [n, shape[1]], file, offset, n * row_bytes))
             offset += n * row_bytes
     return out
-
-
-LLAMA2C_HEADER = struct.Struct("<7i")
-
-
-def read_llama2c(path: str) -> Tuple[ModelConfig, List[TensorEntry]]:
-    """A llama2.c "v0" checkpoint: 7 int32 (dim, hidden_dim, n_layers, n_heads, n_kv_heads,
-    vocab_size, seq_len; negative vocab_size = untied classifier), then fp32 tensors in run.c
-    order. Tensors are described per layer under Hugging Face Llama names, in place in the file."""
-    size = os.path.getsize(path)
-    if size < LLAMA2C_HEADER.size:
-        raise ValueError(f"{path}: {size} bytes is too short for a llama2.c header ({LLAMA2C_HEADER.size} bytes)")
-    with open(path, "rb") as f:
-        dim, hidden, n_layers, n_heads, n_kv, vocab, seq_len = LLAMA2C_HEADER.unpack(f.read(LLAMA2C_HEADER.size))
-    shared = vocab > 0
-    vocab = abs(vocab)
-    limits = {"dim": (dim, 1 << 16), "hidden_dim": (hidden, 1 << 20), "n_layers": (n_layers, 1024),
-              "n_heads": (n_heads, 1024), "n_kv_heads": (n_kv, 1024), "vocab_size": (vocab, 1 << 24),
-              "seq_len": (seq_len, 1 << 22)}
-    for k, (v, hi) in limits.items():
-        if not 1 <= v <= hi:
-            raise ValueError(f"{path}: llama2.c header {k}={v} is outside [1, {hi}]")
-    if dim % n_heads or n_heads % n_kv or (dim // n_heads) % 2:
-        raise ValueError(f"{path}: llama2.c header dim={dim}, n_heads={n_heads}, n_kv_heads={n_kv} "
-                         "must give an even head size and n_kv_heads dividing n_heads")
-    hs = dim // n_heads
-    kv_dim = n_kv * hs
-    cfg = ModelConfig(arch="llama", n_layers=n_layers, hidden_size=dim, n_heads=n_heads, n_kv_heads=n_kv,
-                      head_dim=hs, intermediate_size=hidden, vocab_size=vocab, max_position_embeddings=seq_len,
-                      norm_eps=1e-5, rope_theta=10000.0, rope_interleaved=True, tie_word_embeddings=shared,
-                      bos_token_id=1, eos_token_id=[2], source="llama2c")
-    tensors: List[TensorEntry] = []
-    offset = LLAMA2C_HEADER.size
-
-    def take(name_fmt: str, per_layer_shape: List[int], layers: int = 0):
-        nonlocal offset
-        numel = 1
-        for d in per_layer_shape:
-            numel *= d
-        for i in range(max(layers, 1)):
-            name = name_fmt.format(i=i)
-            nbytes = numel * 4
-            if offset + nbytes > size:
-                raise ValueError(f"{path}: tensor {name!r} needs bytes [{offset}, {offset + nbytes}) but the "
-                                 f"file has {size} bytes; the checkpoint is truncated")
-            tensors.append((name, "F32", list(per_layer_shape), 0, offset, nbytes))
-            offset += nbytes
-
-    p = "model.layers.{i}."
-    take("model.embed_tokens.weight", [vocab, dim])
-    take(p + "input_layernorm.weight", [dim], n_layers)
-    take(p + "self_attn.q_proj.weight", [dim, dim], n_layers)
-    take(p + "self_attn.k_proj.weight", [kv_dim, dim], n_layers)
-    take(p + "self_attn.v_proj.weight", [kv_dim, dim], n_layers)
-    take(p + "self_attn.o_proj.weight", [dim, dim], n_layers)
-    take(p + "post_attention_layernorm.weight", [dim], n_layers)
-    take(p + "mlp.gate_proj.weight", [hidden, dim], n_layers)
-    take(p + "mlp.down_proj.weight", [dim, hidden], n_layers)
-    take(p + "mlp.up_proj.weight", [hidden, dim], n_layers)
-    take("model.norm.weight", [dim])
-    take("llama2c.freq_cis_real", [seq_len, hs // 2])   # unused: RoPE is computed
-    take("llama2c.freq_cis_imag", [seq_len, hs // 2])
-    if not shared:
-        take("lm_head.weight", [vocab, dim])
-    if offset != size:
-        raise ValueError(f"{path}: the header implies {offset} bytes but the file has {size}; "
-                         "not a llama2.c v0 checkpoint of this shape")
-    return cfg, tensors
-
-
-def load_json(path: str) -> Dict:
-    """A JSON object from a file, or ValueError (not UTF-8, not JSON, nested too deep, not an object)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-        raise ValueError(f"{path}: invalid JSON ({type(e).__name__}: {e})") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{path}: must hold a JSON object, got {type(value).__name__}")
-    return value

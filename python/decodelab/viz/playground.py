@@ -9,7 +9,7 @@ from typing import List, Tuple
 
 import numpy as np
 
-from . import samplers as S
+from .. import samplers as S
 
 
 @dataclasses.dataclass

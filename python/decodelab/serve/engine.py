@@ -11,9 +11,9 @@ from typing import Callable, Iterator, List, Optional
 
 import numpy as np
 
-from . import streaming
-from ._native import _core
-from .results import Generation, StreamPiece, TokenLogprob
+from .._native import _core
+from ..text import streaming as text_stream
+from ..results import Generation, StreamPiece, TokenLogprob
 
 QueueFull = _core.QueueFull
 
@@ -33,7 +33,7 @@ class BatchRequest:
         self.engine, self.prompt_token_ids, self._chain, self._opts = engine, ids, chain, opts
         self.sequence = sequence
         self.id = -1
-        self._text = streaming.TextStream(engine.model.tokenizer, opts.stops, opts.include_stop)
+        self._text = text_stream.TextStream(engine.model.tokenizer, opts.stops, opts.include_stop)
         self._logprobs: List[TokenLogprob] = []
         self._sent = 0
         self._events: "queue.Queue" = queue.Queue()

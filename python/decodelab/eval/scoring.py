@@ -35,7 +35,7 @@ def split_pair(tokenizer, prompt: Text, continuation: Text, vocab_size: int) -> 
     the prompt moves to the continuation, and the continuation's tokens are those of prompt +
     continuation past the prompt's own (so a token that spans the boundary counts as the
     continuation's). Token id lists are taken as they are."""
-    from . import options
+    from .. import options
 
     if isinstance(prompt, str) != isinstance(continuation, str):
         raise ValueError("prompt and continuation must both be text or both be token ids")
@@ -97,7 +97,7 @@ def perplexity(model, ids: List[int], window: Optional[int], stride: Optional[in
     """exp(mean negative log-likelihood) of every token after the first, each predicted from at
     most `window` tokens before it: windows of `window` tokens advanced by `stride`, each scoring
     only the tokens no earlier window scored (Hugging Face's sliding-window perplexity)."""
-    from . import options
+    from .. import options
 
     ctx_max = model.config.max_position_embeddings
     window = ctx_max if window is None else options.integer("window", window, 2, ctx_max)

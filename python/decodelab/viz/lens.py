@@ -7,7 +7,7 @@ from typing import List, Sequence, Union
 
 import numpy as np
 
-from .samplers import softmax
+from ..samplers import softmax
 
 
 @dataclasses.dataclass

@@ -19,8 +19,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._native import _core
-from .samplers import Sampler
+from .._native import _core
+from .base import Sampler
 
 SYNTAXES = ("lark", "gbnf", "regex", "json_schema", "choice")
 OPTION_KEYS = ("json_schema", "regex", "grammar", "choice")  # generate()'s keywords, exclusive

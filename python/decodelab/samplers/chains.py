@@ -1,0 +1,119 @@
+"""Keyword chains: generate()'s sampling keywords turned into a Chain, in the order of transformers,
+vLLM or llama.cpp (``ORDERS``), starting from a named ``PRESETS`` entry when asked."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from .base import Chain, Sampler
+from .penalties import FrequencyPenalty, LogitBias, MinNewTokens, NoRepeatNGram, PresencePenalty, RepetitionPenalty
+from .selectors import Dist, Greedy
+from .warpers import MinP, Temperature, TopK, TopP, TypicalP
+
+__all__ = ["ORDERS", "DEFAULT_ORDER", "PRESETS", "build_chain"]
+
+
+# --- keyword chains in the order of each system (../shared REFERENCE.md) -----------------------
+
+# Stage names in order; a keyword absent from a system's order is refused for that order.
+ORDERS = {
+    # transformers generation/utils.py _get_logits_processor (processors, then warpers)
+    "hf": ["logit_bias", "repetition_penalty", "presence_penalty", "frequency_penalty", "no_repeat_ngram_size",
+           "min_new_tokens", "temperature", "top_k", "top_p", "min_p", "typical_p"],
+    # vLLM v1/sample/sampler.py
+    "vllm": ["min_new_tokens", "logit_bias", "repetition_penalty", "frequency_penalty", "presence_penalty",
+             "temperature", "min_p", "top_k", "top_p"],
+    # llama.cpp common/sampling.cpp default chain: temperature last
+    "llama.cpp": ["logit_bias", "repetition_penalty", "presence_penalty", "frequency_penalty", "top_k",
+                  "typical_p", "top_p", "min_p", "temperature"],
+}
+DEFAULT_ORDER = "hf"
+
+PRESETS = {
+    # Near-deterministic: code, extraction, factual answers.
+    "factual": dict(temperature=0.2, top_p=0.9),
+    # The common chat default.
+    "balanced": dict(temperature=0.7, top_p=0.9, repetition_penalty=1.05),
+    # Stories and brainstorming: a flatter distribution, min_p guarding the tail.
+    "creative": dict(temperature=1.0, min_p=0.05, top_p=0.98, presence_penalty=0.3),
+}
+
+_NOOP = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repetition_penalty": 1.0,
+         "presence_penalty": 0.0, "frequency_penalty": 0.0, "no_repeat_ngram_size": 0, "min_new_tokens": 0}
+
+
+def _stage(key: str, v, eos_ids: Sequence[int], keep: int = 1) -> Sampler:
+    if key == "temperature":
+        return Temperature(v)
+    if key == "top_k":
+        return TopK(v, keep)
+    if key == "top_p":
+        return TopP(v, keep)
+    if key == "min_p":
+        return MinP(v, keep)
+    if key == "typical_p":
+        return TypicalP(v, keep)
+    if key == "repetition_penalty":
+        return RepetitionPenalty(v)
+    if key == "presence_penalty":
+        return PresencePenalty(v)
+    if key == "frequency_penalty":
+        return FrequencyPenalty(v)
+    if key == "no_repeat_ngram_size":
+        return NoRepeatNGram(v)
+    if key == "logit_bias":
+        return LogitBias(v)
+    if key == "min_new_tokens":
+        return MinNewTokens(v, eos_ids)
+    raise ValueError(f"unknown sampling option {key!r}")
+
+
+def build_chain(*, order: str = DEFAULT_ORDER, seed: int = 0, eos_token_ids: Sequence[int] = (),
+                preset: Optional[str] = None, greedy_default: bool = False, min_tokens_to_keep: int = 1,
+                **options) -> Chain:
+    """The Chain that keyword options describe, in the order of ``order``, starting from the named
+    ``preset`` (``PRESETS``) when given; the keywords override it. ``min_tokens_to_keep`` goes to
+    the truncation warpers (beam sampling passes the number of EOS ids + 1, as transformers does).
+
+    The rule for ``temperature=0``, stated here alone: it is greedy decoding. The chain ends in
+    Greedy; processors (penalties, bias, n-gram bans) still apply and the warpers add no stage, as
+    in transformers' greedy search; a warper given as a keyword (not by the preset) is an error,
+    since it would do nothing. A temperature left out means 0 with ``greedy_default`` (generate()'s
+    default) and 1 otherwise. Any other temperature ends the chain in Dist(seed). Options at their
+    no-op value add no stage.
+    """
+    given = options  # the keywords themselves, without the preset's
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ValueError(f"preset must be one of {', '.join(map(repr, PRESETS))}, got {preset!r}")
+        options = {**PRESETS[preset], **options}
+    if greedy_default and options.get("temperature") is None:
+        options = {**options, "temperature": 0.0}
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {', '.join(repr(o) for o in ORDERS)}, got {order!r}")
+    warpers = ("top_k", "top_p", "min_p", "typical_p")
+    if options.get("temperature") == 0:
+        useless = [k for k in warpers if given.get(k) is not None]
+        if useless:
+            raise ValueError(f"{', '.join(useless)} has no effect with temperature=0 (greedy decoding); "
+                             "set temperature > 0 to sample")
+    for k, v in options.items():
+        if k not in _NOOP and k != "logit_bias":
+            raise ValueError(f"unknown sampling option {k!r}")
+        # Validate every value, even one that adds no stage.
+        if v is not None and k != "logit_bias":
+            _stage(k, v, eos_token_ids)
+    active = {k: v for k, v in options.items() if v is not None and not (k in _NOOP and v == _NOOP[k])
+              and not (k == "logit_bias" and not v)}
+    greedy = options.get("temperature") == 0
+    warpers = {"temperature", *warpers}
+    missing = [k for k in active if k not in ORDERS[order] and not (greedy and k in warpers)]
+    if missing:
+        has = [o for o in ORDERS if all(k in ORDERS[o] for k in missing)]
+        raise ValueError(f"{', '.join(missing)} is not part of the {order!r} sampler order"
+                         + (f"; use order={has[0]!r}" if has else ""))
+    stages = []
+    for key in ORDERS[order]:
+        if key in active and not (greedy and key in warpers):
+            stages.append(_stage(key, active[key], eos_token_ids, min_tokens_to_keep))
+    stages.append(Greedy() if greedy else Dist(seed))
+    return Chain(stages)
