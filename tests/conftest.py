@@ -39,6 +39,16 @@ def _importorskip_declared(modname, *args, **kwargs):
 pytest.importorskip = _importorskip_declared
 
 
+# Markers that keep a test out of the fast loop (`pytest -m "not slow"`) by themselves.
+SLOW_KINDS = ("notebook", "fuzz", "browser")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if any(item.get_closest_marker(kind) for kind in SLOW_KINDS) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_report_header(config):
     """Which kernel variant the run tests (the CPU's best, or DECODELAB_ISA's cap), and where from."""
     info = decodelab.cpu_info()

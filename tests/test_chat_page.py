@@ -10,6 +10,7 @@ import decodelab
 
 from conftest import MODELS, _need
 
+pytestmark = pytest.mark.browser
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is a test extra")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SMOLLM = os.path.join(MODELS, "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf")

@@ -169,6 +169,7 @@ def test_each_malformed_class_is_a_value_error(tmp_path, case):
         decodelab.load(path)
 
 
+@pytest.mark.fuzz
 def test_every_truncation_and_a_seeded_mutator_raise_only_value_errors(tmp_path):
     base = valid()
     path = str(tmp_path / "f.gguf")

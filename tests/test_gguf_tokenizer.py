@@ -197,6 +197,7 @@ def test_exported_gpt2_vocabulary_tokenizes_as_the_folder(tmp_path):
     np.testing.assert_allclose(m.forward(ids), src.forward(ids), atol=1e-5, rtol=0)
 
 
+@pytest.mark.fuzz
 def test_random_tokenizer_metadata_gives_a_tokenizer_or_a_value_error(tmp_path):
     """A seeded generator of small vocabularies, merges, types, scores and special ids, the cases
     byte mutation seldom reaches: each builds a tokenizer that encodes and decodes, or is a ValueError."""

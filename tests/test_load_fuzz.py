@@ -7,6 +7,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+pytestmark = pytest.mark.fuzz
+
 CHILD = """
 import os, random, shutil, sys, traceback
 sys.path.insert(0, {tests!r})

@@ -5,6 +5,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.notebook
+
 nbformat = pytest.importorskip("nbformat", reason="notebook tests need nbformat (in the test extra)")
 nbclient = pytest.importorskip("nbclient", reason="notebook tests need nbclient (in the test extra)")
 

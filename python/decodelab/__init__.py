@@ -1,8 +1,17 @@
 """decodelab: LLM inference and decoding research with every stage visible.
 
->>> import decodelab
->>> model = decodelab.load("../shared/models/stories260K/stories260K.bin")  # doctest: +SKIP
->>> print(model.generate("Once upon a time", max_new_tokens=50).text)      # doctest: +SKIP
+``decodelab.load`` reads a model (a Hugging Face folder, a GGUF file, a llama2.c checkpoint, or the
+built-in "stories260K") into a :class:`Model`, whose ``generate``, ``stream``, ``forward``,
+``prefill``/``decode`` and ``score`` run on the C++ engine. ``decodelab.samplers`` holds the sampler
+stages and chains; a :class:`Generation` records what a call produced, with per-token logprobs and
+per-stage traces on request.
+
+Examples:
+    >>> import decodelab
+    >>> model = decodelab.load("stories260K")  # 260K parameters, shipped inside the package
+    >>> g = model.generate("Once upon a time", max_new_tokens=50, eos_token_id=[])
+    >>> isinstance(g.text, str), len(g.token_ids), g.finish_reason
+    (True, 50, 'length')
 """
 from ._native import _core
 from . import _compat
@@ -31,10 +40,22 @@ def __getattr__(name):
 
 
 def cpu_info() -> dict:
-    """What the CPU kernels run on: ``detected`` (the CPU features that decide it), ``supported``
-    (the variants this CPU runs), ``compiled`` (those this build holds: generic, avx2, avx512,
-    avx512_vnni in a portable build, one in a DECODELAB_NATIVE_ARCH build), ``cap`` (the
-    DECODELAB_ISA environment variable, read at import), ``chosen`` and ``portable``."""
+    """What the CPU kernels run on.
+
+    Returns:
+        A dict: ``detected`` (the CPU features that decide it), ``supported`` (the kernel variants
+        this CPU runs), ``compiled`` (those this build holds: generic, avx2, avx512, avx512_vnni in a
+        portable build, one in a DECODELAB_NATIVE_ARCH build), ``cap`` (the DECODELAB_ISA
+        environment variable, read at import; None when unset), ``chosen`` (the variant in use) and
+        ``portable`` (True for a portable build).
+
+    Examples:
+        >>> info = decodelab.cpu_info()
+        >>> sorted(info)
+        ['cap', 'chosen', 'compiled', 'detected', 'portable', 'supported']
+        >>> info["chosen"] in info["supported"], info["chosen"] in info["compiled"]
+        (True, True)
+    """
     return _core.cpu_info()
 
 

@@ -8,9 +8,27 @@ from typing import List, Optional
 
 from ._native import _core
 
+__all__ = ["main", "CliError"]
+
 
 class CliError(Exception):
-    """An error the CLI reports in one line, as ``decodelab: error: ...`` with exit status 2."""
+    """An error the CLI reports in one line, as ``decodelab: error: ...`` with exit status 2.
+
+    Raised inside the subcommands for a mistake on the command line (a prompt that is a path, a
+    model without a tokenizer or chat template, an output folder that is not empty, ...);
+    ``main`` catches it, with ValueError, FileNotFoundError and NotImplementedError, prints the
+    message to stderr and returns 2.
+
+    Examples:
+        >>> import decodelab.cli
+        >>> decodelab.cli.main(["make-checkpoint", "llama-tiny", "out"])  # prints the folder written
+        out
+        0
+        >>> decodelab.cli.main(["make-checkpoint", "llama-tiny", "out"])  # a CliError: out is not empty
+        2
+        >>> issubclass(decodelab.cli.CliError, Exception)
+        True
+    """
 
 
 def _generate(args) -> int:
@@ -251,6 +269,40 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Run the ``decodelab`` command line (the console script and ``python -m decodelab``).
+
+    Subcommands: ``generate [MODEL] PROMPT`` (stream a continuation; the built-in stories260K when
+    no model is given), ``chat MODEL`` (an interactive chat), ``serve [MODEL]`` (the
+    OpenAI-compatible server, needs fastapi and uvicorn), ``convert-llama2c CHECKPOINT OUT`` and
+    ``make-checkpoint SHAPE OUT``; ``decodelab SUBCOMMAND --help`` lists each one's options. The
+    text goes to stdout; statistics and errors go to stderr.
+
+    Args:
+        argv: the arguments after the program name; default None (``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0 on success, 2 for an error reported as ``decodelab: error: ...``
+        (a CliError, ValueError, FileNotFoundError or NotImplementedError), 130 after Ctrl-C.
+
+    Raises:
+        SystemExit: from argparse, for ``--help``, ``--version`` (status 0) or arguments it
+            cannot parse, including a model given both as MODEL and as ``--model`` (status 2).
+
+    Examples:
+        >>> import decodelab.cli
+        >>> decodelab.cli.main(["generate", "Once upon a time", "--max-new-tokens", "8"])
+        Once upon a time...
+        0
+        >>> decodelab.cli.main(["make-checkpoint", "llama-tiny", "tiny"])
+        tiny
+        0
+        >>> decodelab.cli.main(["generate", "tiny", "Hello", "--max-new-tokens", "3", "--temperature", "0.8",
+        ...                     "--seed", "1"])
+        Hello...
+        0
+        >>> decodelab.cli.main(["make-checkpoint", "llama-huge", "huge"])  # an unknown shape: the error on stderr
+        2
+    """
     p = _parser()
     args = p.parse_args(argv)
     if args.command in ("generate", "chat", "serve") and args.model and args.model_pos:

@@ -1,4 +1,17 @@
-"""Model configuration: what the engine runs, read from config.json or a llama2.c header."""
+"""Model configuration: what the engine runs, read from config.json or a llama2.c header.
+
+``from_hf_dict`` maps a Hugging Face config.json onto a ``ModelConfig`` (GGUF metadata and llama2.c
+headers have their own readers in ``decodelab.formats``); a loaded model's is ``model.config``.
+Architectures the engine does not run are refused by name.
+
+Examples:
+    >>> from decodelab.config import from_hf_dict
+    >>> cfg = from_hf_dict({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64, "intermediate_size": 160,
+    ...                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    ...                     "vocab_size": 512})
+    >>> cfg.arch, cfg.family, cfg.head_dim, cfg.qkv_bias, cfg.max_position_embeddings
+    ('llama', 'qwen2', 16, True, 32768)
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -18,10 +31,62 @@ FAMILIES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2
 SUPPORTED_ARCHITECTURES = {a: f if f in ("gpt2", "gpt_neox") else "llama" for a, f in FAMILIES.items()}
 _MODEL_TYPES = dict({f: f for f in FAMILIES.values()}, gemma3_text="gemma3")
 
+__all__ = ["ModelConfig", "from_hf_dict", "load_json", "FAMILIES", "SUPPORTED_ARCHITECTURES"]
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """The architecture of a loaded model, in the field's own names."""
+    """The architecture of a loaded model, in the field's own names (``model.config``).
+
+    Frozen: change a field with ``dataclasses.replace``. ``to_core`` gives the engine's own config.
+
+    Attributes:
+        arch: the engine's forward pass: "llama" (also Mistral, Qwen2, Qwen3, Phi-3, Gemma 2 and 3),
+            "gpt2" or "gpt_neox".
+        n_layers: the number of transformer layers.
+        hidden_size: the width of the residual stream.
+        n_heads: query heads per layer.
+        n_kv_heads: key/value heads per layer (fewer than n_heads: grouped-query attention); divides n_heads.
+        head_dim: values per head.
+        intermediate_size: the width of the MLP's hidden layer.
+        vocab_size: the number of token ids.
+        max_position_embeddings: the longest context the model takes (dynamic NTK RoPE: stretched by its
+            factor).
+        norm_eps: the epsilon of the RMSNorms or LayerNorms.
+        rope_theta: the RoPE base (the same as ``rope.theta``); default 10000.0.
+        rope_interleaved: RoPE rotates adjacent pairs of values (Meta's interleaved order, which llama2.c
+            checkpoints and GGUF llama files keep) instead of the two halves of each head; default False.
+        tie_word_embeddings: the output projection is the token embedding matrix; default False.
+        bos_token_id: the beginning-of-sequence token id, or None (default).
+        eos_token_id: the end-of-sequence token ids (a list), or None (default): generation stops at any of them.
+        source: where the config came from: "hf" (config.json, the default), "gguf" or "llama2c".
+        family: the model family: "llama", "mistral", "qwen2", "qwen3", "phi3", "gpt2", "gpt_neox", "gemma2"
+            or "gemma3"; default "": the same as ``arch``.
+        qkv_bias: the q, k, v projections have biases (Qwen2; Llama's attention_bias); default False.
+        o_bias: the output projection has a bias (Llama's attention_bias); default False.
+        qk_norm: RMSNorm of each query and key head before RoPE (Qwen3, Gemma 3); default False.
+        sliding_window: per layer, the keys a query sees (0: all of them), or None (default): no layer slides.
+        rope: the ``decodelab.rope.Rope`` (scaling type and frequencies); default the unscaled RoPE.
+        rotary_dim: GPT-NeoX: the values of each head RoPE rotates; default 0: all of them.
+        parallel_residual: GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)) instead of two residual steps; default True.
+        qkv_per_head: GPT-NeoX: the fused q/k/v rows are grouped per head (Hugging Face), else [q | k | v]
+            (GGUF); default True.
+        gemma: Gemma 2 / 3's scalars (embed_scale, attn_scale, attn_softcap, final_softcap; 0: no soft cap),
+            or None (default): not Gemma.
+        rope_local: Gemma 3: the RoPE of the sliding-window layers, or None (default).
+        generation_defaults: generation_config.json's sampling options (``loading.generation_defaults``): what
+            ``generate()`` uses when given no sampling option, sampler or preset; default {}. Not compared by ==.
+
+    Examples:
+        >>> from decodelab.config import from_hf_dict
+        >>> cfg = from_hf_dict({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 160,
+        ...                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        ...                     "vocab_size": 512, "max_position_embeddings": 128, "eos_token_id": 2})
+        >>> cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.eos_token_id, cfg.source
+        (2, 4, 2, 16, [2], 'hf')
+        >>> decodelab.load("stories260K").config.source
+        'llama2c'
+    """
 
     arch: str                      # "llama", "gpt2" or "gpt_neox" (the engine's forward pass)
     n_layers: int
@@ -59,6 +124,16 @@ class ModelConfig:
             object.__setattr__(self, "family", self.arch)
 
     def to_core(self) -> "_core.ModelConfig":
+        """The engine's own config (``_core.ModelConfig``), checked by the engine.
+
+        Returns:
+            The ``_core.ModelConfig``, its fields in the engine's names (``dim`` for hidden_size,
+            ``hidden_dim`` for intermediate_size, ...).
+
+        Raises:
+            ValueError: if the engine refuses the shape (``_core.ModelConfig.validate``; e.g. n_kv_heads not
+                dividing n_heads), the message naming the field and its value.
+        """
         c = _core.ModelConfig()
         c.arch = self.arch
         c.n_layers = self.n_layers
@@ -125,7 +200,36 @@ def _special_ids(cfg: dict, key: str) -> Optional[list]:
 
 
 def from_hf_dict(cfg: dict) -> ModelConfig:
-    """Map a Hugging Face config.json onto ModelConfig, refusing what the engine does not run."""
+    """Map a Hugging Face config.json onto ModelConfig, refusing what the engine does not run.
+
+    The family comes from ``architectures`` (or, without it, ``model_type``); defaults for missing
+    keys are those of transformers' config classes (e.g. head_dim: hidden_size / heads, 128 for
+    Qwen3, 256 for Gemma; max_position_embeddings: 2048 for Llama, 32768 for Qwen2 and Qwen3).
+
+    Args:
+        cfg: the config.json dict (as ``load_json`` reads it).
+
+    Returns:
+        The ``ModelConfig`` (``source="hf"``).
+
+    Raises:
+        ValueError: if the architecture is not one of ``SUPPORTED_ARCHITECTURES`` (the message lists them), a
+            required key is missing or not an integer in the 32-bit range, a value is out of range (heads
+            <= 0, odd head_dim, a token id outside the vocabulary, ...), or the config asks for an option the
+            engine does not run (another activation, mlp_bias, unsupported RoPE scaling, ...), each naming the
+            key and its value.
+
+    Examples:
+        >>> from decodelab.config import from_hf_dict
+        >>> cfg = from_hf_dict({"architectures": ["GPT2LMHeadModel"], "n_embd": 64, "n_head": 4, "n_layer": 2,
+        ...                     "vocab_size": 300})
+        >>> cfg.arch, cfg.head_dim, cfg.intermediate_size, cfg.max_position_embeddings, cfg.tie_word_embeddings
+        ('gpt2', 16, 256, 1024, True)
+        >>> from_hf_dict({"architectures": ["BertModel"]})
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown architecture 'BertModel'; supported: GPT2LMHeadModel, ...
+    """
     archs = cfg.get("architectures") or []
     model_type = cfg.get("model_type")
     family = None
@@ -211,7 +315,7 @@ def _sliding_windows(cfg: dict, family: str, n_layers: int) -> Optional[Tuple[in
 
 
 def _llama_family(cfg: dict, family: str, bos: Optional[int], eos: Optional[list]) -> ModelConfig:
-    """Llama, Mistral, Qwen2, Qwen3 and Phi-3: one forward pass with each family's options, defaults
+    """Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2 and Gemma 3: one forward pass with each family's options, defaults
     as transformers' config classes give them (Phi-3's fused q/k/v and gate/up matrices are read as
     row ranges of themselves, formats.split_fused)."""
     gemma = family in ("gemma2", "gemma3")
@@ -351,7 +455,32 @@ def _gemma3_ropes(cfg: dict, head_dim: int, max_pos: int):
 
 
 def load_json(path: str) -> Dict:
-    """A JSON object from a file, or ValueError (not UTF-8, not JSON, nested too deep, not an object)."""
+    """A JSON object from a file, or ValueError (not UTF-8, not JSON, nested too deep, not an object).
+
+    Args:
+        path: the JSON file (config.json, tokenizer_config.json, ...), UTF-8.
+
+    Returns:
+        The object, as a dict.
+
+    Raises:
+        ValueError: if the file is not UTF-8, not JSON or nested too deep, or holds something other than an
+            object; the message names the file.
+        OSError: if the file cannot be opened (FileNotFoundError where it does not exist).
+
+    Examples:
+        >>> from decodelab.config import load_json
+        >>> with open("config.json", "w") as f:
+        ...     _ = f.write('{"vocab_size": 512}')
+        >>> load_json("config.json")
+        {'vocab_size': 512}
+        >>> with open("list.json", "w") as f:
+        ...     _ = f.write("[1, 2]")
+        >>> load_json("list.json")
+        Traceback (most recent call last):
+        ...
+        ValueError: list.json: must hold a JSON object, got list
+    """
     try:
         with open(path, encoding="utf-8") as f:
             value = json.load(f)

@@ -1,4 +1,13 @@
-"""load(): a model path (Hugging Face folder, GGUF file or llama2.c .bin) to a Model."""
+"""load(): a model path (Hugging Face folder, GGUF file or llama2.c .bin) to a Model.
+
+Besides a path, ``load`` takes the name of a model shipped inside the package (``BUILTIN``:
+"stories260K") or, with huggingface_hub installed, a Hugging Face repo id ("org/name").
+
+Examples:
+    >>> model = decodelab.load("stories260K")
+    >>> model.config.arch, model.config.vocab_size, model.dtype
+    ('llama', 512, 'float32')
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -20,6 +29,8 @@ from .config import from_hf_dict, load_json
 from .model import Model
 from .text.tokenizer import Tokenizer, find_tokenizer, load_tokenizer
 
+__all__ = ["load", "generation_defaults", "BUILTIN"]
+
 
 def _default_threads() -> int:
     try:
@@ -40,7 +51,34 @@ _SAMPLING_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0, "min_p": No
 
 def generation_defaults(gen: dict) -> dict:
     """The sampling options a model's generation_config.json asks for, in generate()'s names:
-    what generate() uses when it is given no sampling option, sampler or preset."""
+    what generate() uses when it is given no sampling option, sampler or preset.
+
+    With ``do_sample`` true: temperature, top_k, top_p, min_p and typical_p, each with transformers'
+    GenerationConfig default where the file leaves it out (1.0, 50, 1.0, None, 1.0), the no-op
+    values top_p=1, typical_p=1 and top_k=0 left out. repetition_penalty is kept whenever it is
+    not 1, greedy or not, as in transformers.
+
+    Args:
+        gen: the parsed generation_config.json ({} when there is none).
+
+    Returns:
+        The options as generate() keywords ({} when the file asks for nothing).
+
+    Raises:
+        ValueError: an option is not a finite number >= 0 (naming the key and the value), or top_k is
+            not an integer.
+
+    Examples:
+        >>> from decodelab.loading import generation_defaults
+        >>> generation_defaults({"do_sample": True, "temperature": 0.6, "top_p": 0.9})
+        {'temperature': 0.6, 'top_k': 50, 'top_p': 0.9}
+        >>> generation_defaults({"do_sample": False, "repetition_penalty": 1.1})
+        {'repetition_penalty': 1.1}
+        >>> generation_defaults({"do_sample": True, "temperature": -1})
+        Traceback (most recent call last):
+        ...
+        ValueError: generation_config.json 'temperature' must be a number >= 0, got -1
+    """
     out = {}
     if gen.get("do_sample"):
         for key, default in _SAMPLING_DEFAULTS.items():
@@ -129,59 +167,100 @@ def _resolve(path: str) -> str:
 def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads: Optional[int] = None,
          tokenizer: Union[None, str, os.PathLike, Tokenizer] = None, zero_copy: bool = False,
          kv_block_size: int = _core.default_kv_block_size, bf16_matmul: bool = True) -> Model:
-    """Load a Hugging Face folder (config.json + safetensors), a GGUF file (llama or gpt2;
-    F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K tensors, its byte-level BPE
-    tokenizer) or a llama2.c ``.bin`` checkpoint.
+    """Load a model: a Hugging Face folder, a GGUF file, a llama2.c checkpoint, or a model by name.
 
-    Weights are memory-mapped; fp32, bf16 and f16 stored weights load. ``dtype`` is the precision
-    the linear layers and the output head are kept and read in: "float32" (exact), "bfloat16"
-    (half the bytes per decode step), "int8" (weight-only, one scale per output channel; a
-    quarter of the bytes), or "w8a8" (the int8 weights, and each linear layer's input rounded to
-    7-bit integers, a scale per 256 values, error at most 1/126 of the block's largest value:
-    faster prompts at a measured cost in accuracy; see benchmarks/bench_speed.py and
-    benchmarks/bench_accuracy.py), or "int4" (4-bit values per block of 32 inputs with a step and
-    a minimum, from fp32 or bf16 weights by GGUF's Q4_1 rule: the same blocks as gguf's quantizer,
-    steps and minima as halves; each layer's input rounded to int8 per block of 32, as llama.cpp
-    does; the output head keeps int8). A GGUF file's Q4_0, Q4_1 and
-    Q4_K layers become int4 layers with the file's own values, read from its mapping with no fp32
-    copy; under "int4" its 5- to 8-bit layers (Q5_0 ... Q8_0) keep 8 bits (int8), as does the head.
-    The default (None) is "float32", and for a GGUF file with block-quantized tensors the dtype
-    that keeps its precision: "int4" where its layers hold 4-bit blocks, else "int8" (decoded
-    exactly, then rounded per output row); "float32" gives exactly the values such a file encodes. Activations, norms, attention and accumulation stay fp32, except
-    that int8 layers round their input to 16-bit fixed point (a scale per 256 values; error at most
-    1/65534 of the block's largest value) to sum the products exactly in int32, and bfloat16
-    and int8 prompts on a CPU with native bf16 products round theirs to bf16 (``bf16_matmul``).
-    w8a8, and int8 with ``bf16_matmul=False``, run one linear kernel at every number of tokens: a
-    row's product is the same bit for bit whether it was decoded alone, in a batch, or in a
-    prompt.
-    ``threads``: None (the default) uses every core this process may run on, less those other
-    programs keep busy at the time (looked at every 20 ms: a step spread over a core that another
-    program also wants waits for it at every parallel region; ``benchmarks/bench_busy.py``); a
-    number fixes the count.
-    ``tokenizer`` overrides the tokenizer found beside the weights (a path or a Tokenizer).
-    ``zero_copy``: with fp32, the linear layers and the head are by default copied once from the
-    file mapping into memory in huge pages, where a decode step reads them 10-20 % faster here
-    (bf16 and int8 are converted copies anyway); True reads them from the mapping itself instead
-    (no copy at load, pages shared with other processes that map the same file). Either way the
-    result is the same bit for bit.
-    ``kv_block_size``: tokens per KV-cache block (1 to 4096). A decode step reads each block's keys
-    and values of a layer and head as one contiguous piece; with 64 (the default) decode attention
-    at context 960 took 9-29 % less time here than with vLLM's 16. Smaller blocks waste less memory
-    per sequence (at most kv_block_size - 1 positions) and copy less when a fork first writes to a
-    shared block. The logits are the same bit for bit for every multiple of 4, and within float
-    rounding for other sizes.
-    ``bf16_matmul`` (bfloat16 and int8, on a CPU with native bf16 products: AVX512_BF16,
-    ``decodelab._core.bf16_matmul_native()``): a linear layer over 80 or more rows at once (long
-    prompts, very large batches) rounds its input to bf16 and runs oneDNN's bf16 matmul, products
-    of bf16 pairs summed in fp32, as transformers and llama.cpp do at this precision (AMX tiles
-    where the CPU has them): 2-4 times the speed of the fp32 matmul on the weights widened, at a
-    measured cost (benchmarks/bench_accuracy.py). int8 layers run it on their int8 values, which
-    bf16 holds exactly, with the scales applied to the sums: 1.7x the speed of their own kernel on
-    512-token prompts. Fewer rows, decode steps among them, keep their usual inputs. False keeps
-    those for every row count too: fp32 arithmetic on the bf16-rounded weights, or the int8
-    kernel's 16-bit inputs. On a CPU without native bf16 the option changes nothing (oneDNN would
-    emulate the products, at a fifth of the fp32 matmul's speed), and ``Model.bf16_matmul`` is
-    False.
+    The path may be a Hugging Face folder (config.json + safetensors), a GGUF file (llama or gpt2;
+    F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K tensors, its byte-level BPE
+    tokenizer) or a llama2.c ``.bin`` checkpoint; or the name of a built-in model (``BUILTIN``:
+    "stories260K"), or a Hugging Face repo id ("org/name") fetched through huggingface_hub when it
+    is installed and the files are reachable or cached. A name that is also an existing path means
+    the path.
+
+    Weights are memory-mapped; fp32, bf16 and f16 stored weights load. Activations, norms,
+    attention and accumulation stay fp32, except that int8 layers round their input to 16-bit
+    fixed point (a scale per 256 values; error at most 1/65534 of the block's largest value) to sum
+    the products exactly in int32, and bfloat16 and int8 prompts on a CPU with native bf16 products
+    round theirs to bf16 (``bf16_matmul``). w8a8, and int8 with ``bf16_matmul=False``, run one
+    linear kernel at every number of tokens: a row's product is the same bit for bit whether it was
+    decoded alone, in a batch, or in a prompt.
+
+    Args:
+        path: the model file or folder, a built-in model's name, or a Hugging Face repo id (str or
+            os.PathLike).
+        dtype: the precision the linear layers and the output head are kept and read in:
+            "float32" (exact), "bfloat16" (half the bytes per decode step), "int8" (weight-only,
+            one scale per output channel; a quarter of the bytes), "w8a8" (the int8 weights, and
+            each linear layer's input rounded to 7-bit integers, a scale per 256 values, error at
+            most 1/126 of the block's largest value: faster prompts at a measured cost in accuracy;
+            see benchmarks/bench_speed.py and benchmarks/bench_accuracy.py), or "int4" (4-bit values
+            per block of 32 inputs with a step and a minimum, from fp32 or bf16 weights by GGUF's
+            Q4_1 rule: the same blocks as gguf's quantizer, steps and minima as halves; each layer's
+            input rounded to int8 per block of 32, as llama.cpp does; the output head keeps int8).
+            A GGUF file's Q4_0, Q4_1 and Q4_K layers become int4 layers with the file's own values,
+            read from its mapping with no fp32 copy; under "int4" its 5- to 8-bit layers (Q5_0 ...
+            Q8_0) keep 8 bits (int8), as does the head. None (the default) means "float32", and for
+            a GGUF file with block-quantized tensors the dtype that keeps its precision: "int4"
+            where its layers hold 4-bit blocks, else "int8" (decoded exactly, then rounded per
+            output row); "float32" gives exactly the values such a file encodes.
+        threads: the most threads a forward pass runs on, 1 to 1024. None (the default) uses every
+            core this process may run on, less those other programs keep busy at the time (looked
+            at every 20 ms: a step spread over a core that another program also wants waits for it
+            at every parallel region; ``benchmarks/bench_busy.py``); a number fixes the count.
+        tokenizer: a Tokenizer, or the path of a folder, a tokenizer.json or a llama2.c tokenizer
+            .bin, overriding the tokenizer found beside the weights; None (the default) uses the one
+            found there (a model without one takes token ids only).
+        zero_copy: with fp32, the linear layers and the head are by default (False) copied once
+            from the file mapping into memory in huge pages, where a decode step reads them 10-20 %
+            faster here (bf16 and int8 are converted copies anyway); True reads them from the
+            mapping itself instead (no copy at load, pages shared with other processes that map the
+            same file). Either way the result is the same bit for bit.
+        kv_block_size: tokens per KV-cache block, 1 to 4096; default 64. A decode step reads each
+            block's keys and values of a layer and head as one contiguous piece; with 64 decode
+            attention at context 960 took 9-29 % less time here than with vLLM's 16. Smaller blocks
+            waste less memory per sequence (at most kv_block_size - 1 positions) and copy less when
+            a fork first writes to a shared block. The logits are the same bit for bit for every
+            multiple of 4, and within float rounding for other sizes.
+        bf16_matmul: True (the default) on bfloat16 and int8 weights, on a CPU with native bf16
+            products (AVX512_BF16, ``decodelab._core.bf16_matmul_native()``): a linear layer over 80
+            or more rows at once (long prompts, very large batches) rounds its input to bf16 and runs
+            oneDNN's bf16 matmul, products of bf16 pairs summed in fp32, as transformers and
+            llama.cpp do at this precision (AMX tiles where the CPU has them): 2-4 times the speed of
+            the fp32 matmul on the weights widened, at a measured cost (benchmarks/bench_accuracy.py).
+            int8 layers run it on their int8 values, which bf16 holds exactly, with the scales
+            applied to the sums: 1.7x the speed of their own kernel on 512-token prompts. Fewer
+            rows, decode steps among them, keep their usual inputs. False keeps those for every row
+            count too: fp32 arithmetic on the bf16-rounded weights, or the int8 kernel's 16-bit
+            inputs. On a CPU without native bf16 the option changes nothing (oneDNN would emulate
+            the products, at a fifth of the fp32 matmul's speed), and ``Model.bf16_matmul`` is
+            False.
+
+    Returns:
+        The loaded Model.
+
+    Raises:
+        FileNotFoundError: the path does not exist and is neither a built-in model nor a Hugging
+            Face repo id that could be fetched (or huggingface_hub is not installed), a folder
+            has no config.json, or a ``tokenizer`` path does not exist or holds no tokenizer files.
+        ValueError: ``dtype`` is not one of "float32", "bfloat16", "int8", "w8a8", "int4";
+            ``threads`` is not in [1, 1024]; ``kv_block_size`` is not in [1, 4096]; or the model
+            files or the tokenizer are malformed (the message names the file and what is wrong).
+        TypeError: ``kv_block_size`` is not an int, or ``zero_copy`` or ``bf16_matmul`` is not a bool.
+
+    Examples:
+        >>> model = decodelab.load("stories260K")
+        >>> model.config.n_layers, model.dtype, model.kv_block_size
+        (5, 'float32', 64)
+        >>> from decodelab.testing import write_checkpoint
+        >>> path = write_checkpoint("ckpt", "llama-tiny")  # a random Hugging Face folder, no tokenizer
+        >>> tiny = decodelab.load(path, dtype="int8", threads=1, kv_block_size=16)
+        >>> tiny.dtype, tiny.threads, tiny.auto_threads, tiny.kv_block_size, tiny.tokenizer
+        ('int8', 1, False, 16, None)
+        >>> len(tiny.generate([1, 2, 3], max_new_tokens=4, eos_token_id=[]).token_ids)
+        4
+        >>> decodelab.load("stories260K", dtype="fp8")
+        Traceback (most recent call last):
+        ...
+        ValueError: dtype must be 'float32', 'bfloat16', 'int8', 'w8a8' or 'int4', got 'fp8'
     """
     path = os.fspath(path)
     if dtype is not None and not isinstance(dtype, str):

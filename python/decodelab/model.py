@@ -1,4 +1,10 @@
-"""The Model facade: a loaded model's forward / prefill / decode / generate / stream calls."""
+"""The Model facade: a loaded model's forward / prefill / decode / generate / stream calls.
+
+Examples:
+    >>> model = decodelab.load("stories260K")
+    >>> type(model).__name__, model.config.max_position_embeddings
+    ('Model', 512)
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -22,7 +28,27 @@ Prompt = Union[str, Sequence[int]]
 
 
 class Model:
-    """A causal language model held by the C++ engine. Create with :func:`decodelab.load`."""
+    """A causal language model held by the C++ engine. Create with :func:`decodelab.load`.
+
+    Attributes:
+        config: the model's ModelConfig (architecture, sizes, context window, EOS ids, generation defaults).
+        tokenizer: its Tokenizer, or None (then prompts are token ids).
+        path: the file or folder it was loaded from.
+
+    Args:
+        engine: the C++ engine (``decodelab._core.Engine``) that holds the weights.
+        config: the model's ModelConfig.
+        tokenizer: its Tokenizer, or None for a model without one.
+        path: the file or folder the weights came from.
+
+    Examples:
+        >>> model = decodelab.load("stories260K")
+        >>> model.config.n_layers, model.config.vocab_size, model.tokenizer is not None
+        (5, 512, True)
+        >>> g = model.generate("Once upon a time", max_new_tokens=10, eos_token_id=[])
+        >>> len(g.token_ids), g.finish_reason
+        (10, 'length')
+    """
 
     def __init__(self, engine, config: ModelConfig, tokenizer: Optional[Tokenizer], path: str):
         self._engine = engine
@@ -72,7 +98,7 @@ class Model:
 
     @property
     def dtype(self) -> str:
-        """The precision of the linear layers' weights: float32, bfloat16, int8 or w8a8."""
+        """The precision of the linear layers' weights: float32, bfloat16, int8, w8a8 or int4."""
         return self._engine.weight_dtype
 
     @property
@@ -122,13 +148,35 @@ class Model:
     def new_cache(self, capacity: Optional[int] = None, dtype: Optional[str] = None, grow: bool = False):
         """An empty KV cache for one sequence.
 
-        ``capacity``: most tokens it may hold (default: the context window); going past it raises
-        ValueError unless ``grow=True``, which doubles it up to the context window. Memory is
-        taken in blocks of ``kv_block_size`` tokens (see ``load``) as the sequence grows.
-        ``dtype``: "float32" (default), "bfloat16" (half the bytes) or "int8" (a quarter, plus one
-        fp32 scale per head and position: each row of head_dim values is rounded to steps of 1/127
-        of its largest magnitude). Both move the logits slightly; ``benchmarks/bench_accuracy.py``
-        measures by how much.
+        Memory is taken in blocks of ``kv_block_size`` tokens (see ``load``) as the sequence grows.
+
+        Args:
+            capacity: most tokens it may hold, 1 to the context window; None (the default): the
+                context window. Going past it raises ValueError unless ``grow=True``.
+            dtype: "float32" (None, the default), "bfloat16" (half the bytes) or "int8" (a quarter,
+                plus one fp32 scale per head and position: each row of head_dim values is rounded to
+                steps of 1/127 of its largest magnitude). Both move the logits slightly;
+                ``benchmarks/bench_accuracy.py`` measures by how much.
+            grow: True doubles the capacity, up to the context window, when the sequence needs more;
+                False (the default) keeps it fixed.
+
+        Returns:
+            An empty KV cache (``decodelab._core.KVCache``) for ``prefill``, ``decode``,
+            ``decode_batch`` and ``generate(cache=...)``.
+
+        Raises:
+            ValueError: ``capacity`` is not an integer in [1, context window], ``dtype`` is not
+                "float32", "bfloat16" or "int8", or ``grow`` is not a bool.
+
+        Examples:
+            >>> model = decodelab.load("stories260K")
+            >>> cache = model.new_cache(capacity=16, dtype="bfloat16")
+            >>> cache.capacity, len(cache.token_ids), cache.grows
+            (16, 0, False)
+            >>> model.new_cache(capacity=1000)
+            Traceback (most recent call last):
+            ...
+            ValueError: capacity must be in [1, 512], got 1000
         """
         ctx = self.config.max_position_embeddings
         cap = ctx if capacity is None else options.integer("capacity", capacity, 1, ctx)
@@ -139,18 +187,56 @@ class Model:
         return self._engine.new_cache(cap, dtype or "float32", grow)
 
     def memory_report(self) -> dict:
-        """KV-cache memory of every live cache of this model, per cache dtype. Blocks shared by
-        forks are counted once in ``bytes_in_use``; ``bytes_referenced`` counts them per sequence
-        (the sum of the caches' nbytes); ``bytes_allocated`` includes free blocks kept for reuse.
-        Blocks are carved from chunks in huge pages; a chunk's unused tail (at most one 2 MiB page
-        of memory) is not counted."""
+        """KV-cache memory of every live cache of this model, per cache dtype.
+
+        Blocks shared by forks are counted once in ``bytes_in_use``; ``bytes_referenced`` counts them
+        per sequence (the sum of the caches' nbytes); ``bytes_allocated`` includes free blocks kept
+        for reuse. Blocks are carved from chunks in huge pages; a chunk's unused tail (at most one
+        2 MiB page of memory) is not counted.
+
+        Returns:
+            A dict from cache dtype ("float32", ...) to that pool's dict: dtype, block_size,
+            block_bytes, blocks_allocated, blocks_in_use, blocks_shared, bytes_allocated,
+            bytes_in_use and bytes_referenced.
+
+        Examples:
+            >>> model = decodelab.load("stories260K")
+            >>> cache = model.new_cache()
+            >>> logits = model.prefill([1, 403, 407], cache)
+            >>> pool = model.memory_report()["float32"]
+            >>> pool["blocks_in_use"], pool["bytes_in_use"] == pool["block_bytes"]  # 3 tokens: one block
+            (1, True)
+        """
         return {p["dtype"]: p for p in self._engine.pool_stats()}
 
     def forward(self, token_ids: Sequence[int], hidden_states: bool = False):
-        """Full logits, shape (len, vocab), float32, computed without a persistent cache. With
-        ``hidden_states=True``, ``(logits, hidden_states)``: a list of n_layers + 1 arrays of shape
-        (len, hidden_size), the embeddings and each layer's output before the final norm (as
-        transformers' ``output_hidden_states``, whose last entry is after the norm instead)."""
+        """Full logits of every position, computed without a persistent cache.
+
+        Args:
+            token_ids: token ids (ints in [0, vocab_size)) or text, 1 to the context window's tokens.
+            hidden_states: True also returns the residual stream; False (the default) only logits.
+
+        Returns:
+            The logits, shape (len, vocab), float32. With ``hidden_states=True``,
+            ``(logits, hidden_states)``: a list of n_layers + 1 arrays of shape (len, hidden_size),
+            the embeddings and each layer's output before the final norm (as transformers'
+            ``output_hidden_states``, whose last entry is after the norm instead).
+
+        Raises:
+            ValueError: the tokens are empty, longer than the context window or outside the
+                vocabulary, text is given to a model without a tokenizer, or ``hidden_states`` is
+                not a bool.
+
+        Examples:
+            >>> model = decodelab.load("stories260K")
+            >>> ids = model.tokenizer.encode("Once upon a time")
+            >>> logits = model.forward(ids)
+            >>> logits.shape, logits.dtype
+            ((5, 512), dtype('float32'))
+            >>> logits, hidden = model.forward(ids, hidden_states=True)
+            >>> len(hidden), hidden[0].shape
+            (6, (5, 64))
+        """
         ids = self._ids(token_ids)
         if not isinstance(hidden_states, bool):
             raise ValueError(f"hidden_states must be True or False, got {hidden_states!r}")
@@ -162,18 +248,59 @@ class Model:
 
     def score(self, prompt: Union[str, Sequence[int]], continuation: Union[str, Sequence[int]], *,
               sampler=None) -> "scoring.Score":
-        """The log-likelihood of ``continuation`` after ``prompt`` (both text, or both token ids),
-        teacher-forced in one forward pass: ``Score.total`` (summed natural-log probability),
-        ``token_logprobs``, ``is_greedy``, as lm-evaluation-harness's loglikelihood reports them.
-        Text is split as lm-eval splits it: the continuation's tokens are those of prompt +
-        continuation past the prompt's own. ``sampler``: a samplers.Chain whose stages (a final
-        selector is left out) process each position's logits first, scoring under the processed
-        distribution (a token it removed scores -inf)."""
+        """The log-likelihood of ``continuation`` after ``prompt``, teacher-forced in one forward pass.
+
+        Reported as lm-evaluation-harness's loglikelihood reports it. Text is split as lm-eval
+        splits it: the continuation's tokens are those of prompt + continuation past the prompt's own.
+
+        Args:
+            prompt: the context: text, or token ids (ints in [0, vocab_size)); the same kind as
+                ``continuation``. May be empty when the model has a BOS or EOS token to start from.
+            continuation: the text or token ids to score; not empty.
+            sampler: a decodelab.samplers Sampler or Chain whose stages (a final selector is left
+                out) process each position's logits first, scoring under the processed distribution
+                (a token it removed scores -inf); None (the default) scores under the model's own.
+
+        Returns:
+            A ``decodelab.eval.scoring.Score``: ``total`` (summed natural-log probability),
+            ``token_logprobs``, ``token_ids`` (the continuation's), ``is_greedy`` (every token was the
+            most likely one) and ``n_prompt_tokens``.
+
+        Raises:
+            ValueError: one is text and the other token ids, the continuation is empty, token ids
+                are outside the vocabulary, text is given to a model without a tokenizer, or
+                ``sampler`` is not a Sampler.
+
+        Examples:
+            >>> model = decodelab.load("stories260K")
+            >>> s = model.score("Once upon a time", " there was")
+            >>> len(s.token_ids), s.n_prompt_tokens, s.total < 0, bool(np.isclose(s.total, sum(s.token_logprobs)))
+            (2, 5, True, True)
+        """
         ctx, cont = scoring.split_pair(self.tokenizer, prompt, continuation, self.config.vocab_size)
         return scoring.score_ids(self, ctx, cont, self._score_chain(sampler))
 
     def score_batch(self, pairs, *, sampler=None) -> List["scoring.Score"]:
-        """score() of each (prompt, continuation) pair, in order."""
+        """score() of each (prompt, continuation) pair, in order.
+
+        Args:
+            pairs: a list of (prompt, continuation) pairs, each as ``score`` takes them.
+            sampler: as in ``score``; applied to every pair. None (the default): the model's own
+                distribution.
+
+        Returns:
+            One Score per pair, in order.
+
+        Raises:
+            ValueError: ``pairs`` is not a list of 2-tuples or 2-lists, a pair is invalid as in
+                ``score``, or ``sampler`` is not a Sampler.
+
+        Examples:
+            >>> model = decodelab.load("stories260K")
+            >>> scores = model.score_batch([("Once upon a time", " there was"), ("The dog", " ran")])
+            >>> len(scores), scores[0].total == model.score("Once upon a time", " there was").total
+            (2, True)
+        """
         if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence):
             raise ValueError(f"pairs must be a list of (prompt, continuation), got {type(pairs).__name__}")
         chain = self._score_chain(sampler)
@@ -187,10 +314,31 @@ class Model:
 
     def perplexity(self, text: Union[str, Sequence[int]], *, window: Optional[int] = None,
                    stride: Optional[int] = None) -> float:
-        """exp(mean negative log-likelihood) over the text's tokens after the first. A text longer
-        than ``window`` tokens (default: the context window) is scored in windows advanced by
-        ``stride`` (default: ``window``), each token predicted from the window it ends in and
-        scored once, as Hugging Face's sliding-window perplexity; a text that fits is one pass."""
+        """exp(mean negative log-likelihood) over the text's tokens after the first.
+
+        A text longer than ``window`` tokens is scored in windows advanced by ``stride``, each token
+        predicted from the window it ends in and scored once, as Hugging Face's sliding-window
+        perplexity; a text that fits is one pass.
+
+        Args:
+            text: text, or token ids (ints in [0, vocab_size)); at least two tokens.
+            window: tokens per window, 2 to the context window; None (the default): the context window.
+            stride: tokens each window advances, 1 to ``window``; None (the default): ``window``.
+
+        Returns:
+            The perplexity (>= 1).
+
+        Raises:
+            ValueError: text is given to a model without a tokenizer, token ids are outside the
+                vocabulary, the text has fewer than two tokens, or ``window`` or ``stride`` is out of
+                range.
+
+        Examples:
+            >>> model = decodelab.load("stories260K")
+            >>> text = "Once upon a time there was a little girl named Lily. She loved to play outside."
+            >>> model.perplexity(text) >= 1, model.perplexity(text, window=8, stride=4) >= 1
+            (True, True)
+        """
         if isinstance(text, str):
             if self.tokenizer is None:
                 raise ValueError("this model has no tokenizer; pass token ids")
@@ -210,48 +358,139 @@ class Model:
         return samplers.Chain([s.clone() for s in stages])
 
     def profile(self, *, probe_bandwidth: bool = False) -> "profiling.Profiler":
-        """Times every forward pass this thread runs inside a ``with`` block, op by op (norms,
-        projections, RoPE, cache stores, attention, MLP, head, and the decoder's sampling), with
-        the weight and cache bytes each op read and its multiply-adds; the block's target is a
-        :class:`decodelab.profiling.Profile`, complete when the block ends. ``probe_bandwidth``:
-        then measure the machine's read bandwidth (256 MiB on this model's threads) to show each
-        op's read rate as a share of it.
+        """Times every forward pass this thread runs inside a ``with`` block, op by op.
 
-        >>> with model.profile() as prof:                          # doctest: +SKIP
-        ...     model.generate("Once upon a time", max_new_tokens=64)
-        >>> prof.ops("decode")[0].op                              # doctest: +SKIP
-        'embed'
+        The ops are norms, projections, RoPE, cache stores, attention, MLP, head, and the decoder's
+        sampling, each with the weight and cache bytes it read and its multiply-adds; the block's
+        target is a :class:`decodelab.profiling.Profile`, complete when the block ends.
+
+        Args:
+            probe_bandwidth: True: when the block ends, also measure the machine's read bandwidth
+                (256 MiB on this model's threads) to show each op's read rate as a share of it;
+                False (the default): no probe.
+
+        Returns:
+            A :class:`decodelab.profiling.Profiler`, the context manager to use in ``with``.
+
+        Raises:
+            ValueError: ``probe_bandwidth`` is not a bool.
+
+        Examples:
+            >>> model = decodelab.load("stories260K")
+            >>> with model.profile() as prof:
+            ...     g = model.generate("Once upon a time", max_new_tokens=8)
+            >>> prof.ops("decode")[0].op, prof.passes["prompt"]
+            ('embed', 1)
         """
         if not isinstance(probe_bandwidth, bool):
             raise ValueError(f"probe_bandwidth must be True or False, got {probe_bandwidth!r}")
         return profiling.Profiler(self.threads, probe_bandwidth)
 
     def lens(self, hidden) -> np.ndarray:
-        """The logit lens: the final norm and the output head applied to rows of the residual
-        stream (shape (rows, hidden_size) or (hidden_size,)); logits (rows, vocab)."""
+        """The logit lens: the final norm and the output head applied to rows of the residual stream.
+
+        Args:
+            hidden: residual-stream rows, shape (rows, hidden_size) or (hidden_size,), converted to
+                float32 (say an entry of ``forward(..., hidden_states=True)``).
+
+        Returns:
+            The logits, shape (rows, vocab), float32 (one row for a 1-D input).
+
+        Examples:
+            >>> model = decodelab.load("stories260K")
+            >>> logits, hidden = model.forward([1, 403, 407], hidden_states=True)
+            >>> model.lens(hidden[2]).shape, model.lens(hidden[2][0]).shape
+            ((3, 512), (1, 512))
+            >>> np.allclose(model.lens(hidden[-1]), logits, atol=1e-5)  # the last layer's lens is the output
+            True
+        """
         h = np.asarray(hidden, dtype=np.float32)
         if h.ndim == 1:
             h = h[None]
         return self._engine.head(np.ascontiguousarray(h))
 
     def prefill(self, token_ids: Sequence[int], cache) -> np.ndarray:
-        """Run tokens into ``cache``; returns the logits of the last position, shape (vocab,)."""
+        """Run tokens into ``cache``, after what it already holds.
+
+        Args:
+            token_ids: token ids (ints in [0, vocab_size)) or text, at least one token.
+            cache: a KV cache from ``new_cache``; it gains the tokens.
+
+        Returns:
+            The logits of the last position, shape (vocab,), float32.
+
+        Raises:
+            ValueError: ``cache`` is None or not a KV cache, the tokens are empty, outside the
+                vocabulary or longer than the context window, or they do not fit the cache's
+                capacity (unless it was made with ``grow=True``).
+
+        Examples:
+            >>> model = decodelab.load("stories260K")
+            >>> cache = model.new_cache()
+            >>> ids = model.tokenizer.encode("Once upon a time")
+            >>> logits = model.prefill(ids, cache)
+            >>> logits.shape, cache.token_ids == ids
+            ((512,), True)
+            >>> nxt = int(np.argmax(logits))
+            >>> step = model.decode(nxt, cache)
+            >>> len(cache.token_ids), np.allclose(step, model.forward(ids + [nxt])[-1], atol=1e-4)
+            (6, True)
+        """
         ids = self._ids(token_ids)
         return self._engine.forward(np.asarray(ids, dtype=np.int64), self._cache_arg(cache), False)[0]
 
     def decode(self, token_id: int, cache) -> np.ndarray:
-        """Run one token into ``cache``; returns its logits, shape (vocab,)."""
+        """Run one token into ``cache``.
+
+        Args:
+            token_id: the token id, an int in [0, vocab_size).
+            cache: a KV cache from ``new_cache``; it gains the token.
+
+        Returns:
+            The token's logits, shape (vocab,), float32.
+
+        Raises:
+            ValueError: ``token_id`` is not an int or is outside the vocabulary, ``cache`` is None or
+                not a KV cache, or the cache is full (unless it was made with ``grow=True``).
+
+        Examples:
+            >>> model = decodelab.load("stories260K")
+            >>> cache = model.new_cache()
+            >>> model.decode(1, cache).shape, len(cache.token_ids)
+            ((512,), 1)
+        """
         if isinstance(token_id, bool) or not isinstance(token_id, (int, np.integer)):
             raise ValueError(f"decode takes one token id (int), got {token_id!r}")
         t = options.token_ids("token_id", [token_id], self.config.vocab_size)
         return self._engine.forward(np.asarray(t, dtype=np.int64), self._cache_arg(cache), False)[0]
 
     def decode_batch(self, token_ids: Sequence[int], caches: Sequence, fixed_rows: bool = False) -> np.ndarray:
-        """One decode step for several sequences at once: token i continues caches[i] (distinct
-        caches of this model, any lengths). Returns logits (len, vocab); the weights are read once
-        for the whole batch, which is how beam search advances its beams. ``fixed_rows``: every
-        row gets the same bits whatever the batch size, as the batch scheduler decodes (the one-row
-        kernels sum in another order, so the default may differ from it in the last bits)."""
+        """One decode step for several sequences at once: token i continues caches[i].
+
+        The weights are read once for the whole batch, which is how beam search advances its beams.
+
+        Args:
+            token_ids: one token id (in [0, vocab_size)) per sequence.
+            caches: one KV cache per token: distinct caches of this model, any lengths.
+            fixed_rows: True: every row gets the same bits whatever the batch size, as the batch
+                scheduler decodes (the one-row kernels sum in another order, so the default, False,
+                may differ from it in the last bits).
+
+        Returns:
+            The logits, shape (len(token_ids), vocab), float32.
+
+        Raises:
+            ValueError: a token id is outside the vocabulary, a cache is None, not a KV cache or
+                given twice, or the counts of tokens and caches differ.
+
+        Examples:
+            >>> model = decodelab.load("stories260K")
+            >>> a, b = model.new_cache(), model.new_cache()
+            >>> _ = model.prefill([1, 403], a), model.prefill([1, 407, 261], b)
+            >>> logits = model.decode_batch([378, 378], [a, b])
+            >>> logits.shape, len(a.token_ids), len(b.token_ids)
+            ((2, 512), 3, 4)
+        """
         ids = options.token_ids("token_ids", token_ids, self.config.vocab_size)
         caches = [self._cache_arg(c) for c in caches]
         return self._engine.decode_batch(ids, caches, bool(fixed_rows))
@@ -277,60 +516,190 @@ class Model:
         Sampling: the familiar keywords (``temperature``, ``top_k``, ``top_p``, ``min_p``,
         ``typical_p``, ``repetition_penalty``, ``presence_penalty``, ``frequency_penalty``,
         ``no_repeat_ngram_size``, ``logit_bias``, ``min_new_tokens``) build a Chain in the order of
-        ``order`` ("hf", the default, "vllm" or "llama.cpp"; see ``decodelab.samplers.ORDERS``);
-        ``preset`` starts from a named configuration (``decodelab.samplers.PRESETS``); or pass
-        ``sampler=Chain([...])`` yourself (with a list of prompts, a list of samplers gives each
-        prompt its own). ``temperature`` 0 (the default) is greedy decoding: penalties still
-        apply, the truncation samplers would not, so giving one is an error. A call that names no
-        sampling option, ``sampler`` or ``preset`` uses the model's own defaults where its folder has a
+        ``order``; ``preset`` starts from a named configuration; or pass ``sampler=Chain([...])``
+        yourself. ``temperature`` 0 (the default) is greedy decoding: penalties still apply, the
+        truncation samplers would not, so giving one is an error. A call that names no sampling
+        option, ``sampler`` or ``preset`` uses the model's own defaults where its folder has a
         generation_config.json (``config.generation_defaults``: with do_sample, its temperature,
         top_k, top_p, ... with transformers' defaults for those it leaves out; repetition_penalty
-        always), as transformers' generate() does; ``temperature=0`` asks for greedy decoding
-        then. A chain that does not
-        end in a selector gets ``Dist(seed)`` appended. ``seed=None`` draws a fresh seed, reported
-        in ``Generation.seed``; the random stream depends only on (seed, sample, step), so a
-        prompt gives the same tokens alone or inside a list.
+        always), as transformers' generate() does; ``temperature=0`` asks for greedy decoding then.
+        A chain that does not end in a selector gets ``Dist(seed)`` appended. The random stream
+        depends only on (seed, sample, step), so a prompt gives the same tokens alone or inside a
+        list. A sampling keyword at its no-op value adds no stage.
 
-        Stopping: ``eos_token_id`` (None: the model's; an int or a list; ``[]``: never on EOS),
-        ``max_new_tokens``, ``min_new_tokens``, and ``stop`` strings, matched across token
-        boundaries and cut from the text unless ``include_stop_str_in_output``.
-        ``Generation.finish_reason`` is "stop" or "length", ``stop_reason`` the EOS id or string.
+        Stopping: ``eos_token_id``, ``max_new_tokens``, ``min_new_tokens``, and ``stop`` strings,
+        matched across token boundaries. ``Generation.finish_reason`` is "stop" or "length",
+        ``stop_reason`` the EOS id or string.
 
-        Several sequences: ``num_beams > 1`` runs beam search as transformers does
-        (``length_penalty``, ``early_stopping`` True / False / "never", ``num_return_sequences``;
-        with ``temperature > 0`` the beams sample); ``n > 1`` draws n samples that share one
-        prefill. ``Generation.sequences`` lists them best first; ``text`` and ``token_ids`` are the
-        best one's. Beams and samples share the prompt's KV blocks through forked caches.
+        Several sequences: ``num_beams > 1`` runs beam search as transformers does (with
+        ``temperature > 0`` the beams sample); ``n > 1`` draws n samples that share one prefill.
+        ``Generation.sequences`` lists them best first; ``text`` and ``token_ids`` are the best
+        one's. Beams and samples share the prompt's KV blocks through forked caches.
 
         Guidance: ``guidance_scale`` (not 1) runs classifier-free guidance as transformers does: an
         unconditional sequence, ``negative_prompt`` (text or ids) or else the prompt's last token,
         advances beside this one with the same tokens in one batched step, and the scores become
         scale x (log p(cond) - log p(uncond)) + log p(uncond), before every sampler.
 
-        Speculative decoding: ``draft`` (a Model with this one's vocabulary, say the same model
-        with int8 weights, or "prompt_lookup": the tokens that followed an earlier occurrence of
-        the text's last two tokens) proposes ``num_draft_tokens`` tokens (default 5, prompt
-        lookup 10); one pass of this model checks them all, and rejection sampling keeps the
-        tokens the chain's processed distribution allows, plus one of its own. Greedy output is
-        the same token for token; sampled output follows the same distribution as without a
-        draft (a seed then gives other tokens than plain sampling). ``Generation.speculation``
-        counts drafted and accepted tokens, and records each round.
+        Speculative decoding: ``draft`` proposes ``num_draft_tokens`` tokens; one pass of this model
+        checks them all, and rejection sampling keeps the tokens the chain's processed distribution
+        allows, plus one of its own. Greedy output is the same token for token; sampled output
+        follows the same distribution as without a draft (a seed then gives other tokens than plain
+        sampling). ``Generation.speculation`` counts drafted and accepted tokens, and records each
+        round.
 
-        Constrained decoding (needs llguidance): ``json_schema`` (a dict or its JSON text),
-        ``regex`` (the whole output matches), ``grammar`` (a Lark grammar str, or
-        ``decodelab.Grammar(text, syntax="gbnf")``) or ``choice`` (a list of strings), one at a
-        time: a first sampler stage removes every token the grammar does not allow next, and
-        end-of-sequence until the grammar is complete (a length cut before that ends with
-        finish_reason "length"). It works with samples, beams, streams and drafts (drafted
-        tokens the grammar refuses are rejected), and traces show what it removed.
+        Constrained decoding (needs llguidance): ``json_schema``, ``regex``, ``grammar`` or
+        ``choice``, one at a time: a first sampler stage removes every token the grammar does not
+        allow next, and end-of-sequence until the grammar is complete (a length cut before that
+        ends with finish_reason "length"). It works with samples, beams, streams and drafts
+        (drafted tokens the grammar refuses are rejected), and traces show what it removed.
 
-        Looking inside: ``logprobs=N`` gives per token its logprob and the N most likely
-        alternatives, under the raw distribution (``logprobs_mode="raw"``) or the processed one
-        the token was drawn from ("processed"); ``trace=True`` records what every sampler stage
-        did (``trace="full"`` keeps full logits), and for beam search the beam tree
-        (``Generation.beam_tree``). ``cache``: continue from a KV cache (single prompt only): the
-        common prefix is reused, only the rest prefilled. The loop runs in C++ with the GIL
-        released; Ctrl-C stops it cleanly and leaves the model usable.
+        Looking inside: ``logprobs`` and ``trace`` record per-token log-probabilities and what
+        every sampler stage did. The loop runs in C++ with the GIL released; Ctrl-C stops it
+        cleanly and leaves the model usable.
+
+        Args:
+            prompt: text (str) or token ids (ints in [0, vocab_size)), 1 token to the context
+                window; or a list of such prompts, each generated in turn with the same options.
+            max_new_tokens: the most tokens to generate, >= 0 (0 generates nothing); default 128.
+                The prompt's tokens + max_new_tokens - 1 must fit the context window.
+            temperature: 0 (greedy decoding) or >= 1e-6 (finite in float32); no-op 1 (the model's
+                distribution as it is). None (the default): 0, or the model's generation_config.json
+                default.
+            top_k: keep the k most likely tokens (and those tied with the k-th), k >= 0; no-op 0
+                (or k >= vocabulary size). None (the default): off. Needs temperature > 0.
+            top_p: nucleus sampling, keep the most likely tokens until their mass reaches p,
+                0 < p <= 1; no-op 1. None (the default): off. Needs temperature > 0.
+            min_p: keep tokens with at least p times the top token's probability, 0 <= p <= 1;
+                no-op 0. None (the default): off. Needs temperature > 0.
+            typical_p: locally typical sampling, 0 < p <= 1; no-op 1. None (the default): off.
+                Needs temperature > 0; not in the "vllm" order.
+            repetition_penalty: divide positive logits of tokens in the prompt and output by it
+                (multiply negative ones), 0.001 to 1000; no-op 1. None (the default): off, or the
+                model's generation_config.json value.
+            presence_penalty: subtracted from every token that occurs in the output so far,
+                -2 to 2; no-op 0. None (the default): off.
+            frequency_penalty: subtracted once per occurrence in the output so far, -2 to 2;
+                no-op 0. None (the default): off.
+            no_repeat_ngram_size: ban tokens that would repeat an n-gram of this size, >= 0;
+                no-op 0. None (the default): off. Only in the "hf" order.
+            logit_bias: a dict from token id (in the vocabulary) to a bias added to its logit
+                (finite, or -inf to ban it); no-op {}. None (the default): off.
+            min_new_tokens: ban the EOS ids until this many tokens are generated, >= 0; no-op 0.
+                None (the default): off. Not in the "llama.cpp" order.
+            seed: the seed of the random stream, 0 to 2**64 - 1. None (the default) draws a fresh
+                seed, reported in ``Generation.seed``.
+            sampler: a decodelab.samplers Sampler or Chain used instead of the sampling keywords
+                (not together with them, ``order`` or ``preset``); with a list of prompts, a list
+                of samplers gives each prompt its own. None (the default): the keywords' chain.
+            order: the order the keywords' stages run in: "hf" (None, the default), "vllm" or
+                "llama.cpp" (see ``decodelab.samplers.ORDERS``); a keyword outside the order is an
+                error.
+            preset: a named starting configuration, "factual", "balanced" or "creative"
+                (``decodelab.samplers.PRESETS``); the keywords override its values. None (the
+                default): none.
+            eos_token_id: the ids that end the text: an int or a list of ids in the vocabulary;
+                ``[]``: never stop on EOS. None (the default): the model's own.
+            stop: a non-empty string or a list of them, matched across token boundaries; the text
+                ends before the first match. Needs a tokenizer; not with beam search. None (the
+                default): no stop strings.
+            include_stop_str_in_output: True keeps the matched stop string in the text; False (the
+                default) cuts it.
+            n: samples to draw, >= 1, sharing one prefill; default 1. Not with ``num_beams > 1``.
+            num_beams: beams of beam search, >= 1; default 1 (no beam search).
+            length_penalty: beam search: a hypothesis scores sum_logprobs / length **
+                length_penalty, -100 to 100; default 1.0 (0: no length normalisation). Unused
+                without beams.
+            early_stopping: beam search, as transformers: True stops once num_beams hypotheses are
+                finished; False (the default) also stops when the best running beam, scored at its
+                current length, cannot beat the worst finished one (a heuristic); "never" scores it
+                at max_new_tokens instead (with length_penalty > 0), stopping only when no better
+                hypothesis can come. Unused without beams.
+            num_return_sequences: beam search: how many hypotheses to return in ``sequences``,
+                1 to ``num_beams``. None (the default): 1.
+            cache: a KV cache from ``new_cache`` to continue from (single prompt only): the common
+                prefix of its tokens and the prompt is reused, only the rest prefilled. None (the
+                default): a fresh cache.
+            logprobs: record per token its logprob and the N most likely alternatives
+                (``Generation.logprobs``), N from 0 to vocab_size. None (the default): none. Not
+                with beam search (scores are in ``Generation.sequences``).
+            logprobs_mode: "raw" (the default): logprobs under the model's distribution;
+                "processed": under the processed one the token was drawn from.
+            trace: True records what every sampler stage did (``Generation.trace``), and for beam
+                search the beam tree (``Generation.beam_tree``); "full" also keeps every stage's
+                full logits; False (the default): no trace. Not with a draft.
+            guidance_scale: classifier-free guidance scale, -1e4 to 1e4; no-op 1. None (the
+                default): off. Needs ``num_beams=1``, ``n=1`` and no draft.
+            negative_prompt: the unconditional sequence of guidance (text or ids). Needs
+                ``guidance_scale`` != 1. None (the default): the prompt's last token.
+            draft: a Model with this one's vocabulary (say the same model with int8 weights), or
+                "prompt_lookup" (the tokens that followed an earlier occurrence of the text's last two
+                tokens). Not with beam search or ``trace``. None (the default): no speculative
+                decoding.
+            num_draft_tokens: tokens the draft proposes per round, 1 to 64. None (the default): 5,
+                or 10 for prompt lookup. Needs a draft.
+            json_schema: constrain the output to JSON matching this schema (a dict or its JSON
+                text). None (the default): no constraint.
+            regex: constrain the output so the whole of it matches this regular expression (str).
+                None (the default): no constraint.
+            grammar: constrain the output to a grammar: a Lark grammar str, or
+                ``decodelab.Grammar(text, syntax="gbnf")``. None (the default): no constraint.
+            choice: constrain the output to one of these strings (a list of str). None (the
+                default): no constraint.
+
+        Returns:
+            A Generation; for a list of prompts, a list of Generation in the same order.
+
+        Raises:
+            ValueError: an option is out of its range or of the wrong type (the message names the
+                parameter, the value and the limit); options conflict (``sampler`` with sampling
+                keywords, ``order`` or ``preset``; a truncation sampler with temperature 0; a keyword
+                outside ``order``; ``num_beams`` with ``n``, ``stop``, ``logprobs`` or a draft;
+                ``guidance_scale`` with beams, samples or a draft; ``negative_prompt`` without
+                guidance; ``num_draft_tokens`` without a draft; ``trace`` with a draft; more than
+                one of json_schema, regex, grammar and choice; ``cache`` with a list of prompts; a
+                list of samplers without a list of prompts, or of another length); a prompt is
+                empty, outside the vocabulary, or with ``max_new_tokens`` does not fit the context
+                window or the cache; text or stop strings are given to a model without a tokenizer;
+                a draft's vocabulary or tokenizer differs from this model's; or beams, samples or
+                a full trace would need more than the memory budget (half the machine's memory,
+                or ``DECODELAB_MEMORY_BUDGET`` bytes).
+            ImportError: constrained decoding is asked for and llguidance is not installed.
+            KeyboardInterrupt: Ctrl-C during the loop; the model stays usable.
+
+        Examples:
+            >>> model = decodelab.load("stories260K")
+            >>> g = model.generate("Once upon a time", max_new_tokens=20, eos_token_id=[])
+            >>> len(g.token_ids), g.finish_reason, g.sampler
+            (20, 'length', 'Chain([Greedy()])')
+
+            Sampling with a fixed seed reproduces the tokens, alone or inside a list:
+
+            >>> kw = dict(max_new_tokens=12, temperature=0.8, top_p=0.9, seed=42)
+            >>> g = model.generate("Once upon a time", **kw)
+            >>> g.sampler
+            'Chain([Temperature(0.8), TopP(0.9), Dist(seed=42)])'
+            >>> g.token_ids == model.generate(["Once upon a time", "The dog"], **kw)[0].token_ids
+            True
+
+            Stop strings, beams, samples and logprobs:
+
+            >>> g = model.generate("Once upon a time", max_new_tokens=100, stop=".")
+            >>> g.finish_reason, g.stop_reason, g.text.endswith(".")
+            ('stop', '.', False)
+            >>> beams = model.generate("Once upon a time", max_new_tokens=8, num_beams=3, num_return_sequences=2)
+            >>> len(beams.sequences)
+            2
+            >>> samples = model.generate("Once upon a time", max_new_tokens=8, n=3, temperature=1.0, seed=0)
+            >>> len(samples.sequences), samples.seed
+            (3, 0)
+            >>> g = model.generate("Once upon a time", max_new_tokens=4, logprobs=2)
+            >>> len(g.logprobs), len(g.logprobs[0].top)
+            (4, 2)
+            >>> model.generate("Once upon a time", top_p=0.9)
+            Traceback (most recent call last):
+            ...
+            ValueError: top_p has no effect with temperature=0 (greedy decoding); set temperature > 0 to sample
         """
         opts = self._options(dict(
             max_new_tokens=max_new_tokens, seed=seed, sampler=sampler, order=order, preset=preset,
@@ -358,17 +727,62 @@ class Model:
         return self._generate_one(prompt, cache, opts.chains[0], opts)
 
     def stream(self, prompt: Prompt, **kwargs) -> Iterator[str]:
-        """Yield the generated text in pieces as it is decoded; takes generate()'s options
-        (not beams or n). Each piece is valid UTF-8 text: bytes of a character split across tokens
-        are held back until it is complete, and so is any text that could be the start of a stop
-        string. The pieces join to exactly ``generate(prompt, **kwargs).text``. Stopping the
-        iteration (or Ctrl-C) ends the generation cleanly; the model stays usable."""
+        """Yield the generated text in pieces as it is decoded; takes generate()'s options (not beams or n).
+
+        Each piece is valid UTF-8 text: bytes of a character split across tokens are held back
+        until it is complete, and so is any text that could be the start of a stop string. The
+        pieces join to exactly ``generate(prompt, **kwargs).text``. Stopping the iteration (or
+        Ctrl-C) ends the generation cleanly; the model stays usable. The options are checked, and
+        the prompt prefilled, before the first piece is asked for.
+
+        Args:
+            prompt: text or token ids, as ``generate`` takes a single prompt.
+            **kwargs: ``generate``'s keywords, with their ranges and defaults, except that
+                ``num_beams`` and ``n`` must be 1 and ``sampler`` is one Sampler or Chain.
+
+        Returns:
+            An iterator of str pieces; when it ends, its StopIteration value is the Generation.
+
+        Raises:
+            ValueError: an option is invalid as ``generate`` checks it, ``num_beams`` or ``n`` is
+                not 1, or a list of samplers is given.
+
+        Examples:
+            >>> model = decodelab.load("stories260K")
+            >>> pieces = list(model.stream("Once upon a time", max_new_tokens=20))
+            >>> all(isinstance(p, str) for p in pieces)
+            True
+            >>> "".join(pieces) == model.generate("Once upon a time", max_new_tokens=20).text
+            True
+        """
         return self._stream(*self._stream_setup(prompt, kwargs, "stream"))
 
     def stream_tokens(self, prompt: Prompt, **kwargs) -> Iterator["StreamPiece"]:
-        """stream() with the tokens behind each piece: yields StreamPiece(text, token_ids,
-        logprobs), the tokens completed since the previous piece (with ``logprobs=N``, their
-        TokenLogprob records too). Its return value (StopIteration.value) is the Generation."""
+        """stream() with the tokens behind each piece.
+
+        Yields StreamPiece(text, token_ids, logprobs): the tokens completed since the previous piece
+        (with ``logprobs=N``, their TokenLogprob records too).
+
+        Args:
+            prompt: text or token ids, as ``generate`` takes a single prompt.
+            **kwargs: ``generate``'s keywords, as ``stream`` takes them (``num_beams`` and ``n``
+                must be 1).
+
+        Returns:
+            An iterator of StreamPiece; its return value (StopIteration.value) is the Generation.
+
+        Raises:
+            ValueError: an option is invalid as ``stream`` checks it.
+
+        Examples:
+            >>> model = decodelab.load("stories260K")
+            >>> pieces = list(model.stream_tokens("Once upon a time", max_new_tokens=10, logprobs=1))
+            >>> g = model.generate("Once upon a time", max_new_tokens=10)
+            >>> [t for p in pieces for t in p.token_ids] == g.token_ids
+            True
+            >>> sum(len(p.logprobs) for p in pieces) == len(g.token_ids)
+            True
+        """
         ids, cache, reused, chain, opts = self._stream_setup(prompt, kwargs, "stream_tokens")
         return self._stream_tokens(ids, cache, reused, chain, opts, piece_logprobs=opts.logprobs >= 0)
 
@@ -386,13 +800,52 @@ class Model:
         return ids, cache, reused, opts.chains[0], opts
 
     def chat(self, messages, **options) -> Generation:
-        """The assistant's reply to ``messages`` ([{"role": "user", "content": ...}, ...]): the
-        tokenizer's chat template rendered with the generation prompt, then generate() with the
-        same ``options``, stopping at the end-of-turn token (the model's EOS)."""
+        """The assistant's reply to ``messages``.
+
+        The tokenizer's chat template is rendered with the generation prompt, then generate() runs
+        with the same ``options``, stopping at the end-of-turn token (the model's EOS).
+
+        Args:
+            messages: the conversation, ``[{"role": "user", "content": ...}, ...]``, oldest first.
+            **options: ``generate``'s keywords, with their ranges and defaults.
+
+        Returns:
+            The Generation of the reply.
+
+        Raises:
+            ValueError: the model has no tokenizer or its tokenizer has no chat template, a message
+                is malformed, or an option is invalid as ``generate`` checks it.
+
+        Examples:
+            >>> model = decodelab.load("stories260K")  # a story model: give it a template to show the call
+            >>> model.tokenizer.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
+            >>> g = model.chat([{"role": "user", "content": "Once upon a time"}], max_new_tokens=10)
+            >>> ids = model.tokenizer.encode("Once upon a time")  # BOS first; this template writes none
+            >>> g.prompt_token_ids == ids[1:], len(g.token_ids) <= 10
+            (True, True)
+        """
         return self.generate(self._chat_prompt(messages), **options)
 
     def chat_stream(self, messages, **options) -> Iterator[str]:
-        """chat() as a stream of text pieces, as stream() yields them."""
+        """chat() as a stream of text pieces, as stream() yields them.
+
+        Args:
+            messages: the conversation, ``[{"role": "user", "content": ...}, ...]``, oldest first.
+            **options: ``stream``'s keywords (``num_beams`` and ``n`` must be 1).
+
+        Returns:
+            An iterator of str pieces that join to ``chat(messages, **options).text``.
+
+        Raises:
+            ValueError: as ``chat`` raises it, or ``num_beams`` or ``n`` is not 1.
+
+        Examples:
+            >>> model = decodelab.load("stories260K")
+            >>> model.tokenizer.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
+            >>> msgs = [{"role": "user", "content": "Once upon a time"}]
+            >>> "".join(model.chat_stream(msgs, max_new_tokens=10)) == model.chat(msgs, max_new_tokens=10).text
+            True
+        """
         return self.stream(self._chat_prompt(messages), **options)
 
     def _chat_prompt(self, messages) -> List[int]:

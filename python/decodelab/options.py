@@ -1,5 +1,19 @@
 """Generation options: every keyword of generate() and stream() checked in one place, before any
-C++ runs, with errors that name the parameter, the value and the limit."""
+C++ runs, with errors that name the parameter, the value and the limit.
+
+``resolve`` turns the keywords into ``RunOptions``; the checks it is built from (``integer``,
+``real``, ``token_ids``, ``checked_seed``, ``check_budget``) are used across the package for the same
+messages everywhere.
+
+Examples:
+    >>> from decodelab import options
+    >>> options.integer("max_new_tokens", 16, 0)
+    16
+    >>> options.token_ids("prompt", [1, 403, 600], 512)
+    Traceback (most recent call last):
+    ...
+    ValueError: token id 600 at index 2 is outside the vocabulary [0, 512) (prompt)
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -12,13 +26,33 @@ import numpy as np
 
 from ._native import _core
 
+__all__ = ["RunOptions", "resolve", "integer", "real", "checked_seed", "token_ids", "eos_ids", "memory_budget",
+           "check_budget", "INT32_MAX"]
+
 INT32_MAX = 2**31 - 1
 _FLOAT32_MAX = float(np.finfo(np.float32).max)  # larger magnitudes round to inf in float32
 
 
 def memory_budget() -> int:
     """Bytes a single call may plan to allocate: ``DECODELAB_MEMORY_BUDGET`` if set, else half of
-    the machine's physical memory."""
+    the machine's physical memory.
+
+    Where the physical memory cannot be read, 8 GiB.
+
+    Returns:
+        The budget in bytes (>= 1).
+
+    Raises:
+        ValueError: if ``DECODELAB_MEMORY_BUDGET`` is set but not an integer number of bytes >= 1.
+
+    Examples:
+        >>> import os
+        >>> from unittest import mock
+        >>> from decodelab.options import memory_budget
+        >>> with mock.patch.dict(os.environ, {"DECODELAB_MEMORY_BUDGET": str(2**30)}):
+        ...     memory_budget()
+        1073741824
+    """
     env = os.environ.get("DECODELAB_MEMORY_BUDGET")
     if env is not None:
         try:
@@ -39,6 +73,26 @@ def _gib(n: float) -> str:
 
 
 def check_budget(what: str, nbytes: float) -> None:
+    """Refuse a plan that would need more memory than ``memory_budget()``.
+
+    Args:
+        what: the plan, for the message (e.g. "num_beams=64 over a vocabulary of 32000").
+        nbytes: the bytes it would allocate, >= 0.
+
+    Raises:
+        ValueError: if nbytes exceeds the budget; the message names the plan, its size and the budget in GiB.
+
+    Examples:
+        >>> import os
+        >>> from unittest import mock
+        >>> from decodelab.options import check_budget
+        >>> with mock.patch.dict(os.environ, {"DECODELAB_MEMORY_BUDGET": str(2**20)}):
+        ...     check_budget("a small plan", 1000)
+        ...     check_budget("a large plan", 2**30)
+        Traceback (most recent call last):
+        ...
+        ValueError: a large plan would need about 1 GiB, more than the memory budget of 0.000977 GiB ...
+    """
     budget = memory_budget()
     if nbytes > budget:
         raise ValueError(f"{what} would need about {_gib(nbytes)}, more than the memory budget of {_gib(budget)} "
@@ -46,7 +100,35 @@ def check_budget(what: str, nbytes: float) -> None:
 
 
 def integer(name: str, v, lo: Optional[int] = None, hi: Optional[int] = INT32_MAX) -> int:
-    """An int (or numpy integer, not bool) in [lo, hi]."""
+    """An int (or numpy integer, not bool) in [lo, hi].
+
+    Args:
+        name: the parameter's name, for the message.
+        v: the value to check.
+        lo: the least value allowed; default None, no lower limit.
+        hi: the greatest value allowed; default ``INT32_MAX`` (2**31 - 1), what the engine's int fields
+            hold; None: no upper limit.
+
+    Returns:
+        The value as a Python int.
+
+    Raises:
+        ValueError: if v is not an integer (bools and floats are refused) or is outside [lo, hi]; the message
+            names the parameter, the value and the limit.
+
+    Examples:
+        >>> from decodelab.options import integer
+        >>> integer("top_k", np.int64(40), 0)
+        40
+        >>> integer("num_beams", 0, 1)
+        Traceback (most recent call last):
+        ...
+        ValueError: num_beams must be an integer >= 1, got 0
+        >>> integer("logprobs", 600, 0, 512)
+        Traceback (most recent call last):
+        ...
+        ValueError: logprobs must be in [0, 512], got 600
+    """
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         raise ValueError(f"{name} must be an integer, got {v!r}")
     v = int(v)
@@ -56,7 +138,31 @@ def integer(name: str, v, lo: Optional[int] = None, hi: Optional[int] = INT32_MA
 
 
 def real(name: str, v, lo: Optional[float] = None, hi: Optional[float] = None) -> float:
-    """A real number (not bool) that stays finite as float32, in [lo, hi]."""
+    """A real number (not bool) that stays finite as float32, in [lo, hi].
+
+    Args:
+        name: the parameter's name, for the message.
+        v: the value to check (int, float or numpy number).
+        lo: the least value allowed; default None, no lower limit.
+        hi: the greatest value allowed; default None, no upper limit.
+
+    Returns:
+        The value as a Python float.
+
+    Raises:
+        ValueError: if v is not a real number (bools are refused), is NaN or infinite or beyond float32's
+            range (|x| > 3.4e38), or is outside [lo, hi]; the message names the parameter, the value and
+            the limit.
+
+    Examples:
+        >>> from decodelab.options import real
+        >>> real("temperature", 1, 0)
+        1.0
+        >>> real("top_p", 1.5, 0, 1)
+        Traceback (most recent call last):
+        ...
+        ValueError: top_p must be <= 1, got 1.5
+    """
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise ValueError(f"{name} must be a number, got {v!r}")
     v = float(v)
@@ -74,12 +180,55 @@ def _bounded(name: str, v, lo, hi, kind: str):
 
 
 def checked_seed(v) -> int:
-    """A random seed: an integer in [0, 2**64)."""
+    """A random seed: an integer in [0, 2**64).
+
+    Args:
+        v: the seed.
+
+    Returns:
+        The seed as a Python int.
+
+    Raises:
+        ValueError: if v is not an integer or is outside [0, 2**64).
+
+    Examples:
+        >>> from decodelab.options import checked_seed
+        >>> checked_seed(2**64 - 1)
+        18446744073709551615
+        >>> checked_seed(-1)
+        Traceback (most recent call last):
+        ...
+        ValueError: seed must be an integer >= 0, got -1
+    """
     return integer("seed", v, 0, 2**64 - 1)
 
 
 def token_ids(name: str, ids, vocab_size: int) -> List[int]:
-    """A sequence of token ids in [0, vocab_size): ints only, never text, bytes or floats."""
+    """A sequence of token ids in [0, vocab_size): ints only, never text, bytes or floats.
+
+    Args:
+        name: the parameter's name, for the message.
+        ids: the token ids: a list, tuple or other iterable of ints (numpy integers too), or a 1-D numpy
+            integer array.
+        vocab_size: the vocabulary size; every id must be in [0, vocab_size).
+
+    Returns:
+        The ids as a list of Python ints.
+
+    Raises:
+        ValueError: if ids is text, bytes, None or not iterable, a numpy array that is not 1-D of integers, or
+            holds an entry that is not an integer (bools are refused) or is outside [0, vocab_size); the
+            message names the parameter, the index and the value.
+
+    Examples:
+        >>> from decodelab.options import token_ids
+        >>> token_ids("prompt", np.array([1, 403]), 512)
+        [1, 403]
+        >>> token_ids("prompt", "Once upon", 512)
+        Traceback (most recent call last):
+        ...
+        ValueError: prompt must be a list of token ids (int), got str 'Once upon'
+    """
     if isinstance(ids, (str, bytes, bytearray, memoryview)) or ids is None:
         raise ValueError(f"{name} must be a list of token ids (int), got {type(ids).__name__} {ids!r:.80}")
     if isinstance(ids, np.ndarray):
@@ -102,7 +251,23 @@ def token_ids(name: str, ids, vocab_size: int) -> List[int]:
 
 
 def eos_ids(v, vocab_size: int) -> List[int]:
-    """eos_token_id: one id or a list of ids, each in the vocabulary."""
+    """eos_token_id: one id or a list of ids, each in the vocabulary.
+
+    Args:
+        v: one token id or a sequence of them.
+        vocab_size: the vocabulary size; every id must be in [0, vocab_size).
+
+    Returns:
+        The ids as a list of Python ints.
+
+    Raises:
+        ValueError: if an id is not an integer or is outside [0, vocab_size) (as ``token_ids``).
+
+    Examples:
+        >>> from decodelab.options import eos_ids
+        >>> eos_ids(2, 512), eos_ids([2, 7], 512)
+        ([2], [2, 7])
+    """
     if isinstance(v, numbers.Integral) and not isinstance(v, bool):
         return token_ids("eos_token_id", [v], vocab_size)
     return token_ids("eos_token_id", v, vocab_size)
@@ -117,9 +282,47 @@ _SAMPLE_BYTES_PER_TOKEN, _SAMPLE_BYTES = 256, 4096
 
 def resolve(run: dict, sampling: dict, *, vocab_size: int, block_bytes: int, default_eos, make_chain,
             encode=None) -> dict:
-    """Checks generate()'s run options and returns them in the engine's terms; ``make_chain(sampler,
-    order, preset, seed, eos, sampling, min_tokens_to_keep)`` builds the sampler chain from the
-    sampling keywords; ``encode(prompt)`` turns a negative prompt into token ids."""
+    """Checks generate()'s run options and returns them in the engine's terms.
+
+    Defaults where a key is missing: max_new_tokens 128, n and num_beams 1, logprobs None,
+    logprobs_mode "raw", trace False, length_penalty 1.0, early_stopping False, no stop strings, a
+    random seed, the model's EOS ids, guidance_scale 1 (off), no draft.
+
+    Args:
+        run: the run keywords of generate() (max_new_tokens, n, num_beams, num_return_sequences, logprobs,
+            logprobs_mode, trace, early_stopping, length_penalty, stop, include_stop_str_in_output, seed,
+            eos_token_id, sampler, order, preset, guidance_scale, negative_prompt, draft, num_draft_tokens);
+            missing keys take their defaults.
+        sampling: the sampling keywords (temperature, top_k, ...), passed to ``make_chain`` unchecked.
+        vocab_size: the model's vocabulary size: the range of token ids and of logprobs.
+        block_bytes: the bytes of one KV-cache block, for the memory estimate of beams and samples (>= 0).
+        default_eos: the EOS ids to use where run gives no eos_token_id.
+        make_chain: ``make_chain(sampler, order, preset, seed, eos, sampling, min_tokens_to_keep)`` builds the
+            sampler chain from the sampling keywords; called once per entry of a list of samplers.
+        encode: ``encode(prompt)`` turns a negative prompt into token ids; default None (then a
+            negative_prompt cannot be given).
+
+    Returns:
+        The ``RunOptions``.
+
+    Raises:
+        ValueError: if an option is of the wrong type or outside its range (the message names it, its value and
+            the limit), options conflict (num_beams with n, logprobs or a draft; negative_prompt without
+            guidance_scale; ...), or a plan exceeds ``memory_budget()``; ``make_chain`` raises its own.
+
+    Examples:
+        >>> from decodelab.options import resolve
+        >>> def make_chain(sampler, order, preset, seed, eos, sampling, min_tokens_to_keep):
+        ...     return decodelab.samplers.build_chain(seed=seed, eos_token_ids=eos, greedy_default=True, **sampling)
+        >>> opts = resolve({"max_new_tokens": 8, "seed": 0, "stop": "The end"}, {"temperature": 0.7, "top_k": 40},
+        ...                vocab_size=512, block_bytes=0, default_eos=[2], make_chain=make_chain)
+        >>> opts.max_new_tokens, opts.eos, opts.stops, opts.chains
+        (8, [2], ['The end'], [Chain([Temperature(0.7), TopK(40), Dist(seed=0)])])
+        >>> resolve({"num_beams": 2, "n": 2}, {}, vocab_size=512, block_bytes=0, default_eos=[2], make_chain=make_chain)
+        Traceback (most recent call last):
+        ...
+        ValueError: use num_beams or n, not both
+    """
     max_new_tokens = integer("max_new_tokens", run.get("max_new_tokens", 128), 0)
     logprobs, mode, trace = run.get("logprobs"), run.get("logprobs_mode", "raw"), run.get("trace", False)
     if mode not in ("raw", "processed"):
@@ -209,8 +412,39 @@ def resolve(run: dict, sampling: dict, *, vocab_size: int, block_bytes: int, def
 
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
-    """generate()'s and stream()'s keywords, checked, in the engine's terms: what the decode paths
-    of Model take whole, and build the C++ options of each call shape from."""
+    """generate()'s and stream()'s keywords, checked, in the engine's terms.
+
+    What the decode paths of Model take whole, and build the C++ options of each call shape from;
+    made by ``resolve``.
+
+    Attributes:
+        max_new_tokens: the most tokens to generate, >= 0.
+        eos: the EOS token ids that end a sequence.
+        chains: one ``samplers.Chain`` per prompt (or one for all).
+        seed: the random seed, in [0, 2**64).
+        logprobs: -1: no log-probabilities; N >= 0: each token's log-probability and the top N.
+        processed: logprobs under the processed distribution (after the samplers), not the raw one.
+        trace: 0 off, 1 per-stage summaries, 2 also the full logits.
+        stops: the stop strings (non-empty).
+        include_stop: keep the stop string at the end of the text.
+        n: the number of independent samples, >= 1.
+        num_beams: the number of beams, >= 1 (1: no beam search).
+        length_penalty: beam search's exponent on length, in [-100, 100].
+        early_stopping: beam search's stopping rule: 1 True, 0 False, -1 "never".
+        num_return_sequences: the beams to return, in [1, num_beams].
+        guidance_scale: classifier-free guidance's scale; default 1.0: off.
+        negative_prompt: the unconditional sequence's token ids for guidance; default []: the prompt's last token.
+        draft: speculative decoding: a Model, "prompt_lookup", or None (default): none.
+        num_draft_tokens: tokens the draft proposes per round, in [1, 64]; default 5.
+
+    Examples:
+        >>> from decodelab.options import RunOptions
+        >>> opts = RunOptions(max_new_tokens=8, eos=[2], chains=[], seed=0, logprobs=-1, processed=False, trace=0,
+        ...                   stops=[], include_stop=False, n=1, num_beams=1, length_penalty=1.0, early_stopping=0,
+        ...                   num_return_sequences=1)
+        >>> opts.guidance_scale, opts.draft, opts.num_draft_tokens
+        (1.0, None, 5)
+    """
     max_new_tokens: int
     eos: List[int]
     chains: list             # one samplers.Chain per prompt (or one for all)
@@ -231,7 +465,26 @@ class RunOptions:
     num_draft_tokens: int = 5
 
     def decode_options(self, *, sequence: int = 0, logprobs: Optional[int] = None) -> "_core.DecodeOptions":
-        """The options of one sequence's decode loop (generate, a stream, one of n samples)."""
+        """The options of one sequence's decode loop (generate, a stream, one of n samples).
+
+        Args:
+            sequence: the sequence's index among n samples, >= 0 (what seeds its random stream apart from the
+                others'); default 0.
+            logprobs: -1: no log-probabilities; N >= 0: each token's log-probability and the top N; default
+                None: this RunOptions' logprobs.
+
+        Returns:
+            A ``_core.DecodeOptions``.
+
+        Examples:
+            >>> from decodelab.options import RunOptions
+            >>> opts = RunOptions(max_new_tokens=8, eos=[2], chains=[], seed=0, logprobs=-1, processed=False,
+            ...                   trace=0, stops=[], include_stop=False, n=1, num_beams=1, length_penalty=1.0,
+            ...                   early_stopping=0, num_return_sequences=1)
+            >>> d = opts.decode_options(sequence=1, logprobs=5)
+            >>> d.max_new_tokens, d.eos_ids, d.sequence, d.logprobs
+            (8, [2], 1, 5)
+        """
         o = _core.DecodeOptions()
         o.max_new_tokens = self.max_new_tokens
         o.eos_ids = self.eos
@@ -245,7 +498,15 @@ class RunOptions:
         return o
 
     def beam_options(self, *, do_sample: bool) -> "_core.BeamOptions":
-        """The options of beam search; do_sample: the beams draw their continuations."""
+        """The options of beam search.
+
+        Args:
+            do_sample: the beams draw their continuations through the sampler chain (True) or take the
+                most likely ones (False).
+
+        Returns:
+            A ``_core.BeamOptions``.
+        """
         o = _core.BeamOptions()
         o.num_beams = self.num_beams
         o.max_new_tokens = self.max_new_tokens

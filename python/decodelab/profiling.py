@@ -1,10 +1,6 @@
 """Op profiles: where prompts and decode steps spend their time, op by op, with the bytes of
 weights and cache each op reads and the multiply-adds it does, from ``Model.profile()``.
 
-    >>> with model.profile() as prof:                                   # doctest: +SKIP
-    ...     model.generate("Once upon a time", max_new_tokens=64)
-    >>> print(prof)                                                     # doctest: +SKIP
-
 Each op gets the wall time on the calling thread from the previous op's end to its own, parallel
 regions included, so a pass's ops add up to the pass. "decode" passes add one token to every
 sequence (decode steps, batched or not); "prompt" passes are the rest (prompts, and a speculative
@@ -12,6 +8,19 @@ round's pass over its drafts). A decode step reads every weight once: its linear
 their time is the rate they stream weights at, to hold against the machine's read bandwidth
 (``probe_bandwidth=True``). A prompt reuses each weight over many rows: its multiply-adds per
 second say how well the kernels compute.
+
+Examples:
+    >>> model = decodelab.load("stories260K")
+    >>> with model.profile() as prof:
+    ...     g = model.generate("Once upon a time", max_new_tokens=8, eos_token_id=[])
+    >>> prof.passes, prof.rows  # one prompt pass over 5 tokens, then 7 decode steps
+    ({'prompt': 1, 'decode': 7}, {'prompt': 5, 'decode': 7})
+    >>> print(prof)  # doctest: +ELLIPSIS
+    prompt: 1 passes, 5 rows, ... ms per pass
+      op             ms/pass  share    GB/s  GMAC/s
+      embed ...
+    decode: 7 passes, 7 rows, ... ms per pass
+    ...
 """
 from __future__ import annotations
 
@@ -20,12 +29,39 @@ from typing import Dict, List, Optional
 
 from ._native import _core
 
+__all__ = ["PHASES", "OpTime", "Profile", "Profiler"]
+
 PHASES = ("prompt", "decode")
 
 
 @dataclasses.dataclass(frozen=True)
 class OpTime:
-    """One op's share of one phase, summed over the profiled passes."""
+    """One op's share of one phase, summed over the profiled passes (a row of ``Profile.ops()``).
+
+    Attributes:
+        phase: "prompt" or "decode".
+        op: the op's name: embed, norm, qkv_proj, rope, kv_store, attention, out_proj, mlp_in,
+            activation, mlp_out, residual, head, sampling, ...
+        seconds: wall time of the op over the phase's passes.
+        calls: how many times it ran.
+        share: its part of the phase's time (0 to 1).
+        ms_per_pass: seconds / passes, in milliseconds.
+        weight_bytes: bytes of weights the op read (linear ops; every pass reads them once).
+        read_bytes: weight_bytes, or for attention the cache bytes it read.
+        macs: multiply-adds.
+        gb_per_s: read_bytes / seconds, in GB/s (0 where the op reads no weights or cache).
+        gmacs_per_s: macs / seconds, in billions (0 where it does none).
+
+    Examples:
+        >>> model = decodelab.load("stories260K")
+        >>> with model.profile() as prof:
+        ...     g = model.generate("Once upon a time", max_new_tokens=4)
+        >>> rows = prof.ops("decode")
+        >>> type(rows[0]).__name__, rows[0].phase, bool(np.isclose(sum(r.share for r in rows), 1.0))
+        ('OpTime', 'decode', True)
+        >>> [r.op for r in rows if r.weight_bytes > 0]  # the linear ops: every decode step reads their weights
+        ['qkv_proj', 'out_proj', 'mlp_in', 'mlp_out', 'head']
+    """
     phase: str
     op: str
     seconds: float
@@ -45,7 +81,31 @@ class Profile:
     ``passes``, ``rows`` and ``seconds`` per phase; ``ops(phase)`` the rows of one phase (ops that
     never ran left out); ``bandwidth`` the read-bandwidth probe in bytes/s when asked for, and
     each row's share of it as ``bandwidth_share(row)``; ``to_pandas()`` every row as a DataFrame;
-    ``plot()`` milliseconds per pass by op."""
+    ``plot()`` milliseconds per pass by op. Reading it inside the ``with`` block raises RuntimeError.
+
+    Attributes:
+        passes: forward passes per phase ("prompt", "decode").
+        rows: token rows those passes ran, per phase.
+        seconds: profiled wall time per phase.
+        kv_bytes: KV-cache bytes attention read, per phase.
+        bandwidth: the read-bandwidth probe in bytes/s with ``probe_bandwidth=True``; else None.
+
+    Args:
+        raw: the engine's op profiler result (``_core.OpProfiler.result()``): arrays of seconds,
+            calls, weight bytes and multiply-adds by phase and op, and passes, rows and kv_bytes per phase.
+        bandwidth: the measured read bandwidth in bytes/s; None (the default) when not probed.
+
+    Examples:
+        >>> model = decodelab.load("stories260K")
+        >>> with model.profile() as prof:
+        ...     g = model.generate("Once upon a time", max_new_tokens=4, eos_token_id=[])
+        >>> isinstance(prof, decodelab.profiling.Profile), prof.passes["decode"], prof.bandwidth
+        (True, 3, None)
+        >>> sorted(prof.seconds), all(v > 0 for v in prof.seconds.values())
+        (['decode', 'prompt'], True)
+        >>> prof.to_pandas().shape[1]  # needs pandas; one column per OpTime field
+        11
+    """
 
     def __init__(self, raw: dict, bandwidth: Optional[float] = None):
         self._raw = raw
@@ -56,6 +116,17 @@ class Profile:
         self.kv_bytes: Dict[str, float] = dict(zip(PHASES, raw["kv_bytes"]))
 
     def ops(self, phase: str = "decode") -> List[OpTime]:
+        """The ops of one phase, in the order a pass runs them; ops that never ran are left out.
+
+        Args:
+            phase: "decode" (the default) or "prompt".
+
+        Returns:
+            One OpTime per op that ran in the phase (an empty list when the phase had no passes).
+
+        Raises:
+            ValueError: ``phase`` is not "prompt" or "decode".
+        """
         if phase not in PHASES:
             raise ValueError(f"phase must be one of {', '.join(PHASES)}, got {phase!r}")
         i = PHASES.index(phase)
@@ -74,13 +145,29 @@ class Profile:
         return out
 
     def bandwidth_share(self, row: OpTime) -> float:
-        """The op's read rate over the probe (nan without ``probe_bandwidth=True``)."""
+        """The op's read rate over the probe (nan without ``probe_bandwidth=True``).
+
+        Args:
+            row: an OpTime from ``ops()``.
+
+        Returns:
+            ``row.gb_per_s`` as a fraction of the measured read bandwidth (1.0: at the probe's rate);
+            NaN when no bandwidth was probed.
+        """
         if not self.bandwidth:
             return float("nan")
         return row.gb_per_s * 1e9 / self.bandwidth
 
     def to_pandas(self):
-        """Every op of both phases, one row each. Needs pandas."""
+        """Every op of both phases, one row each. Needs pandas.
+
+        Returns:
+            A pandas DataFrame with the OpTime fields as columns, prompt rows first, and a
+            ``bandwidth_share`` column when the bandwidth was probed.
+
+        Raises:
+            ImportError: pandas is not installed.
+        """
         try:
             import pandas as pd
         except ImportError:
@@ -95,8 +182,21 @@ class Profile:
         return pd.DataFrame(rows)
 
     def plot(self, phase: str = "decode", *, title: Optional[str] = None):
-        """Milliseconds per pass by op, as horizontal bars, each labelled with its share. Needs
-        matplotlib."""
+        """Milliseconds per pass by op, as horizontal bars, each labelled with its share (and, for
+        decode, its GB/s). Needs matplotlib.
+
+        Args:
+            phase: "decode" (the default) or "prompt".
+            title: the figure's title; None (the default) names the phase, its passes and the
+                milliseconds per pass.
+
+        Returns:
+            The matplotlib Figure.
+
+        Raises:
+            ValueError: ``phase`` is not "prompt" or "decode".
+            ImportError: matplotlib is not installed.
+        """
         import matplotlib.pyplot as plt
 
         rows = self.ops(phase)
@@ -135,7 +235,24 @@ class Profile:
 
 class Profiler:
     """The context manager behind ``Model.profile()``: starts the engine's op profiler on entry,
-    stops it on exit and fills the Profile the block got."""
+    stops it on exit and fills the Profile the block got.
+
+    Args:
+        threads: threads the bandwidth probe reads on (the model's ``threads``), 1 or more.
+        probe_bandwidth: True also measures the machine's read bandwidth (256 MiB) on exit;
+            False skips the probe.
+
+    Examples:
+        >>> model = decodelab.load("stories260K")
+        >>> profiler = model.profile()
+        >>> type(profiler).__name__
+        'Profiler'
+        >>> with profiler as prof:
+        ...     repr(prof)
+        'Profile (running)'
+        >>> prof.passes
+        {'prompt': 0, 'decode': 0}
+    """
 
     def __init__(self, threads: int, probe_bandwidth: bool):
         self._p = _core.OpProfiler()

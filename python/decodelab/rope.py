@@ -1,7 +1,16 @@
-"""RoPE's scaled variants as transformers defines them (modeling_rope_utils.py): the frequencies of
-"linear", "llama3" and "yarn" and YaRN's factor on cos and sin, computed here in float32 in
-transformers' order; "dynamic" (NTK) depends on each call's length, so the engine computes it from
-its factor; "longrope" (Phi-3) gives two sets, the long one for calls past the original length. An unknown rope_type, or one missing a field it needs, is refused by name."""
+"""RoPE's scaled variants as transformers defines them (modeling_rope_utils.py).
+
+The frequencies of "linear", "llama3" and "yarn" and YaRN's factor on cos and sin are computed
+here in float32 in transformers' order; "dynamic" (NTK) depends on each call's length, so the
+engine computes it from its factor; "longrope" (Phi-3) gives two sets, the long one for calls past
+the original length. An unknown rope_type, or one missing a field it needs, is refused by name.
+
+Examples:
+    >>> from decodelab import rope
+    >>> r = rope.from_config({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, head_dim=8, max_pos=128)
+    >>> r.rope_type, [round(f, 6) for f in r.inv_freq]
+    ('linear', [0.5, 0.05, 0.005, 0.0005])
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -10,12 +19,35 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+__all__ = ["Rope", "from_config", "longrope_frequencies", "ROPE_TYPES"]
+
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 
 
 @dataclasses.dataclass(frozen=True)
 class Rope:
-    """What the engine needs of a model's RoPE."""
+    """What the engine needs of a model's RoPE (``ModelConfig.rope``).
+
+    Frequencies are per pair of rotated values, head_dim / 2 of them, the i-th
+    1 / theta ** (2i / head_dim) before scaling; None means exactly these (the engine computes them).
+
+    Attributes:
+        rope_type: one of ``ROPE_TYPES``: "default", "linear", "dynamic", "yarn", "llama3" or "longrope";
+            default "default".
+        theta: the base of the frequencies (config.json's rope_theta), > 0; default 10000.0.
+        inv_freq: the head_dim / 2 frequencies where they are scaled ("linear", "yarn", "llama3"; "longrope":
+            the short ones), float32 values; default None: the unscaled ones.
+        attention_factor: YaRN and longrope: cos and sin times this; default 1.0, no change.
+        dynamic_factor: dynamic NTK: its factor (>= 1); default 0.0: not dynamic.
+        original_max: dynamic NTK, longrope: the length past which they change; default 0 (unused).
+        long_inv_freq: longrope: the frequencies past ``original_max``; default None (not longrope).
+
+    Examples:
+        >>> from decodelab.rope import Rope
+        >>> Rope()
+        Rope(rope_type='default', theta=10000.0, inv_freq=None, attention_factor=1.0, dynamic_factor=0.0,
+        original_max=0, long_inv_freq=None)
+    """
 
     rope_type: str = "default"
     theta: float = 10000.0
@@ -113,15 +145,73 @@ def _longrope(params: dict, base: float, dim: int, max_pos: int) -> Tuple[np.nda
 
 
 def longrope_frequencies(factors: np.ndarray, base: float, dim: int) -> np.ndarray:
-    """Longrope's frequencies for one set of per-frequency factors, in float32 as transformers."""
+    """Longrope's frequencies for one set of per-frequency factors, in float32 as transformers.
+
+    The i-th frequency is 1 / (factors[i] * base ** (2i / dim)).
+
+    Args:
+        factors: dim / 2 numbers > 0 (a config's short_factor or long_factor), array-like.
+        base: the RoPE base (rope_theta), > 0.
+        dim: the rotated values per head (even, > 0).
+
+    Returns:
+        np.ndarray: dim / 2 float32 frequencies.
+
+    Examples:
+        >>> from decodelab.rope import longrope_frequencies
+        >>> longrope_frequencies([1.0, 2.0], 10000.0, 4).tolist()
+        [1.0, 0.004999999888241291]
+    """
     shape = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
     powers = np.float32(base) ** shape
     return (np.float32(1.0) / (np.asarray(factors, np.float32) * powers)).astype(np.float32)
 
 
 def from_config(cfg: dict, head_dim: int, max_pos: int, family: str = "llama", default_theta: float = 10000.0) -> Rope:
-    """The RoPE of a Hugging Face config: rope_parameters (transformers 5) or rope_scaling and
-    rope_theta (earlier configs). head_dim: the rotated values per head (GPT-NeoX rotates a part)."""
+    """The RoPE of a Hugging Face config: rope_parameters (transformers 5) or rope_scaling and rope_theta.
+
+    rope_scaling (earlier configs) overrides rope_parameters key by key; the type is ``rope_type``
+    or the older ``type``. "llama3", "yarn" and "longrope" take original_max_position_embeddings
+    from their parameters, else the config, else ``max_pos`` (Phi-3: the config's, default 4096,
+    and its older names "su" and "yarn" mean "longrope"). Missing "yarn" and "longrope" factors are
+    max_pos / original_max_position_embeddings, as transformers sets them.
+
+    Args:
+        cfg: the config.json dict (rope_parameters, rope_scaling, rope_theta, original_max_position_embeddings
+            are read).
+        head_dim: the rotated values per head (GPT-NeoX rotates a part), even and > 0.
+        max_pos: the model's max_position_embeddings, >= 1.
+        family: the model family ("llama", "mistral", "qwen2", "qwen3", "phi3", "gpt_neox", "gemma2",
+            "gemma3"); default "llama". Only "phi3" (its longrope names) and "gpt_neox" (partial_rotary_factor
+            allowed) change anything.
+        default_theta: the base where the config gives no rope_theta; default 10000.0.
+
+    Returns:
+        The ``Rope``.
+
+    Raises:
+        ValueError: if rope_parameters or rope_scaling is not an object, the type is not one of ``ROPE_TYPES``,
+            a parameter the type needs is missing or not a number > 0 (dynamic: factor >= 1; llama3:
+            high_freq_factor != low_freq_factor; longrope: head_dim / 2 factors > 0 per set), rope_theta is
+            not a finite number > 0, or partial_rotary_factor != 1 outside GPT-NeoX.
+
+    Examples:
+        >>> from decodelab.rope import from_config
+        >>> from_config({"rope_theta": 500000.0}, head_dim=8, max_pos=128)
+        Rope(rope_type='default', theta=500000.0, inv_freq=None, attention_factor=1.0, dynamic_factor=0.0,
+        original_max=0, long_inv_freq=None)
+        >>> yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
+        >>> r = from_config({"rope_scaling": yarn}, head_dim=8, max_pos=128)
+        >>> round(r.attention_factor, 4), [round(f, 6) for f in r.inv_freq]
+        (1.1386, [1.0, 0.025, 0.0025, 0.00025])
+        >>> from_config({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, 8, 128).dynamic_factor
+        2.0
+        >>> from_config({"rope_scaling": {"rope_type": "ntk", "factor": 2.0}}, 8, 128)
+        Traceback (most recent call last):
+        ...
+        ValueError: rope scaling 'ntk' is not supported; supported: 'default', 'linear', 'dynamic', 'yarn', 'llama3',
+        'longrope'
+    """
     params = dict(cfg.get("rope_parameters") or {})
     scaling = cfg.get("rope_scaling") or {}
     if not isinstance(params, dict) or not isinstance(scaling, dict):

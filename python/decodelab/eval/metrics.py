@@ -2,6 +2,10 @@
 degeneration (repetition), confidence (mean entropy, mean chosen-token probability) and length,
 and ``compare()``, which runs strategies side by side into a pandas DataFrame.
 
+Texts are lists of str (split on whitespace) or of token-id lists (taken as they are). The
+measures of confidence read the traces of generations made with ``trace=True``.
+
+Examples:
     >>> distinct_n(["the cat sat", "the cat ran"], 2)   # {the cat, cat sat, cat ran} / 4 bigrams
     0.75
 """
@@ -10,6 +14,9 @@ from __future__ import annotations
 import math
 import statistics
 from typing import Dict, Iterable, List, Optional, Sequence, Union
+
+__all__ = ["distinct_n", "repetition_rate", "self_bleu", "mean_entropy", "mean_token_probability", "length_stats",
+           "compare", "plot_compare"]
 
 Texts = Sequence[Union[str, Sequence[int]]]
 _MODES = ("corpus", "li2016", "per_text")
@@ -37,13 +44,32 @@ def _check(texts, n: int) -> List[list]:
 
 
 def distinct_n(texts: Texts, n: int = 2, mode: str = "corpus") -> float:
-    """Distinct n-grams: "corpus" (the default), distinct n-grams across all texts over all their
-    n-grams; "li2016", distinct n-grams over the number of tokens (Li et al. 2016); "per_text",
-    each text's distinct over its own n-grams, averaged. Texts are split on whitespace; token-id
-    lists are taken as they are. 0.0 when there are no n-grams.
+    """Distinct n-grams, a diversity measure: higher means more varied text.
 
-    >>> distinct_n(["a a a a"], 1), distinct_n(["a b", "a c"], 1, mode="li2016")
-    (0.25, 0.75)
+    Args:
+        texts: the texts, a list of str (split on whitespace) or of token-id lists (taken as they
+            are).
+        n: the n-gram length, an integer >= 1; default 2.
+        mode: "corpus" (the default), distinct n-grams across all texts over all their n-grams;
+            "li2016", distinct n-grams over the number of tokens (Li et al. 2016); "per_text",
+            each text's distinct over its own n-grams, averaged over the texts that have any.
+
+    Returns:
+        The share in [0, 1]; 0.0 when there are no n-grams.
+
+    Raises:
+        ValueError: ``texts`` is a single str or not a list, a text is bytes, ``n`` is not an
+            integer >= 1, or ``mode`` is not one of the three.
+
+    Examples:
+        >>> distinct_n(["a a a a"], 1), distinct_n(["a b", "a c"], 1, mode="li2016")
+        (0.25, 0.75)
+        >>> distinct_n([[1, 2, 1, 2]], 2)             # token ids: (1, 2) (2, 1) (1, 2)
+        0.6666666666666666
+        >>> distinct_n(["a b"], 2, mode="bigram")
+        Traceback (most recent call last):
+        ...
+        ValueError: mode must be one of corpus, li2016, per_text, got 'bigram'
     """
     toks = _check(texts, n)
     if mode not in _MODES:
@@ -60,23 +86,54 @@ def distinct_n(texts: Texts, n: int = 2, mode: str = "corpus") -> float:
 
 
 def repetition_rate(texts: Texts, n: int = 2) -> float:
-    """rep-n (Welleck et al. 2019): within each text, the share of its n-grams that repeat an
-    earlier one, 1 - distinct / all, averaged over the texts that have n-grams.
+    """rep-n (Welleck et al. 2019), a degeneration measure: the share of n-grams that repeat.
 
-    >>> repetition_rate(["a b a b a b"], 2)   # ab ba ab ba ab: 2 distinct of 5
-    0.6
+    Within each text, the share of its n-grams that repeat an earlier one, 1 - distinct / all,
+    averaged over the texts that have n-grams.
+
+    Args:
+        texts: the texts, a list of str (split on whitespace) or of token-id lists.
+        n: the n-gram length, an integer >= 1; default 2.
+
+    Returns:
+        The rate in [0, 1); 0.0 when no text has an n-gram.
+
+    Raises:
+        ValueError: ``texts`` is a single str or not a list, a text is bytes, or ``n`` is not an
+            integer >= 1.
+
+    Examples:
+        >>> repetition_rate(["a b a b a b"], 2)   # ab ba ab ba ab: 2 distinct of 5
+        0.6
+        >>> repetition_rate(["a a a", "a b c"], 2)   # (1 - 1/2 + 0) / 2
+        0.25
     """
     per = [1 - len(set(g)) / len(g) for g in (_ngrams(t, n) for t in _check(texts, n)) if g]
     return sum(per) / len(per) if per else 0.0
 
 
 def self_bleu(texts: Texts, n: int = 4) -> float:
-    """Self-BLEU (Zhu et al. 2018, Texygen): each text's BLEU-n against all the others as
-    references, averaged; higher means the samples resemble each other. NLTK's sentence BLEU
-    with uniform weights and smoothing method 1, as Texygen computes it. Needs nltk.
+    """Self-BLEU (Zhu et al. 2018, Texygen): how much the samples resemble each other.
 
-    >>> round(self_bleu(["the cat sat on the mat", "the cat sat on the mat"]), 3)
-    1.0
+    Each text's BLEU-n against all the others as references, averaged; higher means the samples
+    resemble each other. NLTK's sentence BLEU with uniform weights and smoothing method 1, as
+    Texygen computes it. Needs nltk (the ``metrics`` extra), whose first import takes seconds.
+
+    Args:
+        texts: at least two texts, a list of str (split on whitespace) or of token-id lists.
+        n: the largest n-gram order of BLEU, an integer >= 1; default 4.
+
+    Returns:
+        The mean BLEU-n in [0, 1].
+
+    Raises:
+        ValueError: ``texts`` is a single str or not a list, a text is bytes, ``n`` is not an
+            integer >= 1, or there are fewer than two texts.
+        ImportError: nltk is not installed.
+
+    Examples:
+        >>> round(self_bleu(["the cat sat on the mat", "the cat sat on the mat"]), 3)
+        1.0
     """
     toks = _check(texts, n)
     if len(toks) < 2:
@@ -101,14 +158,29 @@ def _traced(generations) -> list:
 
 
 def mean_entropy(generations, distribution: str = "processed") -> float:
-    """Mean entropy (nats) per generated token of the distribution each token was drawn from
-    ("processed": after every sampler stage before the selector) or of the model's own ("raw"),
-    over all steps of all generations (each made with ``trace=True``).
+    """Mean entropy (nats) per generated token, a confidence measure: lower is more certain.
 
-    >>> gens = [model.generate("Once upon a time", temperature=1.0, top_p=0.9, seed=s, trace=True)
-    ...         for s in range(4)]                                 # doctest: +SKIP
-    >>> mean_entropy(gens), mean_entropy(gens, "raw")              # doctest: +SKIP
-    (1.21..., 1.87...)
+    Over all steps of all generations, the entropy of the distribution each token was drawn from
+    ("processed": after every sampler stage before the selector) or of the model's own ("raw").
+
+    Args:
+        generations: generations made with ``trace=True`` (Model.generate's results).
+        distribution: "processed" (the default) or "raw".
+
+    Returns:
+        The mean entropy in nats, >= 0; NaN when the generations have no steps.
+
+    Raises:
+        ValueError: ``distribution`` is neither, or a generation has no trace.
+
+    Examples:
+        >>> import decodelab
+        >>> model = decodelab.load("stories260K")
+        >>> gens = [model.generate("Once upon a time", max_new_tokens=8, temperature=1.0, top_k=1, trace=True)]
+        >>> mean_entropy(gens)                       # top-k 1 leaves one token: no uncertainty
+        0.0
+        >>> bool(mean_entropy(gens, "raw") > 0)
+        True
     """
     if distribution not in ("processed", "raw"):
         raise ValueError(f"distribution must be 'processed' or 'raw', got {distribution!r}")
@@ -118,11 +190,31 @@ def mean_entropy(generations, distribution: str = "processed") -> float:
 
 
 def mean_token_probability(generations, distribution: str = "raw") -> float:
-    """Mean probability of the chosen tokens under the model's distribution ("raw") or the one
-    they were drawn from ("processed"), from traces.
+    """Mean probability of the chosen tokens, a confidence measure, from traces.
 
-    >>> mean_token_probability([model.generate("Once upon a time", trace=True)])   # doctest: +SKIP
-    0.62...
+    Args:
+        generations: generations made with ``trace=True`` (Model.generate's results).
+        distribution: "raw" (the default), the model's own distribution, or "processed", the one
+            each token was drawn from.
+
+    Returns:
+        The mean probability in [0, 1]; NaN when the generations have no steps.
+
+    Raises:
+        ValueError: ``distribution`` is neither, or a generation has no trace.
+
+    Examples:
+        >>> import decodelab
+        >>> model = decodelab.load("stories260K")
+        >>> gens = [model.generate("Once upon a time", max_new_tokens=8, temperature=1.0, top_k=1, trace=True)]
+        >>> mean_token_probability(gens, "processed")
+        1.0
+        >>> 0 < mean_token_probability(gens) <= 1
+        True
+        >>> mean_token_probability([model.generate("Once upon a time", max_new_tokens=2)])
+        Traceback (most recent call last):
+        ...
+        ValueError: these measures read traces: generate(..., trace=True)
     """
     if distribution not in ("processed", "raw"):
         raise ValueError(f"distribution must be 'processed' or 'raw', got {distribution!r}")
@@ -132,11 +224,23 @@ def mean_token_probability(generations, distribution: str = "raw") -> float:
 
 
 def length_stats(texts: Texts) -> Dict[str, float]:
-    """Mean, median, standard deviation, minimum and maximum length in tokens (whitespace tokens
-    of str, or token-id lists).
+    """Mean, median, standard deviation, minimum and maximum length in tokens.
 
-    >>> length_stats(["a b", "a b c d"])["mean"]
-    3.0
+    Args:
+        texts: at least one text, a list of str (whitespace tokens) or of token-id lists.
+
+    Returns:
+        A dict with float values under "mean", "median", "std" (the population standard
+        deviation), "min" and "max".
+
+    Raises:
+        ValueError: there is no text, ``texts`` is a single str or not a list, or a text is bytes.
+
+    Examples:
+        >>> length_stats(["a b", "a b c d"])["mean"]
+        3.0
+        >>> length_stats([[5, 6, 7], [8]])
+        {'mean': 2.0, 'median': 2.0, 'std': 1.0, 'min': 1.0, 'max': 3.0}
     """
     lens = [len(t) for t in _check(texts, 1)]
     if not lens:
@@ -147,11 +251,46 @@ def length_stats(texts: Texts) -> Dict[str, float]:
 
 def compare(model, prompts: Sequence, strategies: Dict[str, dict], *, n: int = 8, max_new_tokens: int = 64,
             seed: int = 0, progress: bool = True, bleu: Optional[bool] = None):
-    """Runs each strategy (name -> generate() keywords) on every prompt n times, seeds seed ..
-    seed + n - 1, and returns a pandas DataFrame, one row per strategy: distinct-1/2 and rep-2 over
-    the generated token ids, self-BLEU over the samples of each prompt (where nltk is installed, or
-    ``bleu=True``), mean entropy and chosen-token probability, mean length and decode tokens/s.
-    The same seeds give the same table. A tqdm bar counts the generations (``progress``)."""
+    """Runs decoding strategies side by side and tabulates the measures of this module.
+
+    Each strategy runs on every prompt n times, with seeds seed .. seed + n - 1 and
+    ``trace=True``. The same seeds give the same table (but for the speed column).
+
+    Args:
+        model: the decodelab Model to generate with.
+        prompts: a non-empty list of prompts (text or token ids), not a single str.
+        strategies: a non-empty dict, strategy name -> dict of Model.generate keywords.
+        n: generations per prompt and strategy, an integer >= 1; default 8.
+        max_new_tokens: the most tokens each generation adds; default 64.
+        seed: the first seed; default 0.
+        progress: show a tqdm bar counting the generations; default True.
+        bleu: add a self_bleu column, the mean over prompts of the self-BLEU of each prompt's
+            samples (needs nltk and n >= 2); None (the default) adds it where nltk is installed
+            and n > 1.
+
+    Returns:
+        A pandas DataFrame indexed by strategy name, with the columns distinct_1, distinct_2 and
+        rep_2 (over the generated token ids), mean_entropy (of the processed distributions),
+        mean_token_prob (under the raw ones), mean_length (tokens), tokens_per_second (decode
+        speed) and, with ``bleu``, self_bleu.
+
+    Raises:
+        ValueError: ``prompts`` is empty or a single str, ``strategies`` is not a non-empty dict
+            of dicts, or ``n`` is not an integer >= 1; generate's own errors pass through.
+        ImportError: pandas or tqdm is not installed, or nltk with ``bleu=True``.
+
+    Examples:
+        >>> import decodelab
+        >>> model = decodelab.load("stories260K")
+        >>> table = compare(model, ["Once upon a time"], {"greedy": {}, "top_p": {"temperature": 1.0, "top_p": 0.9}},
+        ...                 n=2, max_new_tokens=8, progress=False, bleu=False)
+        >>> table.index.tolist()
+        ['greedy', 'top_p']
+        >>> table.columns.tolist()
+        ['distinct_1', 'distinct_2', 'rep_2', 'mean_entropy', 'mean_token_prob', 'mean_length', 'tokens_per_second']
+        >>> table.shape
+        (2, 7)
+    """
     import pandas as pd
     from tqdm.auto import tqdm
 
@@ -196,7 +335,27 @@ def compare(model, prompts: Sequence, strategies: Dict[str, dict], *, n: int = 8
 
 
 def plot_compare(table, columns: Sequence[str] = ("distinct_2", "rep_2", "mean_entropy", "mean_token_prob")):
-    """A bar chart per measure of compare()'s table, strategies side by side; returns the figure."""
+    """A bar chart per measure of compare()'s table, strategies side by side.
+
+    Args:
+        table: a DataFrame indexed by strategy, such as compare() returns.
+        columns: the measures to plot, those of them the table has; default distinct_2, rep_2,
+            mean_entropy and mean_token_prob.
+
+    Returns:
+        The matplotlib Figure, one subplot per measure plotted.
+
+    Raises:
+        ValueError: none of ``columns`` is a column of the table.
+        ImportError: matplotlib is not installed.
+
+    Examples:
+        >>> import pandas as pd
+        >>> table = pd.DataFrame({"distinct_2": [0.41, 0.87], "rep_2": [0.35, 0.04]}, index=["greedy", "top_p"])
+        >>> fig = plot_compare(table)
+        >>> [ax.get_title() for ax in fig.axes]
+        ['distinct_2', 'rep_2']
+    """
     import matplotlib.pyplot as plt
 
     cols = [c for c in columns if c in table.columns]

@@ -1,5 +1,12 @@
 """llama2.c checkpoints (Karpathy's run.c format, version 0): the header's config and each tensor's
-offset in the file, checked against the file's size."""
+offset in the file, checked against the file's size.
+
+Examples:
+    >>> import os
+    >>> path = os.path.join(os.path.dirname(decodelab.__file__), "models", "stories260K", "stories260K.bin")
+    >>> read_llama2c(path)[0].source
+    'llama2c'
+"""
 from __future__ import annotations
 
 import os
@@ -16,9 +23,46 @@ LLAMA2C_HEADER = struct.Struct("<7i")
 
 
 def read_llama2c(path: str) -> Tuple[ModelConfig, List[TensorEntry]]:
-    """A llama2.c "v0" checkpoint: 7 int32 (dim, hidden_dim, n_layers, n_heads, n_kv_heads,
-    vocab_size, seq_len; negative vocab_size = untied classifier), then fp32 tensors in run.c
-    order. Tensors are described per layer under Hugging Face Llama names, in place in the file."""
+    """A llama2.c "v0" checkpoint's config and tensor table, checked against the file's size.
+
+    The file is 7 int32 (dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len;
+    negative vocab_size = untied classifier), then fp32 tensors in run.c order. Tensors are
+    described per layer under Hugging Face Llama names, in place in the file; the two RoPE tables
+    run.c stores are listed as ``llama2c.freq_cis_real`` and ``llama2c.freq_cis_imag`` (the engine
+    computes RoPE and does not read them). Header values must lie in [1, limit]: dim up to 65536,
+    hidden_dim 2^20, n_layers, n_heads and n_kv_heads 1024, vocab_size 2^24, seq_len 2^22.
+
+    Args:
+        path: the llama2.c checkpoint (a ``.bin`` file).
+
+    Returns:
+        ``(config, tensors)``: a ModelConfig (arch "llama", interleaved RoPE at base 10000, RMS norm
+        eps 1e-5, BOS 1, EOS 2, source "llama2c") and one TensorEntry ``(name, "F32", shape, 0,
+        offset, nbytes)`` per tensor, per layer, in file order.
+
+    Raises:
+        ValueError: the file is shorter than the 28-byte header, a header value is out of range,
+            dim, n_heads and n_kv_heads do not give an even head size with n_kv_heads dividing
+            n_heads, or the file's size is not the one the header implies (truncated, or not a v0
+            checkpoint of this shape); the message names the file (and the tensor where one runs
+            past the end).
+        OSError: the file does not exist or cannot be read.
+
+    Examples:
+        >>> import os
+        >>> path = os.path.join(os.path.dirname(decodelab.__file__), "models", "stories260K", "stories260K.bin")
+        >>> config, tensors = read_llama2c(path)
+        >>> config.n_layers, config.hidden_size, config.vocab_size, config.tie_word_embeddings
+        (5, 64, 512, True)
+        >>> len(tensors), tensors[1][:3]
+        (49, ('model.layers.0.input_layernorm.weight', 'F32', [64]))
+        >>> with open("short.bin", "wb") as f:
+        ...     _ = f.write(b"llama")
+        >>> read_llama2c("short.bin")
+        Traceback (most recent call last):
+        ...
+        ValueError: short.bin: 5 bytes is too short for a llama2.c header (28 bytes)
+    """
     size = os.path.getsize(path)
     if size < LLAMA2C_HEADER.size:
         raise ValueError(f"{path}: {size} bytes is too short for a llama2.c header ({LLAMA2C_HEADER.size} bytes)")

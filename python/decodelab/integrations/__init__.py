@@ -1,2 +1,6 @@
 """Bridges from decodelab to other libraries: ``transformers`` (a sampler chain as a transformers
 LogitsProcessor) and ``lm_eval`` (a decodelab model as an lm-evaluation-harness model)."""
+
+# The bridges are the submodules, imported by name (each needs its own library); the package
+# itself exports nothing.
+__all__: list = []

@@ -5,6 +5,14 @@ Model.generate, so standard tasks run on a decodelab model (pip install lm_eval)
     from decodelab.integrations.lm_eval import DecodelabLM
     lm_eval.simple_evaluate(model=DecodelabLM(model), tasks=["hellaswag"])
     # or by name: lm_eval --model decodelab --model_args pretrained=PATH,dtype=int8 --tasks ...
+
+Importing this module registers the model under the name "decodelab" in lm-eval's registry;
+without lm_eval installed the import raises ImportError.
+
+Examples:
+    >>> from decodelab.integrations.lm_eval import DecodelabLM
+    >>> DecodelabLM(decodelab.load("stories260K")).max_gen_toks
+    256
 """
 from __future__ import annotations
 
@@ -20,14 +28,48 @@ except ImportError:  # pragma: no cover - the message is the point
 import decodelab
 from decodelab.eval import scoring
 
+__all__ = ["DecodelabLM"]
+
 
 @register_model("decodelab")
 class DecodelabLM(LM):
-    """lm-eval's model interface on a decodelab Model: ``loglikelihood`` is Model.score (text split
-    as lm-eval splits it), ``loglikelihood_rolling`` scores lm-eval's own rolling windows of the
-    text after the BOS (or EOS) token, ``generate_until`` is greedy Model.generate with the
-    request's stop strings and ``max_gen_toks``. Pass a loaded ``model``, or ``pretrained`` (a
-    path for decodelab.load) and ``dtype``."""
+    """lm-eval's model interface on a decodelab Model.
+
+    ``loglikelihood`` is Model.score (text split as lm-eval splits it), ``loglikelihood_rolling``
+    scores lm-eval's own rolling windows of the text after the BOS (or EOS) token,
+    ``generate_until`` is greedy Model.generate with the request's stop strings and
+    ``max_gen_toks``. Pass a loaded ``model``, or ``pretrained`` (a path for decodelab.load) and
+    ``dtype``. Registered in lm-eval as "decodelab", so ``--model decodelab --model_args
+    pretrained=PATH`` works on its command line.
+
+    Args:
+        model: a loaded decodelab Model with a tokenizer; default None (then ``pretrained``).
+        pretrained: a path or built-in name for ``decodelab.load``; default None (then ``model``).
+        dtype: the weights' dtype for ``decodelab.load`` (e.g. "int8"); default None (load()'s).
+        max_gen_toks: the token budget of a generate_until request that gives none, >= 1;
+            default 256.
+        **load_kwargs: more keywords for ``decodelab.load`` (threads, tokenizer, ...).
+
+    Raises:
+        ValueError: both or neither of ``model`` and ``pretrained`` are given, or the model has no
+            tokenizer.
+
+    Examples:
+        >>> from lm_eval.api.instance import Instance
+        >>> from decodelab.integrations.lm_eval import DecodelabLM
+        >>> lm = DecodelabLM(pretrained="stories260K", max_gen_toks=8)
+        >>> req = Instance(request_type="loglikelihood", doc={}, arguments=("Once upon a time", " there"), idx=0)
+        >>> [(type(total).__name__, type(greedy).__name__) for total, greedy in lm.loglikelihood([req])]
+        [('float', 'bool')]
+        >>> req = Instance(request_type="generate_until", doc={}, arguments=("Once upon a time", {"until": ["."]}),
+        ...                idx=0)
+        >>> [type(text).__name__ for text in lm.generate_until([req])]
+        ['str']
+        >>> DecodelabLM()
+        Traceback (most recent call last):
+        ...
+        ValueError: give either model (a loaded decodelab.Model) or pretrained (a path), not both
+    """
 
     def __init__(self, model=None, pretrained=None, dtype=None, max_gen_toks: int = 256, **load_kwargs):
         super().__init__()
@@ -46,12 +88,35 @@ class DecodelabLM(LM):
         return first
 
     def loglikelihood(self, requests) -> List[Tuple[float, bool]]:
+        """The log-probability of each request's continuation after its context (Model.score_batch).
+
+        Args:
+            requests: lm-eval Instances whose ``args`` are (context, continuation) strings.
+
+        Returns:
+            One (total log-probability in nats, whether every continuation token is the greedy
+            choice) pair per request, in order.
+        """
         out = []
         for s in self.model.score_batch([tuple(r.args) for r in requests]):
             out.append((s.total, s.is_greedy))
         return out
 
     def loglikelihood_rolling(self, requests) -> List[float]:
+        """The log-probability of each request's whole text, for perplexity.
+
+        The text's tokens (without special tokens) are scored after the BOS token (the EOS token
+        where there is no BOS), in lm-eval's disjoint rolling windows of the model's context length.
+
+        Args:
+            requests: lm-eval Instances whose ``args`` are (text,).
+
+        Returns:
+            One total log-probability (nats) per request, in order.
+
+        Raises:
+            ValueError: the tokenizer has neither a BOS nor an EOS token.
+        """
         m = self.model
         ctx = m.config.max_position_embeddings
         out = []
@@ -66,6 +131,19 @@ class DecodelabLM(LM):
         return out
 
     def generate_until(self, requests) -> List[str]:
+        """A continuation of each request's context, ended by its stop strings or its token budget.
+
+        Greedy unless the request's generation keywords say ``do_sample: true`` (then its
+        temperature, default 0, with seed 0); ``until`` gives the stop strings (not part of the
+        text) and ``max_gen_toks`` the budget (default: the adapter's ``max_gen_toks``). Other
+        keywords are ignored.
+
+        Args:
+            requests: lm-eval Instances whose ``args`` are (context, generation keywords dict).
+
+        Returns:
+            The generated text of each request, in order.
+        """
         out = []
         for r in requests:
             context, kw = r.args

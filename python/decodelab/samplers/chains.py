@@ -1,5 +1,18 @@
 """Keyword chains: generate()'s sampling keywords turned into a Chain, in the order of transformers,
-vLLM or llama.cpp (``ORDERS``), starting from a named ``PRESETS`` entry when asked."""
+vLLM or llama.cpp (``ORDERS``), starting from a named ``PRESETS`` entry when asked.
+
+``ORDERS`` maps each order ("hf", "vllm", "llama.cpp") to its stage names in order; a keyword absent
+from an order is refused for it. ``DEFAULT_ORDER`` is "hf". ``PRESETS`` maps "factual", "balanced" and
+"creative" to keyword dicts.
+
+Examples:
+    >>> ORDERS["llama.cpp"][-1], DEFAULT_ORDER
+    ('temperature', 'hf')
+    >>> PRESETS["factual"]
+    {'temperature': 0.2, 'top_p': 0.9}
+    >>> build_chain(preset="factual")
+    Chain([Temperature(0.2), TopP(0.9), Dist(seed=0)])
+"""
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -71,8 +84,7 @@ def build_chain(*, order: str = DEFAULT_ORDER, seed: int = 0, eos_token_ids: Seq
                 preset: Optional[str] = None, greedy_default: bool = False, min_tokens_to_keep: int = 1,
                 **options) -> Chain:
     """The Chain that keyword options describe, in the order of ``order``, starting from the named
-    ``preset`` (``PRESETS``) when given; the keywords override it. ``min_tokens_to_keep`` goes to
-    the truncation warpers (beam sampling passes the number of EOS ids + 1, as transformers does).
+    ``preset`` (``PRESETS``) when given; the keywords override it.
 
     The rule for ``temperature=0``, stated here alone: it is greedy decoding. The chain ends in
     Greedy; processors (penalties, bias, n-gram bans) still apply and the warpers add no stage, as
@@ -80,6 +92,47 @@ def build_chain(*, order: str = DEFAULT_ORDER, seed: int = 0, eos_token_ids: Seq
     since it would do nothing. A temperature left out means 0 with ``greedy_default`` (generate()'s
     default) and 1 otherwise. Any other temperature ends the chain in Dist(seed). Options at their
     no-op value add no stage.
+
+    Args:
+        order: the stage order, a key of ``ORDERS``: "hf" (the default, ``DEFAULT_ORDER``), "vllm"
+            or "llama.cpp".
+        seed: the seed of the final ``Dist`` stage, an integer in [0, 2**64); default 0. Unused
+            when the chain ends in Greedy.
+        eos_token_ids: the EOS ids that ``min_new_tokens`` bans, each >= 0; default none.
+        preset: a key of ``PRESETS`` ("factual", "balanced", "creative") to start from; default
+            None, no preset.
+        greedy_default: True reads a temperature left out (or None) as 0, greedy decoding, as
+            generate() does; default False, which reads it as 1.
+        min_tokens_to_keep: goes to the truncation warpers (top_k, top_p, min_p, typical_p), >= 1;
+            default 1. Beam sampling passes the number of EOS ids + 1, as transformers does.
+        **options: the sampling keywords: temperature, top_k, top_p, min_p, typical_p,
+            repetition_penalty, presence_penalty, frequency_penalty, no_repeat_ngram_size,
+            logit_bias and min_new_tokens, each in its sampler's range. None, or the sampler's
+            no-op value (temperature 1, top_k 0, top_p 1, min_p 0, typical_p 1, penalties 1 or 0,
+            no_repeat_ngram_size 0, min_new_tokens 0, logit_bias {}), adds no stage.
+
+    Returns:
+        Chain: the stages in ``order``, ending in ``Greedy()`` or ``Dist(seed)``.
+
+    Raises:
+        ValueError: if ``order`` or ``preset`` is unknown, a keyword is not a sampling option or
+            not part of ``order`` (the message names an order that has it, where one does), a
+            truncation warper is given as a keyword with ``temperature=0`` (even at its no-op
+            value), or a value is outside its sampler's range.
+
+    Examples:
+        >>> build_chain(temperature=0.5, top_k=3)
+        Chain([Temperature(0.5), TopK(3), Dist(seed=0)])
+        >>> build_chain(order="llama.cpp", temperature=0.5, top_k=3)
+        Chain([TopK(3), Temperature(0.5), Dist(seed=0)])
+        >>> build_chain(temperature=0, repetition_penalty=1.2)
+        Chain([RepetitionPenalty(1.2), Greedy()])
+        >>> build_chain(preset="balanced", top_p=1.0, seed=7)  # the keyword turns the preset's top_p off
+        Chain([RepetitionPenalty(1.05), Temperature(0.7), Dist(seed=7)])
+        >>> build_chain(temperature=0, top_p=0.9)
+        Traceback (most recent call last):
+            ...
+        ValueError: top_p has no effect with temperature=0 (greedy decoding); set temperature > 0 to sample
     """
     given = options  # the keywords themselves, without the preset's
     if preset is not None:

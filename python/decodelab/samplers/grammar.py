@@ -4,9 +4,18 @@ not allow next. The grammar engine is llguidance (an optional extra: pip install
 "decodelab[constrained]"); the stage itself runs in the C++ chain like any sampler and shows in
 traces with the tokens and probability mass it removed.
 
+``Grammar`` holds a compiled constraint, ``GrammarMask`` is its sampler stage for one tokenizer, and
+``from_options`` picks the one constraint among generate()'s keywords (``OPTION_KEYS``: json_schema,
+regex, grammar, choice). ``SYNTAXES`` lists the syntaxes a Grammar records.
+
+Examples:
+    >>> model = decodelab.load("stories260K")
     >>> g = Grammar.choice(["yes", "no"])
-    >>> model.generate("Is the sky blue? Answer:", grammar=g).text   # doctest: +SKIP
-    'yes'
+    >>> model.generate("Is the sky blue? Answer:", grammar=g, max_new_tokens=5).text in ("yes", "no")
+    True
+    >>> text = model.generate("Once upon a time", regex="[0-9]{2}", max_new_tokens=5).text
+    >>> len(text), text.isdigit()
+    (2, True)
 """
 from __future__ import annotations
 
@@ -21,6 +30,8 @@ import numpy as np
 
 from .._native import _core
 from .base import Sampler
+
+__all__ = ["SYNTAXES", "OPTION_KEYS", "Grammar", "GrammarMask", "from_options"]
 
 SYNTAXES = ("lark", "gbnf", "regex", "json_schema", "choice")
 OPTION_KEYS = ("json_schema", "regex", "grammar", "choice")  # generate()'s keywords, exclusive
@@ -64,7 +75,29 @@ class Grammar:
     ``Grammar(text, syntax="lark")`` takes a Lark / llguidance grammar (``start: ...``) or, with
     ``syntax="gbnf"``, llama.cpp's GBNF (``root ::= ...``); ``Grammar.json_schema(schema)``,
     ``Grammar.regex(pattern)`` (the whole output must match) and ``Grammar.choice([...])`` build the
-    others. A bad grammar raises ValueError here, before any decoding."""
+    others. A bad grammar raises ValueError here, before any decoding. Pass it to generate() as
+    ``grammar=``, or wrap it in a ``GrammarMask`` stage.
+
+    Args:
+        text: the grammar, a non-empty str in the given syntax.
+        syntax: one of ``SYNTAXES``: "lark" (the default), "gbnf", "regex", "json_schema" (the
+            schema's JSON text) or "choice" (use ``Grammar.choice`` for that one).
+
+    Raises:
+        ValueError: if ``syntax`` is unknown, ``text`` is empty or not a str, or the grammar does
+            not compile (the message gives llguidance's reason).
+        ImportError: if llguidance is not installed.
+
+    Examples:
+        >>> Grammar('start: "yes" | "no"')
+        Grammar('start: "yes" | "no"', syntax='lark')
+        >>> Grammar('root ::= "yes" | "no"', syntax="gbnf").syntax
+        'gbnf'
+        >>> Grammar("start: (")
+        Traceback (most recent call last):
+            ...
+        ValueError: invalid lark grammar: ...
+    """
 
     def __init__(self, text: str, syntax: str = "lark"):
         if syntax not in SYNTAXES:
@@ -77,7 +110,24 @@ class Grammar:
 
     @classmethod
     def json_schema(cls, schema) -> "Grammar":
-        """Output that parses as JSON valid under ``schema`` (a dict, or its JSON text)."""
+        """Output that parses as JSON valid under ``schema``.
+
+        Properties are generated in the schema's order.
+
+        Args:
+            schema: a JSON Schema: a dict, or its JSON text.
+
+        Returns:
+            Grammar: a grammar of syntax "json_schema".
+
+        Raises:
+            ValueError: if ``schema`` is text that is not valid JSON, is not a JSON object, or is
+                a schema llguidance cannot compile.
+
+        Examples:
+            >>> Grammar.json_schema({"type": "integer"})
+            Grammar('{"type": "integer"}', syntax='json_schema')
+        """
         if isinstance(schema, str):
             try:
                 schema = json.loads(schema)
@@ -89,12 +139,40 @@ class Grammar:
 
     @classmethod
     def regex(cls, pattern: str) -> "Grammar":
-        """Output that matches ``pattern`` whole (Rust regex syntax, as llguidance reads it)."""
+        """Output that matches ``pattern`` whole (Rust regex syntax, as llguidance reads it).
+
+        Args:
+            pattern: the regular expression, a non-empty str.
+
+        Returns:
+            Grammar: a grammar of syntax "regex".
+
+        Raises:
+            ValueError: if ``pattern`` is empty or not a valid regular expression.
+
+        Examples:
+            >>> Grammar.regex("[0-9]{2}")
+            Grammar('[0-9]{2}', syntax='regex')
+        """
         return cls(pattern, "regex")
 
     @classmethod
     def choice(cls, options: Iterable[str]) -> "Grammar":
-        """Output that is exactly one of ``options``."""
+        """Output that is exactly one of ``options``.
+
+        Args:
+            options: the allowed outputs, a non-empty list of non-empty str.
+
+        Returns:
+            Grammar: a grammar of syntax "choice" (its ``text`` is the options as JSON).
+
+        Raises:
+            ValueError: if ``options`` is a str, empty, or holds an empty or non-str item.
+
+        Examples:
+            >>> Grammar.choice(["yes", "no"])
+            Grammar('["yes", "no"]', syntax='choice')
+        """
         if isinstance(options, (str, bytes)):
             raise ValueError(f"choice must be a list of strings, got {options!r:.80}")
         opts = list(options)
@@ -110,7 +188,31 @@ class Grammar:
 
 
 def from_options(json_schema=None, regex=None, grammar=None, choice=None) -> Optional[Grammar]:
-    """The one constraint among generate()'s json_schema / regex / grammar / choice, or None."""
+    """The one constraint among generate()'s json_schema / regex / grammar / choice, or None.
+
+    Args:
+        json_schema: a JSON Schema (a dict or its JSON text), or None.
+        regex: a regular expression str the whole output must match, or None.
+        grammar: a ``Grammar``, or a Lark grammar str, or None.
+        choice: a list of allowed output strings, or None.
+
+    Returns:
+        Grammar or None: the constraint, or None when all four are None.
+
+    Raises:
+        ValueError: if more than one is given, one has the wrong type, or its grammar does not
+            compile.
+
+    Examples:
+        >>> from_options(choice=["yes", "no"])
+        Grammar('["yes", "no"]', syntax='choice')
+        >>> from_options() is None
+        True
+        >>> from_options(regex="a+", choice=["b"])
+        Traceback (most recent call last):
+            ...
+        ValueError: json_schema, regex, grammar and choice are exclusive; got regex, choice
+    """
     given = [k for k, v in (("json_schema", json_schema), ("regex", regex), ("grammar", grammar), ("choice", choice))
              if v is not None]
     if len(given) > 1:
@@ -174,8 +276,34 @@ class GrammarMask(Sampler):
     the tokens generated so far is removed; end-of-sequence (``eos_token_ids``) only where the
     grammar is complete. One matcher per sequence (sample, beam) follows that sequence's tokens,
     rolled back where they change (beams that swap, drafted tokens a speculative round rejects).
+    The generated tokens are ``apply``'s ``context[n_prompt:]``. generate() builds this stage itself
+    for its ``json_schema``, ``regex``, ``grammar`` and ``choice`` keywords.
 
-    ``mask_seconds`` and ``mask_calls`` count the time spent computing masks."""
+    ``mask_seconds`` and ``mask_calls`` count the time spent computing masks.
+
+    Args:
+        grammar: the constraint, a ``Grammar``. No-op: none (leave the stage out).
+        tokenizer: the model's tokenizer (``model.tokenizer``): a tokenizer.json tokenizer or
+            llama2.c's SentencePiece pieces.
+        vocab_size: the model's vocabulary size (the length of its logits).
+        eos_token_ids: the end-of-sequence ids. Range: at least one; the first is llguidance's EOS.
+
+    Raises:
+        ValueError: if ``grammar`` is not a Grammar, ``tokenizer`` is None or of a kind
+            llguidance cannot read, or ``eos_token_ids`` is empty.
+        ImportError: if llguidance is not installed.
+
+    Examples:
+        >>> model = decodelab.load("stories260K")
+        >>> tok, V = model.tokenizer, model.config.vocab_size
+        >>> mask = GrammarMask(Grammar.choice(["yes", "no"]), tok, V, [tok.eos_token_id])
+        >>> first = mask.apply(np.zeros(V), context=[tok.bos_token_id], n_prompt=1)
+        >>> sorted(tok.id_to_piece(int(t)) for t in np.flatnonzero(np.isfinite(first)))
+        ['<0x6E>', '<0x79>', 'n', 'y']
+        >>> done = mask.apply(np.zeros(V), context=[tok.bos_token_id, *tok.encode_pieces("yes")], n_prompt=1)
+        >>> np.flatnonzero(np.isfinite(done)).tolist() == [tok.eos_token_id]
+        True
+    """
 
     def __init__(self, grammar: Grammar, tokenizer, vocab_size: int, eos_token_ids: Sequence[int]):
         if not isinstance(grammar, Grammar):
@@ -193,7 +321,11 @@ class GrammarMask(Sampler):
         self._core = _core.sampler_token_mask(self._rule, f"grammar({grammar.syntax})")
 
     def matcher(self):
-        """A fresh llguidance matcher of this grammar (for inspection and tests)."""
+        """A fresh llguidance matcher of this grammar (for inspection and tests).
+
+        Returns:
+            llguidance.LLMatcher: a matcher at the start of the grammar, apart from the stage's own.
+        """
         return _llguidance().LLMatcher(self._tokenizer, self.grammar.compiled)
 
     def _rule(self, generated: np.ndarray, sequence: int, address: int, n_words: int) -> None:
@@ -224,10 +356,16 @@ class GrammarMask(Sampler):
         self.mask_calls += 1
 
     def reset(self) -> None:
+        """Forget every sequence's matcher, so the next ``apply`` starts each from the grammar's start."""
         self._matchers.clear()
         self._core.reset()
 
     def clone(self) -> "GrammarMask":
+        """This same stage, not a copy: beams and samples of one call share its matchers.
+
+        Returns:
+            GrammarMask: ``self``.
+        """
         # Clones share the matchers (keyed by sequence): beams and samples of one call.
         return self
 

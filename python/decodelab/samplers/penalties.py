@@ -1,6 +1,15 @@
 """Penalties, biases, bans and forced tokens: samplers that change logits by what the context holds
 (repetition, presence, frequency, n-grams, DRY) or by fixed rules (logit and sequence bias, bad
-words, suppressed tokens, min new tokens, length decay, forced BOS and EOS)."""
+words, suppressed tokens, min new tokens, length decay, forced BOS and EOS).
+
+The context is ``apply``'s ``context``, prompt first; the presence and frequency penalties, MinNewTokens
+and ExponentialDecayLengthPenalty count only the tokens after its first ``n_prompt``.
+
+Examples:
+    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+    >>> probs(Chain([RepetitionPenalty(2.0), SuppressTokens([3])]).apply(logits, context=[0]))
+    [0.385, 0.308, 0.308, 0.0]
+"""
 from __future__ import annotations
 
 import math
@@ -23,12 +32,20 @@ class RepetitionPenalty(Sampler):
     looks only at the last n tokens (llama.cpp's window). ``last_n=0`` is refused: llama.cpp
     reads it as "off".
 
-    Range: r > 0. No-op: r = 1. Source: Keskar et al. 2019 (CTRL);
-    transformers ``RepetitionPenaltyLogitsProcessor``.
+    Source: Keskar et al. 2019 (CTRL); transformers ``RepetitionPenaltyLogitsProcessor``.
 
-    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
-    >>> probs(RepetitionPenalty(2.0).apply(logits, context=[0]))
-    [0.333, 0.267, 0.267, 0.133]
+    Args:
+        penalty: r; above 1 discourages repeats, below 1 encourages them. Range: [0.001, 1000]
+            (further from 1 it overflows float32 logits). No-op: r = 1.
+        last_n: -1 (the default) for the whole context, or n > 0 for the last n tokens.
+
+    Raises:
+        ValueError: if ``penalty`` is outside [0.001, 1000] or ``last_n`` is neither -1 nor > 0.
+
+    Examples:
+        >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+        >>> probs(RepetitionPenalty(2.0).apply(logits, context=[0]))
+        [0.333, 0.267, 0.267, 0.133]
     """
 
     def __init__(self, penalty: float, last_n: int = -1):
@@ -40,12 +57,20 @@ class RepetitionPenalty(Sampler):
 class PresencePenalty(Sampler):
     """Subtract the penalty from every token that occurs in the output so far.
 
-    Range: -2 <= penalty <= 2. No-op: 0. Counts only tokens after the prompt
-    (``context[n_prompt:]``). Source: OpenAI API; vLLM ``presence_penalty``.
+    Counts only tokens after the prompt (``context[n_prompt:]``).
+    Source: OpenAI API; vLLM ``presence_penalty``.
 
-    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
-    >>> probs(PresencePenalty(1.0).apply(logits, context=[0, 0]))
-    [0.269, 0.292, 0.292, 0.146]
+    Args:
+        penalty: the amount subtracted (negative values favour repeats). Range: -2 <= penalty <= 2.
+            No-op: 0.
+
+    Raises:
+        ValueError: if ``penalty`` is outside [-2, 2].
+
+    Examples:
+        >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+        >>> probs(PresencePenalty(1.0).apply(logits, context=[0, 0]))
+        [0.269, 0.292, 0.292, 0.146]
     """
 
     def __init__(self, penalty: float):
@@ -56,12 +81,19 @@ class PresencePenalty(Sampler):
 class FrequencyPenalty(Sampler):
     """Subtract penalty x (occurrences in the output so far) from each token.
 
-    Range: -2 <= penalty <= 2. No-op: 0. Counts only tokens after the prompt.
+    Counts only tokens after the prompt (``context[n_prompt:]``).
     Source: OpenAI API; vLLM ``frequency_penalty``.
 
-    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
-    >>> probs(FrequencyPenalty(1.0).apply(logits, context=[0, 0]))
-    [0.119, 0.352, 0.352, 0.176]
+    Args:
+        penalty: the amount subtracted per occurrence. Range: -2 <= penalty <= 2. No-op: 0.
+
+    Raises:
+        ValueError: if ``penalty`` is outside [-2, 2].
+
+    Examples:
+        >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+        >>> probs(FrequencyPenalty(1.0).apply(logits, context=[0, 0]))
+        [0.119, 0.352, 0.352, 0.176]
     """
 
     def __init__(self, penalty: float):
@@ -72,12 +104,18 @@ class FrequencyPenalty(Sampler):
 class NoRepeatNGram(Sampler):
     """Ban any token that would complete an n-gram already in the context.
 
-    Range: n >= 0. No-op: n = 0. Source: Paulus et al. 2017; transformers
-    ``NoRepeatNGramLogitsProcessor``.
+    Source: Paulus et al. 2017; transformers ``NoRepeatNGramLogitsProcessor``.
 
-    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
-    >>> probs(NoRepeatNGram(2).apply(logits, context=[3, 0, 3]))
-    [0.0, 0.4, 0.4, 0.2]
+    Args:
+        n: the n-gram size. Range: n >= 0. No-op: n = 0.
+
+    Raises:
+        ValueError: if ``n`` < 0.
+
+    Examples:
+        >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+        >>> probs(NoRepeatNGram(2).apply(logits, context=[3, 0, 3]))
+        [0.0, 0.4, 0.4, 0.2]
     """
 
     def __init__(self, n: int):
@@ -94,11 +132,21 @@ def _bias(v) -> float:
 class LogitBias(Sampler):
     """Add a bias to chosen tokens' logits (-inf bans a token).
 
-    Range: token id -> finite bias or -inf. No-op: {}. Source: OpenAI API ``logit_bias``.
+    Source: OpenAI API ``logit_bias``.
 
-    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
-    >>> probs(LogitBias({3: math.log(5)}).apply(logits))
-    [0.357, 0.143, 0.143, 0.357]
+    Args:
+        bias: a dict of token id -> bias. Range: ids >= 0, biases finite in float32 or -inf.
+            No-op: {}.
+
+    Raises:
+        ValueError: if ``bias`` is not a dict, a token id is negative, or a bias is neither finite
+            nor -inf.
+
+    Examples:
+        >>> import math
+        >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+        >>> probs(LogitBias({3: math.log(5)}).apply(logits))
+        [0.357, 0.143, 0.143, 0.357]
     """
 
     def __init__(self, bias: Mapping[int, float]):
@@ -111,11 +159,18 @@ class LogitBias(Sampler):
 class SuppressTokens(Sampler):
     """Remove the given tokens.
 
-    No-op: []. Source: transformers ``SuppressTokensLogitsProcessor``.
+    Source: transformers ``SuppressTokensLogitsProcessor``.
 
-    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
-    >>> probs(SuppressTokens([0]).apply(logits))
-    [0.0, 0.4, 0.4, 0.2]
+    Args:
+        token_ids: the token ids to remove, each >= 0. No-op: [].
+
+    Raises:
+        ValueError: if a token id is negative or not an integer.
+
+    Examples:
+        >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+        >>> probs(SuppressTokens([0]).apply(logits))
+        [0.0, 0.4, 0.4, 0.2]
     """
 
     def __init__(self, token_ids: Iterable[int]):
@@ -127,12 +182,20 @@ class MinNewTokens(Sampler):
     """Ban the EOS tokens until ``min_new_tokens`` tokens have been generated (tokens after the
     prompt: ``len(context) - n_prompt``).
 
-    Range: min_new_tokens >= 0. No-op: 0. Source: transformers
-    ``MinNewTokensLengthLogitsProcessor``.
+    Source: transformers ``MinNewTokensLengthLogitsProcessor``.
 
-    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
-    >>> probs(MinNewTokens(2, eos_token_ids=[0]).apply(logits, context=[1], n_prompt=0))
-    [0.0, 0.4, 0.4, 0.2]
+    Args:
+        min_new_tokens: how many tokens must be generated before EOS may follow. Range: >= 0.
+            No-op: 0.
+        eos_token_ids: the EOS ids to ban, each >= 0. No-op: [].
+
+    Raises:
+        ValueError: if ``min_new_tokens`` or an EOS id is negative.
+
+    Examples:
+        >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+        >>> probs(MinNewTokens(2, eos_token_ids=[0]).apply(logits, context=[1], n_prompt=0))
+        [0.0, 0.4, 0.4, 0.2]
     """
 
     def __init__(self, min_new_tokens: int, eos_token_ids: Iterable[int]):
@@ -149,12 +212,23 @@ class DRY(Sampler):
     default) looks at the whole context, n > 0 at the last n tokens; 0 is refused, as llama.cpp
     reads it as "off".
 
-    Range: multiplier >= 0, base >= 1, allowed_length >= 1. No-op: multiplier = 0.
     Source: p-e-w 2024 (text-generation-webui); llama.cpp ``dry``.
 
-    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
-    >>> probs(DRY(multiplier=1.0, base=2.0, allowed_length=1).apply(logits, context=[1, 2, 1]))
-    [0.572, 0.229, 0.084, 0.114]
+    Args:
+        multiplier: the penalty's scale. Range: finite, >= 0. No-op: multiplier = 0.
+        base: the growth per token of run length. Range: finite, >= 1; default 1.75.
+        allowed_length: the shortest run that is penalised (shorter runs are not). Range: >= 1;
+            default 2.
+        sequence_breakers: token ids that end a run, each >= 0; default none.
+        last_n: -1 (the default) for the whole context, or n > 0 for the last n tokens.
+
+    Raises:
+        ValueError: if a value is outside its range, or ``last_n`` is neither -1 nor > 0.
+
+    Examples:
+        >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+        >>> probs(DRY(multiplier=1.0, base=2.0, allowed_length=1).apply(logits, context=[1, 2, 1]))
+        [0.572, 0.229, 0.084, 0.114]
     """
 
     def __init__(self, multiplier: float, base: float = 1.75, allowed_length: int = 2,
@@ -184,12 +258,22 @@ class SequenceBias(Sampler):
     always applies; a longer one's applies to its last token when the context ends with the rest.
     Biases of sequences ending in the same token add up; -inf bans.
 
-    Range: a dict {tuple of ids: bias} or a list of [ids, bias]; biases finite or -inf.
-    No-op: biases of 0. Source: transformers ``SequenceBiasLogitsProcessor``.
+    Source: transformers ``SequenceBiasLogitsProcessor``.
 
-    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
-    >>> probs(SequenceBias({(1, 2): -math.inf, (3,): math.log(2)}).apply(logits, context=[0, 1]))
-    [0.556, 0.222, 0.0, 0.222]
+    Args:
+        sequence_bias: a dict {tuple of ids: bias} or a list of [ids, bias] pairs. Range: at
+            least one sequence, each non-empty with ids >= 0; biases finite or -inf. No-op: biases
+            of 0.
+
+    Raises:
+        ValueError: if ``sequence_bias`` is neither form, is empty, holds an empty sequence, a
+            negative id or a bias neither finite nor -inf.
+
+    Examples:
+        >>> import math
+        >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+        >>> probs(SequenceBias({(1, 2): -math.inf, (3,): math.log(2)}).apply(logits, context=[0, 1]))
+        [0.556, 0.222, 0.0, 0.222]
     """
 
     def __init__(self, sequence_bias):
@@ -209,11 +293,21 @@ class BadWords(Sampler):
     """Ban each token that would complete one of the given sequences (a one-token sequence: that
     token always). A one-token sequence holding an EOS id is left out, as transformers does.
 
-    Range: a non-empty list of non-empty token-id lists. No-op: none (leave it out). Source: transformers ``NoBadWordsLogitsProcessor`` (``bad_words_ids``).
+    Source: transformers ``NoBadWordsLogitsProcessor`` (``bad_words_ids``).
 
-    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
-    >>> probs(BadWords([[1, 2], [3]]).apply(logits, context=[0, 1]))
-    [0.714, 0.286, 0.0, 0.0]
+    Args:
+        bad_words_ids: the banned sequences. Range: a non-empty list of non-empty token-id lists
+            (ids >= 0). No-op: none (leave the sampler out).
+        eos_token_ids: EOS ids, each >= 0, whose one-token sequences are left out; default none.
+
+    Raises:
+        ValueError: if ``bad_words_ids`` is not a list of token-id lists, is empty, or holds an
+            empty sequence or a negative id, or an EOS id is negative.
+
+    Examples:
+        >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+        >>> probs(BadWords([[1, 2], [3]]).apply(logits, context=[0, 1]))
+        [0.714, 0.286, 0.0, 0.0]
     """
 
     def __init__(self, bad_words_ids, eos_token_ids: Iterable[int] = ()):
@@ -226,12 +320,23 @@ class ExponentialDecayLengthPenalty(Sampler):
     """Once more than ``start`` tokens have been generated, raise each EOS logit by
     |logit| x (factor ** (generated - start) - 1): longer outputs grow ever likelier to end.
 
-    Range: start >= 0, factor > 0 (above 1 favours ending). No-op: factor = 1. Source: transformers
-    ``ExponentialDecayLengthPenalty`` (``exponential_decay_length_penalty=(start, factor)``).
+    Source: transformers ``ExponentialDecayLengthPenalty``
+    (``exponential_decay_length_penalty=(start, factor)``).
 
-    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
-    >>> probs(ExponentialDecayLengthPenalty(1, 2.0, eos_token_ids=[3]).apply(logits, context=[0, 1, 2], n_prompt=0))
-    [0.005, 0.002, 0.002, 0.991]
+    Args:
+        start: how many generated tokens pass before it acts. Range: start >= 0.
+        factor: the growth per token (above 1 favours ending). Range: finite, > 0. No-op: factor = 1.
+        eos_token_ids: the EOS ids to raise, at least one, each >= 0.
+
+    Raises:
+        ValueError: if ``start`` < 0, ``factor`` <= 0 or not finite, or ``eos_token_ids`` is empty
+            or holds a negative id.
+
+    Examples:
+        >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+        >>> decay = ExponentialDecayLengthPenalty(1, 2.0, eos_token_ids=[3])
+        >>> probs(decay.apply(logits, context=[0, 1, 2], n_prompt=0))
+        [0.005, 0.002, 0.002, 0.991]
     """
 
     def __init__(self, start: int, factor: float, eos_token_ids: Iterable[int]):
@@ -245,11 +350,19 @@ class ForcedBOS(Sampler):
     """When the context is one token long, only ``token_id`` may follow (transformers'
     ``forced_bos_token_id``, meant for encoder-decoder models, whose decoder starts from one token).
 
-    Range: a token id. No-op: any context longer than one token. Source: transformers ``ForcedBOSTokenLogitsProcessor``.
+    Source: transformers ``ForcedBOSTokenLogitsProcessor``.
 
-    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
-    >>> probs(ForcedBOS(2).apply(logits, context=[0]))
-    [0.0, 0.0, 1.0, 0.0]
+    Args:
+        token_id: the token forced after a one-token context. Range: a token id >= 0. No-op: any
+            context not one token long.
+
+    Raises:
+        ValueError: if ``token_id`` < 0.
+
+    Examples:
+        >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+        >>> probs(ForcedBOS(2).apply(logits, context=[0]))
+        [0.0, 0.0, 1.0, 0.0]
     """
 
     def __init__(self, token_id: int):
@@ -261,11 +374,20 @@ class ForcedEOS(Sampler):
     """When the context is ``max_length - 1`` tokens long (prompt included), only the EOS ids may
     follow, so the output ends at max_length.
 
-    Range: max_length >= 2, EOS ids. No-op: any other context length. Source: transformers ``ForcedEOSTokenLogitsProcessor`` (``forced_eos_token_id``).
+    Source: transformers ``ForcedEOSTokenLogitsProcessor`` (``forced_eos_token_id``).
 
-    >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
-    >>> probs(ForcedEOS(4, eos_token_ids=[3]).apply(logits, context=[0, 1, 2]))
-    [0.0, 0.0, 0.0, 1.0]
+    Args:
+        max_length: the total length (prompt included) at which the output ends. Range: >= 2.
+            No-op: any other context length.
+        eos_token_ids: the ids allowed at the last position, at least one, each >= 0.
+
+    Raises:
+        ValueError: if ``max_length`` < 2 or ``eos_token_ids`` is empty or holds a negative id.
+
+    Examples:
+        >>> logits = np.log([0.5, 0.2, 0.2, 0.1])
+        >>> probs(ForcedEOS(4, eos_token_ids=[3]).apply(logits, context=[0, 1, 2]))
+        [0.0, 0.0, 0.0, 1.0]
     """
 
     def __init__(self, max_length: int, eos_token_ids: Iterable[int]):

@@ -1,7 +1,18 @@
 """The HTTP server (FastAPI): OpenAI's /v1/completions, /v1/chat/completions and /v1/models, with
 Server-Sent Events for streams, plus /health, /tokenize, /detokenize, Prometheus /metrics and a
 chat page at /. Requests run on a BatchEngine (continuous batching): its thread owns the model and
-hands each request's pieces to the event loop, which never waits on the model itself."""
+hands each request's pieces to the event loop, which never waits on the model itself.
+
+``decodelab serve MODEL`` runs ``create_app`` under uvicorn; in tests and notebooks FastAPI's
+TestClient runs it in-process.
+
+Examples:
+    >>> from fastapi.testclient import TestClient
+    >>> from decodelab.serve import create_app
+    >>> with TestClient(create_app(decodelab.load("stories260K"), "stories")) as client:
+    ...     client.get("/v1/models").json()["data"][0]["id"]
+    'stories'
+"""
 
 import asyncio
 import contextlib
@@ -17,6 +28,8 @@ from .engine import BatchEngine, QueueFull
 from . import protocol as P
 from .protocol import APIError
 
+__all__ = ["create_app", "Metrics", "CHAT_PAGE"]
+
 
 # The chat page (plain HTML and JavaScript) served at /.
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat.html"), encoding="utf-8") as _f:
@@ -24,8 +37,29 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat.html"),
 
 
 class Metrics:
-    """Prometheus metrics of one server (its own registry): requests running and waiting, tokens
-    in and out, time to first token and per output token, KV-cache blocks in use."""
+    """Prometheus metrics of one server (its own registry), served at /metrics.
+
+    Requests running and waiting (decodelab_requests_running, decodelab_requests_waiting), tokens
+    in and out (decodelab_prompt_tokens_total, decodelab_generation_tokens_total), time to first
+    token and per output token (histograms decodelab_time_to_first_token_seconds,
+    decodelab_time_per_output_token_seconds), KV-cache blocks in use (decodelab_kv_blocks_in_use).
+    The gauges are read from the engine and the model when the metrics are rendered.
+
+    Args:
+        model: the served decodelab Model (its ``memory_report()`` gives the blocks in use).
+        engine: the BatchEngine that runs its requests (its ``stats()`` give running and waiting).
+
+    Examples:
+        >>> from decodelab.serve.app import Metrics
+        >>> from decodelab.serve.engine import BatchEngine
+        >>> model = decodelab.load("stories260K")
+        >>> with BatchEngine(model) as engine:
+        ...     metrics = Metrics(model, engine)
+        ...     metrics.record(engine.submit("Once upon a time", max_new_tokens=4, seed=0).result(timeout=30))
+        ...     text = metrics.render().decode()
+        >>> "decodelab_generation_tokens_total 4.0" in text, "decodelab_requests_running 0.0" in text
+        (True, True)
+    """
 
     def __init__(self, model, engine: BatchEngine):
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -48,6 +82,14 @@ class Metrics:
         blocks.set_function(lambda: sum(p.get("blocks_in_use", 0) for p in model.memory_report().values()))
 
     def record(self, g) -> None:
+        """Count a finished request: its new prompt tokens, its tokens generated and its timings.
+
+        Prompt tokens taken from the prefix cache are not counted; time per output token is
+        observed only for generations of more than one token.
+
+        Args:
+            g: the request's Generation.
+        """
         self.prompt_tokens.inc(g.prompt_tokens - g.reused_prompt_tokens)
         self.generation_tokens.inc(sum(len(s.token_ids) for s in g.sequences) if g.sequences else len(g.token_ids))
         self.ttft.observe(g.time_to_first_token)
@@ -55,6 +97,11 @@ class Metrics:
             self.tpot.observe(g.time_per_output_token)
 
     def render(self) -> bytes:
+        """The metrics in Prometheus' text format (``content_type`` is its media type).
+
+        Returns:
+            The exposition text, UTF-8 encoded.
+        """
         return self._latest(self.registry)
 
 
@@ -83,11 +130,56 @@ class _Served:
 def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, default_max_tokens: int = 16,
                max_running: int = 32, max_waiting: int = 256, prefix_cache_mib: int = 256,
                on_load_error: Optional[Callable[[BaseException], None]] = None):
-    """The FastAPI application serving ``model`` under ``served_model_name``: at most
+    """The FastAPI application serving ``model`` under ``served_model_name``.
+
+    Endpoints: POST /v1/completions and /v1/chat/completions (OpenAI's, streamed as Server-Sent
+    Events with ``"stream": true``; chat needs a tokenizer with a chat template), GET /v1/models,
+    /health, /metrics (Prometheus) and / (a chat page), POST /tokenize and /detokenize. At most
     ``max_running`` requests decode together, ``max_waiting`` more wait (then 429), and up to
     ``prefix_cache_mib`` MiB of prompt blocks are kept for prompts that start the same way.
     ``model`` may be a function that loads it: the server then answers at once, /health and every
-    model call with 503 until the model is ready (``on_load_error`` hears a failed load)."""
+    model call with 503 until the model is ready (``on_load_error`` hears a failed load).
+
+    The engine thread starts when the model is ready and stops when the application shuts down
+    (its lifespan), so run the app under uvicorn or in a ``with TestClient(app)`` block.
+
+    Args:
+        model: the decodelab Model to serve, or a function of no arguments that loads and returns
+            it (run on a thread of its own at startup).
+        served_model_name: the model's id in /v1/models; requests must name it in "model" (else 404).
+        api_key: when given, the completions, chat, /tokenize and /detokenize calls need
+            ``Authorization: Bearer API_KEY`` (else 401; /, /health, /v1/models and /metrics stay
+            open); default None (no key).
+        default_max_tokens: the token budget of a request that gives no max_tokens, >= 1; default 16.
+        max_running: requests decoded together in one batch, >= 1; default 32.
+        max_waiting: requests queued beyond the batch before the server answers 429, >= 0;
+            default 256.
+        prefix_cache_mib: MiB of prompt blocks kept for prompts that start the same way, >= 0
+            (0: none); default 256.
+        on_load_error: called with the exception when ``model`` is a loader that fails; default
+            None. The server stays up and answers 503 with the error.
+
+    Returns:
+        The FastAPI application.
+
+    Raises:
+        APIError: not from this call: each endpoint raises it for a bad request, and the app
+            answers it as OpenAI's error JSON with its status (400, 401, 404, 429 or 503).
+
+    Examples:
+        >>> from fastapi.testclient import TestClient
+        >>> from decodelab.serve import create_app
+        >>> app = create_app(decodelab.load("stories260K"), "stories", max_running=4)
+        >>> with TestClient(app) as client:
+        ...     r = client.post("/v1/completions", json={"model": "stories", "prompt": "Once upon a time",
+        ...                                              "max_tokens": 5, "temperature": 0})
+        ...     bad = client.post("/v1/completions", json={"model": "gpt-4", "prompt": "Hi"})
+        ...     health = client.get("/health").json()
+        >>> r.status_code, sorted(r.json()), r.json()["usage"]["prompt_tokens"]
+        (200, ['choices', 'created', 'id', 'model', 'object', 'usage'], 5)
+        >>> bad.status_code, bad.json()["error"]["type"], health
+        (404, 'not_found_error', {'status': 'ok'})
+    """
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, StreamingResponse
 

@@ -1,7 +1,15 @@
 """Continuous batching: a BatchEngine runs the model's C++ Scheduler on one thread of its own.
 Requests join the running batch once their prompt is prefilled (in chunks) and leave when they
 finish; each step decodes every running sequence in one pass with the GIL released. Each request
-is a BatchRequest: its text pieces as they come, then its Generation."""
+is a BatchRequest: its text pieces as they come, then its Generation.
+
+Examples:
+    >>> from decodelab.serve.engine import BatchEngine
+    >>> with BatchEngine(decodelab.load("stories260K")) as engine:
+    ...     requests = [engine.submit(p, max_new_tokens=5, seed=0) for p in ("Once upon a time", "The dog")]
+    ...     [type(r.result(timeout=30)).__name__ for r in requests]
+    ['Generation', 'Generation']
+"""
 from __future__ import annotations
 
 import queue
@@ -15,7 +23,9 @@ from .._native import _core
 from ..text import streaming as text_stream
 from ..results import Generation, StreamPiece, TokenLogprob
 
-QueueFull = _core.QueueFull
+QueueFull = _core.QueueFull  # a RuntimeError: submit() found max_waiting requests waiting already
+
+__all__ = ["BatchEngine", "BatchRequest", "QueueFull"]
 
 # generate() keywords a batched request takes besides the sampling ones.
 _RUN = {"max_new_tokens", "seed", "sampler", "order", "preset", "eos_token_id", "stop", "include_stop_str_in_output",
@@ -23,10 +33,37 @@ _RUN = {"max_new_tokens", "seed", "sampler", "order", "preset", "eos_token_id", 
 
 
 class BatchRequest:
-    """One request in a BatchEngine. Iterate it for StreamPieces (blocking), call result() for the
-    Generation, cancel() to end it at the next step. With ``listener`` given to submit(), events go
-    to it instead, on the engine's thread: ("piece", StreamPiece), then ("done", Generation) or
-    ("error", exception)."""
+    """One request in a BatchEngine, as ``BatchEngine.submit`` returns it (not made directly).
+
+    Iterate it for StreamPieces (blocking; the iteration raises the request's error if it
+    failed), call result() for the Generation, cancel() to end it at the next step. With
+    ``listener`` given to submit(), events go to it instead, on the engine's thread: ("piece",
+    StreamPiece), then ("done", Generation) or ("error", exception); do not iterate such a request
+    (nothing reaches its own queue, so the iteration would wait for ever), use result().
+
+    ``id`` is the scheduler's id of the request, ``prompt_token_ids`` its prompt and ``sequence``
+    its sample number.
+
+    Args:
+        engine: the BatchEngine that runs it.
+        ids: the prompt's token ids.
+        chain: the sampler Chain it decodes with.
+        opts: the RunOptions that ``Model._options`` made of submit()'s keywords.
+        sequence: which sample of its seed it is, >= 0.
+        listener: a function that takes each event, called on the engine's thread; default None
+            (events queue up for iteration).
+
+    Examples:
+        >>> from decodelab.serve.engine import BatchEngine
+        >>> with BatchEngine(decodelab.load("stories260K")) as engine:
+        ...     request = engine.submit("Once upon a time", max_new_tokens=6, seed=0)
+        ...     pieces = list(request)  # StreamPieces as they are decoded
+        ...     g = request.result()
+        >>> request.done, sum(len(p.token_ids) for p in pieces) == len(g.token_ids)
+        (True, True)
+        >>> "".join(p.text for p in pieces) == g.text
+        True
+    """
 
     def __init__(self, engine: "BatchEngine", ids: List[int], chain, opts, sequence: int,
                  listener: Optional[Callable] = None):
@@ -42,15 +79,27 @@ class BatchRequest:
         self._done = threading.Event()
 
     def cancel(self) -> None:
-        """End the generation at the next step; result() then says finish_reason "cancelled"."""
+        """End the generation at the next step; result() then says finish_reason "cancelled".
+
+        Does nothing once the request is done.
+        """
         if not self._done.is_set():
             self.engine._scheduler.cancel(self.id)
 
     @property
     def done(self) -> bool:
+        """True once the request has finished, been cancelled or failed (result() no longer waits)."""
         return self._done.is_set()
 
     def __iter__(self) -> Iterator[StreamPiece]:
+        """The request's StreamPieces as the engine decodes them, blocking between them.
+
+        Yields:
+            StreamPiece: the new text with its token ids (and logprobs when asked for).
+
+        Raises:
+            Exception: the error the request failed with.
+        """
         while True:
             kind, value = self._events.get()
             if kind == "piece":
@@ -61,6 +110,19 @@ class BatchRequest:
                 return
 
     def result(self, timeout: Optional[float] = None) -> Generation:
+        """The request's Generation, once it is done.
+
+        Args:
+            timeout: seconds to wait at most, > 0; default None (wait until it is done).
+
+        Returns:
+            The Generation, as ``Model.generate`` would give for one sequence; a cancelled request
+            has finish_reason "cancelled".
+
+        Raises:
+            TimeoutError: the request did not finish within ``timeout`` seconds.
+            Exception: the error the request failed with (the engine's step raised it).
+        """
         if not self._done.wait(timeout):
             raise TimeoutError(f"request {self.id} did not finish within {timeout} s")
         if isinstance(self._generation, BaseException):
@@ -112,16 +174,42 @@ class BatchRequest:
 
 
 class BatchEngine:
-    """Continuous batching on one model: submit() requests from any thread; one engine thread steps
-    the scheduler while any are alive. ``max_running`` sequences decode together (more wait, up to
-    ``max_waiting``, then submit() raises QueueFull); prompts run in chunks of ``prefill_chunk``
-    tokens, at most ``prefill_budget`` per step; ``prefix_cache_blocks`` full prompt blocks are kept
-    by content for later prompts that start the same way.
+    """Continuous batching on one model: submit() requests from any thread.
+
+    One engine thread (started at once, a daemon) steps the scheduler while any request is alive.
+    ``max_running`` sequences decode together (more wait, up to ``max_waiting``, then submit()
+    raises QueueFull); prompts run in chunks of ``prefill_chunk`` tokens, at most
+    ``prefill_budget`` per step; ``prefix_cache_blocks`` full prompt blocks are kept by content for
+    later prompts that start the same way. Use it as a context manager, or call close(), to stop
+    the thread.
 
     Seeded requests give the same tokens whatever else runs: the decode pass gives each row the same
     arithmetic at every batch size, a prompt's chunks depend on that prompt alone, and the random
     stream on (seed, sequence, step). Prefix reuse would change which pass computed a cached block,
-    so requests with a seed never start from cached blocks (they do leave theirs for others)."""
+    so requests with a seed never start from cached blocks (they do leave theirs for others).
+
+    Args:
+        model: the loaded decodelab Model to run (its weights are shared, not copied).
+        max_running: how many sequences decode together, >= 1; default 32.
+        max_waiting: how many requests may wait beyond those, >= 0; default 256.
+        prefill_chunk: the prompt tokens one chunk of a prefill runs, >= 1; default 256.
+        prefill_budget: the prompt tokens prefilled per step across all requests, >= 1; default 512.
+        prefix_cache_blocks: full prompt blocks kept by content after their request ends, >= 0;
+            default 0 (no prefix reuse).
+        kv_dtype: the KV cache's dtype, one of ``decodelab._core.KV_DTYPES`` ("float32",
+            "bfloat16", "int8"); default "float32".
+
+    Examples:
+        >>> from decodelab.serve.engine import BatchEngine
+        >>> model = decodelab.load("stories260K")
+        >>> with BatchEngine(model, max_running=4) as engine:
+        ...     a = engine.submit("Once upon a time", max_new_tokens=8, seed=1)
+        ...     b = engine.submit("Once upon a time", max_new_tokens=8, seed=1, temperature=0.5)
+        ...     ga, gb = a.result(timeout=30), b.result(timeout=30)
+        >>> alone = model.generate("Once upon a time", max_new_tokens=8, seed=1)
+        >>> ga.token_ids == alone.token_ids  # a seeded request: the same tokens as generate()
+        True
+    """
 
     def __init__(self, model, *, max_running: int = 32, max_waiting: int = 256, prefill_chunk: int = 256,
                  prefill_budget: int = 512, prefix_cache_blocks: int = 0, kv_dtype: str = "float32"):
@@ -143,13 +231,43 @@ class BatchEngine:
         self.close()
 
     def stats(self) -> dict:
-        """The scheduler's counters (running, waiting, prefilling, steps, tokens, ...)."""
+        """The scheduler's counters: requests running, waiting and prefilling, steps, tokens, cached blocks.
+
+        Returns:
+            A dict of ints with the keys cached_blocks, decode_rows, generated_tokens, prefilling,
+            prompt_tokens, reused_tokens, running, steps and waiting.
+        """
         return self._scheduler.stats()
 
     def submit(self, prompt, *, sequence: int = 0, listener: Optional[Callable] = None, **options) -> BatchRequest:
-        """Queue ``prompt`` (text or ids) with generate()'s sampling and stopping keywords (one
-        sequence: not n or beams; ``sequence`` is which sample of a seed it is, as generate's n
-        samples number theirs). ValueError for a bad option, QueueFull when the queue is full."""
+        """Queue ``prompt`` with generate()'s sampling and stopping keywords.
+
+        One sequence per request: not ``n`` or beams (submit n requests with ``sequence`` 0..n-1
+        and one seed for generate's n samples). Without a seed the request gets a random one and
+        may start from cached prompt blocks.
+
+        Args:
+            prompt: text or a sequence of token ids.
+            sequence: which sample of a seed it is, as generate's n samples number theirs, >= 0;
+                default 0.
+            listener: a function called on the engine's thread with each event, ("piece",
+                StreamPiece), then ("done", Generation) or ("error", exception), instead of
+                queueing them for iteration; it must not block; default None.
+            **options: generate()'s keywords: sampling (temperature, top_k, top_p, min_p, ...,
+                sampler, order, preset), max_new_tokens, seed, eos_token_id, stop,
+                include_stop_str_in_output, logprobs, logprobs_mode and the constraints
+                (json_schema, regex, grammar, choice). n, num_beams, cache, trace,
+                guidance_scale, negative_prompt and draft are refused.
+
+        Returns:
+            The BatchRequest, already queued.
+
+        Raises:
+            ValueError: an option the batch engine does not support, a bad option value, or
+                options that make more than one sampler.
+            RuntimeError: the engine is closed.
+            QueueFull: ``max_waiting`` requests wait already.
+        """
         m = self.model
         for k in ("n", "num_beams", "cache", "trace", "guidance_scale", "negative_prompt", "draft"):
             if options.get(k) not in (None, 1, False) or (k == "cache" and options.get(k) is not None):
@@ -175,7 +293,10 @@ class BatchEngine:
         return req
 
     def close(self) -> None:
-        """Cancel what runs, stop the engine thread."""
+        """Cancel what runs, stop the engine thread; later submit() calls raise RuntimeError.
+
+        Waits for the thread to end; cancelled requests' result() says finish_reason "cancelled".
+        """
         with self._lock:
             self._closed = True
             for rid in self._requests:

@@ -1,25 +1,65 @@
 """The OpenAI API's request and response shapes for /v1/completions and /v1/chat/completions:
 each request body checked and turned into generate() options, each Generation turned into the
-response JSON (choices, logprobs, usage). Errors are APIError, rendered as OpenAI's error JSON."""
+response JSON (choices, logprobs, usage). Errors are APIError, rendered as OpenAI's error JSON.
+
+These are plain functions of the request body (a dict), used by ``decodelab.serve.app``; none
+needs a model except the logprobs ones, which need its tokenizer.
+
+Examples:
+    >>> from decodelab.serve import protocol
+    >>> body = protocol.check_fields({"model": "m", "prompt": "Hi", "temperature": 0.7}, protocol.COMPLETION_FIELDS)
+    >>> protocol.sampling_options(body, vocab_size=512, max_context=512)
+    {'temperature': 0.7}
+"""
 from __future__ import annotations
 
 import math
 import numbers
 from typing import Any, Dict, List, Optional, Tuple
 
+__all__ = ["APIError", "COMPLETION_FIELDS", "CHAT_FIELDS", "check_fields", "number", "integer", "sampling_options",
+           "response_format", "run_options", "usage", "completion_logprobs", "chat_logprobs", "finish_reason",
+           "messages_of"]
+
 
 class APIError(Exception):
-    """An error the client gets as {"error": {"message", "type", "param", "code"}}."""
+    """An error the client gets as {"error": {"message", "type", "param", "code"}}, with an HTTP status.
+
+    The server's exception handler answers every APIError with ``body()`` as JSON and ``status``
+    as the HTTP status code. The arguments are kept as the attributes ``status``, ``message``,
+    ``param`` and ``kind``.
+
+    Args:
+        status: the HTTP status code: 400 (a bad request), 401, 404, 429 or 503.
+        message: what is wrong, for the client.
+        param: the request field at fault; default None.
+        kind: OpenAI's error type, e.g. "invalid_request_error" (the default),
+            "authentication_error", "not_found_error", "rate_limit_error", "service_unavailable".
+
+    Examples:
+        >>> from decodelab.serve.protocol import APIError
+        >>> e = APIError(400, "top_p must be a number in [1e-09, 1.0], got 2", "top_p")
+        >>> e.status, str(e)
+        (400, 'top_p must be a number in [1e-09, 1.0], got 2')
+        >>> e.body()
+        {'error': {'message': 'top_p must be a number in [1e-09, 1.0], got 2', 'type': 'invalid_request_error',
+                   'param': 'top_p', 'code': None}}
+    """
 
     def __init__(self, status: int, message: str, param: Optional[str] = None, kind: str = "invalid_request_error"):
         super().__init__(message)
         self.status, self.message, self.param, self.kind = status, message, param, kind
 
     def body(self) -> dict:
+        """The error as OpenAI's JSON body.
+
+        Returns:
+            {"error": {"message": ..., "type": kind, "param": ..., "code": None}}.
+        """
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": None}}
 
 
-# OpenAI fields decodelab does not do: named in a 400 rather than ignored.
+# OpenAI fields decodelab does not do: named in a 400 rather than ignored (unless at their default).
 _UNSUPPORTED = {"echo", "best_of", "suffix", "tools", "tool_choice", "functions", "function_call",
                 "parallel_tool_calls", "audio", "modalities", "prediction", "web_search_options"}
 # Sampling fields beyond OpenAI's, accepted as vLLM accepts them (extra body fields).
@@ -33,6 +73,31 @@ CHAT_FIELDS = _COMMON | {"messages", "max_completion_tokens", "logprobs", "top_l
 
 
 def number(body: dict, key: str, default, lo: float, hi: float):
+    """A finite number field of the body, checked against its range.
+
+    Args:
+        body: the request body.
+        key: the field's name.
+        default: what an absent (or null) field means.
+        lo: the smallest value allowed.
+        hi: the largest value allowed.
+
+    Returns:
+        The field's value as given (an int or a float), or ``default``.
+
+    Raises:
+        APIError: 400 naming ``key``, when the value is not a finite number in [lo, hi] (booleans
+            are not numbers here).
+
+    Examples:
+        >>> from decodelab.serve.protocol import APIError, number
+        >>> number({"temperature": 0.5}, "temperature", 1.0, 0.0, 2.0), number({}, "temperature", 1.0, 0.0, 2.0)
+        (0.5, 1.0)
+        >>> number({"temperature": 3}, "temperature", 1.0, 0.0, 2.0)
+        Traceback (most recent call last):
+        ...
+        decodelab.serve.protocol.APIError: temperature must be a number in [0.0, 2.0], got 3
+    """
     v = body.get(key)
     if v is None:
         return default
@@ -42,6 +107,31 @@ def number(body: dict, key: str, default, lo: float, hi: float):
 
 
 def integer(body: dict, key: str, default, lo: int, hi: int):
+    """An integer field of the body, checked against its range.
+
+    Args:
+        body: the request body.
+        key: the field's name.
+        default: what an absent (or null) field means.
+        lo: the smallest value allowed.
+        hi: the largest value allowed.
+
+    Returns:
+        The field's value, or ``default``.
+
+    Raises:
+        APIError: 400 naming ``key``, when the value is not an int in [lo, hi] (a float such as
+            2.0, or a boolean, is refused).
+
+    Examples:
+        >>> from decodelab.serve.protocol import integer
+        >>> integer({"n": 2}, "n", 1, 1, 16), integer({"n": None}, "n", 1, 1, 16)
+        (2, 1)
+        >>> integer({"n": 2.0}, "n", 1, 1, 16)
+        Traceback (most recent call last):
+        ...
+        decodelab.serve.protocol.APIError: n must be an integer in [1, 16], got 2.0
+    """
     v = body.get(key)
     if v is None:
         return default
@@ -51,6 +141,35 @@ def integer(body: dict, key: str, default, lo: int, hi: int):
 
 
 def check_fields(body: Any, allowed: set) -> dict:
+    """The body, once it is a JSON object whose fields are all known and supported.
+
+    An unsupported OpenAI field (echo, best_of, suffix, tools, ...) is refused unless it is at its
+    OpenAI default (null, false, an empty list, or best_of 1), which asks for nothing.
+
+    Args:
+        body: the parsed JSON body, of any type.
+        allowed: the fields the endpoint knows, COMPLETION_FIELDS or CHAT_FIELDS.
+
+    Returns:
+        ``body`` itself, unchanged.
+
+    Raises:
+        APIError: 400 when the body is not an object, holds a field not in ``allowed`` (the first
+            in name order is named), or asks for an unsupported field.
+
+    Examples:
+        >>> from decodelab.serve.protocol import COMPLETION_FIELDS, check_fields
+        >>> check_fields({"model": "m", "prompt": "Hi", "best_of": 1}, COMPLETION_FIELDS)
+        {'model': 'm', 'prompt': 'Hi', 'best_of': 1}
+        >>> check_fields({"model": "m", "prompt": "Hi", "temprature": 1}, COMPLETION_FIELDS)
+        Traceback (most recent call last):
+        ...
+        decodelab.serve.protocol.APIError: unknown parameter 'temprature'
+        >>> check_fields({"model": "m", "prompt": "Hi", "echo": True}, COMPLETION_FIELDS)
+        Traceback (most recent call last):
+        ...
+        decodelab.serve.protocol.APIError: echo is not supported by this server
+    """
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")
     unknown = sorted(k for k in body if k not in allowed)
@@ -64,7 +183,37 @@ def check_fields(body: Any, allowed: set) -> dict:
 
 
 def sampling_options(body: dict, *, vocab_size: int, max_context: int) -> dict:
-    """The generate() keywords that the body's sampling fields mean (OpenAI's defaults: T = 1)."""
+    """The generate() keywords that the body's sampling fields mean (OpenAI's defaults: T = 1).
+
+    OpenAI's fields (temperature in [0, 2], top_p in (0, 1], presence_penalty and
+    frequency_penalty in [-2, 2], logit_bias: token id -> bias in [-100, 100]) and vLLM's extra
+    ones (top_k: -1 or 0 for all, min_p, typical_p, repetition_penalty, no_repeat_ngram_size,
+    min_tokens as min_new_tokens, order). At temperature 0 (greedy), top_p, top_k, min_p and
+    typical_p are dropped: OpenAI accepts them there and they cannot change the top token.
+
+    Args:
+        body: the request body.
+        vocab_size: the model's vocabulary size, the bound of top_k and of logit_bias token ids.
+        max_context: the model's context length, the bound of no_repeat_ngram_size and min_tokens.
+
+    Returns:
+        A dict of generate() keywords; always "temperature", the others only where the body
+        gives them.
+
+    Raises:
+        APIError: 400 naming the field whose value is out of range or of the wrong type (an
+            unknown order, a logit_bias key that is not a token id in the vocabulary, ...).
+
+    Examples:
+        >>> from decodelab.serve.protocol import sampling_options
+        >>> sampling_options({"temperature": 0.7, "top_k": -1, "logit_bias": {"5": -100}}, vocab_size=512,
+        ...                  max_context=512)
+        {'temperature': 0.7, 'top_k': 0, 'logit_bias': {5: -100.0}}
+        >>> sampling_options({"temperature": 0, "top_p": 0.5}, vocab_size=512, max_context=512)
+        {'temperature': 0}
+        >>> sampling_options({}, vocab_size=512, max_context=512)
+        {'temperature': 1.0}
+    """
     opts: Dict[str, Any] = {}
     opts["temperature"] = number(body, "temperature", 1.0, 0.0, 2.0)
     if body.get("top_p") is not None:
@@ -113,8 +262,30 @@ def sampling_options(body: dict, *, vocab_size: int, max_context: int) -> dict:
 
 
 def response_format(body: dict) -> dict:
-    """generate()'s constraint for OpenAI's response_format: {"type": "text"} (none), "json_object"
-    (any JSON object) or "json_schema" ({"json_schema": {"name": ..., "schema": {...}}})."""
+    """generate()'s constraint for OpenAI's response_format.
+
+    {"type": "text"} (none), "json_object" (any JSON object) or "json_schema"
+    ({"json_schema": {"name": ..., "schema": {...}}}).
+
+    Args:
+        body: the chat request body.
+
+    Returns:
+        {} for no response_format or type "text", else {"json_schema": schema} to pass to
+        generate().
+
+    Raises:
+        APIError: 400 naming response_format, for another type or a json_schema without a schema
+            object.
+
+    Examples:
+        >>> from decodelab.serve.protocol import response_format
+        >>> response_format({}), response_format({"response_format": {"type": "json_object"}})
+        ({}, {'json_schema': {'type': 'object'}})
+        >>> response_format({"response_format": {"type": "json_schema",
+        ...                                      "json_schema": {"name": "n", "schema": {"type": "integer"}}}})
+        {'json_schema': {'type': 'integer'}}
+    """
     rf = body.get("response_format")
     if rf is None:
         return {}
@@ -135,7 +306,36 @@ def response_format(body: dict) -> dict:
 
 
 def run_options(body: dict, *, max_tokens_key: Tuple[str, ...], default_max: int, max_context: int) -> dict:
-    """max_new_tokens, n, stop, seed, logprobs_mode and ignore_eos of a request."""
+    """max_new_tokens, n, stop, seed, logprobs_mode and ignore_eos of a request, as generate() keywords.
+
+    stop is a string or a list of at most 4 non-empty strings; a seed may be any int in
+    [-2**63, 2**64) and is taken modulo 2**64; logprobs_mode is "raw" (the default) or
+    "processed" (vLLM's "raw_logprobs" and "processed_logprobs" too); ignore_eos true becomes
+    ``eos_token_id=[]``.
+
+    Args:
+        body: the request body.
+        max_tokens_key: the fields that may give the token budget, in order (the last one present
+            wins): ("max_tokens",) for completions, ("max_tokens", "max_completion_tokens") for chat.
+        default_max: max_new_tokens when the body gives none.
+        max_context: the model's context length, the largest budget allowed.
+
+    Returns:
+        A dict with max_new_tokens, n (1 to 16, default 1) and logprobs_mode, and stop, seed and
+        eos_token_id where the body asks for them.
+
+    Raises:
+        APIError: 400 naming the field at fault (a budget outside [1, max_context], n outside
+            [1, 16], a bad stop, seed, logprobs_mode or ignore_eos).
+
+    Examples:
+        >>> from decodelab.serve.protocol import run_options
+        >>> run_options({"max_tokens": 8, "stop": ".", "seed": -1}, max_tokens_key=("max_tokens",), default_max=16,
+        ...             max_context=512)
+        {'max_new_tokens': 8, 'n': 1, 'stop': ['.'], 'seed': 18446744073709551615, 'logprobs_mode': 'raw'}
+        >>> run_options({"ignore_eos": True}, max_tokens_key=("max_tokens",), default_max=16, max_context=512)
+        {'max_new_tokens': 16, 'n': 1, 'logprobs_mode': 'raw', 'eos_token_id': []}
+    """
     out: Dict[str, Any] = {}
     mt = None
     for key in max_tokens_key:
@@ -165,6 +365,19 @@ def run_options(body: dict, *, max_tokens_key: Tuple[str, ...], default_max: int
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    """A response's usage object.
+
+    Args:
+        prompt_tokens: the prompt's length in tokens.
+        completion_tokens: the tokens generated, over all choices.
+
+    Returns:
+        {"prompt_tokens", "completion_tokens", "total_tokens"}.
+
+    Examples:
+        >>> decodelab.serve.protocol.usage(5, 16)
+        {'prompt_tokens': 5, 'completion_tokens': 16, 'total_tokens': 21}
+    """
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens}
 
@@ -180,7 +393,27 @@ def _shown(seq, tokenizer) -> list:
 
 
 def completion_logprobs(seq, tokenizer, prompt_offset: int = 0) -> dict:
-    """A completions choice's logprobs: tokens, token_logprobs, top_logprobs, text_offset."""
+    """A completions choice's logprobs: tokens, token_logprobs, top_logprobs, text_offset.
+
+    An end-of-turn token that stopped the reply (no text of its own) is left out, as OpenAI does.
+
+    Args:
+        seq: a GeneratedSequence (``Generation.sequences[i]``) or a StreamPiece, made with logprobs.
+        tokenizer: the model's tokenizer, to write each token as text.
+        prompt_offset: the character offset of the first token, for text_offset; default 0.
+
+    Returns:
+        A dict of four lists, one entry per token: tokens (text), token_logprobs (floats),
+        top_logprobs ({text: logprob} of the most likely tokens) and text_offset (ints).
+
+    Examples:
+        >>> from decodelab.serve.protocol import completion_logprobs
+        >>> model = decodelab.load("stories260K")
+        >>> g = model.generate("Once upon a time", max_new_tokens=3, logprobs=2, eos_token_id=[])
+        >>> lp = completion_logprobs(g.sequences[0], model.tokenizer, prompt_offset=16)
+        >>> sorted(lp), len(lp["tokens"]), lp["text_offset"][0], [len(t) for t in lp["top_logprobs"]]
+        (['text_offset', 'token_logprobs', 'tokens', 'top_logprobs'], 3, 16, [2, 2, 2])
+    """
     lps = _shown(seq, tokenizer)
     pieces = [tokenizer.decode([lp.token]) for lp in lps]
     offsets, pos = [], prompt_offset
@@ -192,7 +425,26 @@ def completion_logprobs(seq, tokenizer, prompt_offset: int = 0) -> dict:
 
 
 def chat_logprobs(seq, tokenizer) -> dict:
-    """A chat choice's logprobs: content, one entry per token with its top_logprobs."""
+    """A chat choice's logprobs: content, one entry per token with its top_logprobs.
+
+    An end-of-turn token that stopped the reply (no text of its own) is left out, as OpenAI does.
+
+    Args:
+        seq: a GeneratedSequence (``Generation.sequences[i]``) or a StreamPiece, made with logprobs.
+        tokenizer: the model's tokenizer, to write each token as text.
+
+    Returns:
+        {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob",
+        "bytes"}, ...]}, ...], "refusal": None}; bytes are the token text's UTF-8 bytes.
+
+    Examples:
+        >>> from decodelab.serve.protocol import chat_logprobs
+        >>> model = decodelab.load("stories260K")
+        >>> g = model.generate("Once upon a time", max_new_tokens=3, logprobs=2, eos_token_id=[])
+        >>> lp = chat_logprobs(g.sequences[0], model.tokenizer)
+        >>> len(lp["content"]), sorted(lp["content"][0]), len(lp["content"][0]["top_logprobs"])
+        (3, ['bytes', 'logprob', 'token', 'top_logprobs'], 2)
+    """
     def entry(t, v):
         s = tokenizer.decode([t])
         return {"token": s, "logprob": v, "bytes": list(s.encode("utf-8"))}
@@ -201,10 +453,52 @@ def chat_logprobs(seq, tokenizer) -> dict:
 
 
 def finish_reason(seq) -> str:
+    """OpenAI's finish_reason for a sequence: "length" for the token budget, "stop" for the rest.
+
+    decodelab's other reasons ("stop": an EOS token or a stop string; "cancelled") become "stop".
+
+    Args:
+        seq: a GeneratedSequence or anything with a ``finish_reason`` attribute.
+
+    Returns:
+        "length" or "stop".
+
+    Examples:
+        >>> from types import SimpleNamespace
+        >>> from decodelab.serve.protocol import finish_reason
+        >>> [finish_reason(SimpleNamespace(finish_reason=r)) for r in ("length", "stop", "cancelled")]
+        ['length', 'stop', 'stop']
+    """
     return "length" if seq.finish_reason == "length" else "stop"
 
 
 def messages_of(body: dict) -> List[dict]:
+    """A chat request's messages as the chat template takes them: role and content, content as text.
+
+    Content given as a list of parts must be text parts only ({"type": "text", "text": ...});
+    they are joined. Other fields of a message (name, ...) are dropped.
+
+    Args:
+        body: the chat request body.
+
+    Returns:
+        A list of {"role": str, "content": str}, in order.
+
+    Raises:
+        APIError: 400 naming messages, when they are not a non-empty list of objects with a
+            string role and a string (or text parts) content.
+
+    Examples:
+        >>> from decodelab.serve.protocol import messages_of
+        >>> messages_of({"messages": [{"role": "system", "content": "Be brief."},
+        ...                           {"role": "user", "content": [{"type": "text", "text": "Hi"},
+        ...                                                        {"type": "text", "text": "!"}]}]})
+        [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi!'}]
+        >>> messages_of({"messages": []})
+        Traceback (most recent call last):
+        ...
+        decodelab.serve.protocol.APIError: messages must be a non-empty list
+    """
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise APIError(400, "messages must be a non-empty list", "messages")

@@ -4,6 +4,21 @@
 shape (the compute cost and numerics of a shape do not depend on training), and
 ``convert_llama2c`` turns a llama2.c checkpoint into a Hugging Face Llama folder, permuting the
 q/k rows from Meta's interleaved RoPE order to Hugging Face's rotate_half order.
+
+``SHAPES`` names the shapes: published widths (gpt2-124m, llama-110m, qwen2.5-0.5b, qwen3-0.6b,
+llama-3.2-1b, mistral-7b, phi-3-mini, pythia-160m, gemma-2-2b, gemma-3-1b) and tiny ones for fast
+tests (gpt2-tiny, llama-tiny, llama-tiny-tied, qwen2-tiny, qwen3-tiny, mistral-tiny, phi3-tiny,
+pythia-tiny, gemma2-tiny, gemma3-tiny, llama3-tiny). Each is a dict of config.json keys plus
+"arch" ("gpt2", "llama" or "gpt_neox") and, for the Llama family, "family" ("llama", "qwen2",
+"qwen3", "mistral", "phi3", "gemma2", "gemma3"); a dict of the same form may be passed instead of
+a name.
+
+Examples:
+    >>> import decodelab.testing
+    >>> path = decodelab.testing.write_checkpoint("ckpt", "llama-tiny", byte_tokenizer=True)
+    >>> model = decodelab.load(path)
+    >>> model.config.vocab_size, model.config.n_layers, model.tokenizer is not None
+    (512, 2, True)
 """
 from __future__ import annotations
 
@@ -16,6 +31,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..formats import llama2c
+
+__all__ = ["SHAPES", "write_checkpoint", "write_hf_folder", "random_weights", "convert_llama2c", "byte_level_tokenizer",
+           "meta_to_hf_rope_rows"]
 
 SHAPES: Dict[str, dict] = {
     # GPT-2 small (124M parameters).
@@ -219,7 +237,38 @@ def _save(tensors: Dict[str, np.ndarray], path: str, dtype: str) -> None:
 
 def write_hf_folder(out_dir: str, config: dict, tensors: Dict[str, np.ndarray], dtype: str = "float32",
                     shards: int = 1) -> str:
-    """Write config.json and model.safetensors (or ``shards`` files plus an index)."""
+    """Write config.json and model.safetensors (or ``shards`` files plus an index) into a folder.
+
+    The config is written with ``"dtype"`` set to ``dtype``; the tensors are cast to it. With
+    shards > 1 the tensors are split, in order, into ``shards`` files of about equal size
+    (model-00001-of-0000N.safetensors, ...) and model.safetensors.index.json maps each name to its
+    file, as Hugging Face writes sharded checkpoints.
+
+    Args:
+        out_dir: the folder, created if needed; files already there are overwritten.
+        config: the config.json contents.
+        tensors: the weights by name, numpy arrays (float32 from ``random_weights``).
+        dtype: the stored dtype, "float32", "float16" or "bfloat16" (needs torch); default "float32".
+        shards: how many safetensors files, >= 1; default 1.
+
+    Returns:
+        ``out_dir``.
+
+    Raises:
+        ValueError: an unknown dtype, or shards below 1.
+
+    Examples:
+        >>> import os
+        >>> import decodelab.testing
+        >>> config, tensors = decodelab.testing.random_weights("llama-tiny")
+        >>> decodelab.testing.write_hf_folder("sharded", config, tensors, dtype="float16", shards=2)
+        'sharded'
+        >>> sorted(os.listdir("sharded"))
+        ['config.json', 'model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors',
+         'model.safetensors.index.json']
+        >>> decodelab.load("sharded").config.hidden_size
+        64
+    """
     if dtype not in ("float32", "float16", "bfloat16"):
         raise ValueError(f"dtype must be float32, float16 or bfloat16, got {dtype!r}")
     if shards < 1:
@@ -250,8 +299,35 @@ def write_hf_folder(out_dir: str, config: dict, tensors: Dict[str, np.ndarray], 
 
 
 def random_weights(shape, seed: int = 0, progress: bool = False):
-    """(config dict, {name: fp32 array}) for a shape name or dict; deterministic in ``seed``.
-    ``progress``: a tqdm bar over the tensors."""
+    """Random weights of a shape: (config dict, {name: fp32 array}), deterministic in ``seed``.
+
+    Norm weights are drawn around 1 (1 + 0.1 x N(0, 1)), every other tensor as 0.02 x N(0, 1), in
+    Hugging Face's tensor names for the architecture.
+
+    Args:
+        shape: a name from SHAPES, or a dict in the same form.
+        seed: the seed of numpy's default_rng; default 0.
+        progress: show a tqdm bar over the tensors; default False.
+
+    Returns:
+        (config, tensors): the config.json contents and the float32 weights by name.
+
+    Raises:
+        KeyError: ``shape`` is a name not in SHAPES (the name is looked up before the check that
+            would raise ValueError).
+        ValueError: a shape dict with an unknown arch or family.
+
+    Examples:
+        >>> import decodelab.testing
+        >>> config, tensors = decodelab.testing.random_weights("llama-tiny", seed=1)
+        >>> config["model_type"], config["num_hidden_layers"], len(tensors)
+        ('llama', 2, 21)
+        >>> tensors["model.embed_tokens.weight"].shape, tensors["model.embed_tokens.weight"].dtype
+        ((512, 64), dtype('float32'))
+        >>> again = decodelab.testing.random_weights("llama-tiny", seed=1)[1]
+        >>> all(np.array_equal(tensors[k], again[k]) for k in tensors)
+        True
+    """
     spec = SHAPES[shape] if isinstance(shape, str) else shape
     if isinstance(shape, str) and shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
@@ -270,10 +346,41 @@ def random_weights(shape, seed: int = 0, progress: bool = False):
 def write_checkpoint(out_dir: str, shape="llama-tiny", *, seed: int = 0, dtype: str = "float32", shards: int = 1,
                      tokenizer_dir: Optional[str] = None, byte_tokenizer: bool = False,
                      progress: bool = False) -> str:
-    """Write a random-initialised Hugging Face checkpoint of ``shape`` (a name from SHAPES or a
-    dict in the same form). ``tokenizer_dir``: tokenizer files to copy beside the weights;
-    ``byte_tokenizer``: otherwise write byte_level_tokenizer(vocab_size) as tokenizer.json, so
-    that text prompts work (vocabularies of at least 257 tokens). ``progress``: tqdm bars."""
+    """Write a random-initialised Hugging Face checkpoint of ``shape`` that ``decodelab.load`` reads.
+
+    The weights are ``random_weights(shape, seed)``, written by ``write_hf_folder``. Without
+    ``tokenizer_dir`` or ``byte_tokenizer`` the folder has no tokenizer: prompts must be token ids.
+
+    Args:
+        out_dir: the folder to write, created if needed.
+        shape: a name from SHAPES or a dict in the same form; default "llama-tiny".
+        seed: the weights' seed; default 0.
+        dtype: the stored dtype, "float32", "float16" or "bfloat16"; default "float32".
+        shards: how many safetensors files, >= 1; default 1.
+        tokenizer_dir: a folder whose tokenizer files (tokenizer.json, vocab.json, merges.txt,
+            tokenizer.bin, those that exist) are copied beside the weights; default None.
+        byte_tokenizer: without ``tokenizer_dir``, write byte_level_tokenizer(vocab_size) as
+            tokenizer.json, so that text prompts work (only for vocabularies of at least 257
+            tokens; smaller ones get no tokenizer); default False.
+        progress: tqdm bars; default False.
+
+    Returns:
+        ``out_dir``.
+
+    Raises:
+        ValueError: an unknown shape name, dtype or arch, or shards below 1.
+
+    Examples:
+        >>> import decodelab.testing
+        >>> path = decodelab.testing.write_checkpoint("no_tokenizer", "llama-tiny")
+        >>> model = decodelab.load(path)
+        >>> model.tokenizer is None, model.forward([1, 2, 3]).shape
+        (True, (3, 512))
+        >>> decodelab.testing.write_checkpoint("other", "llama-huge")
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown shape 'llama-huge'; known: gpt2-124m, gpt2-tiny, ...
+    """
     if isinstance(shape, str) and shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
     cfg, tensors = random_weights(shape, seed, progress=progress)
@@ -289,9 +396,27 @@ def write_checkpoint(out_dir: str, shape="llama-tiny", *, seed: int = 0, dtype: 
 
 
 def byte_level_tokenizer(vocab_size: int):
-    """A `tokenizers.Tokenizer` for random checkpoints: one token per byte (GPT-2's byte-level
-    alphabet, ids 0-255), "<|endoftext|>" at 256, and unused "<|extra_N|>" tokens up to
-    vocab_size. Any text round-trips; the ids mean nothing to random weights."""
+    """A ``tokenizers.Tokenizer`` for random checkpoints: one token per byte, no merges.
+
+    One token per byte (GPT-2's byte-level alphabet, ids 0-255, token i is byte i), "<|endoftext|>"
+    at 256, and unused "<|extra_N|>" tokens up to vocab_size. Any text round-trips; the ids mean
+    nothing to random weights.
+
+    Args:
+        vocab_size: the vocabulary size, at least 257.
+
+    Returns:
+        The ``tokenizers.Tokenizer`` (save it with ``.save(path)`` as tokenizer.json).
+
+    Raises:
+        ValueError: vocab_size is below 257.
+
+    Examples:
+        >>> import decodelab.testing
+        >>> tok = decodelab.testing.byte_level_tokenizer(300)
+        >>> tok.get_vocab_size(), tok.encode("hé").ids, tok.decode(tok.encode("hé").ids)
+        (300, [104, 195, 169], 'hé')
+    """
     from tokenizers import Tokenizer as _T, decoders, models, pre_tokenizers
 
     if vocab_size < 257:
@@ -321,16 +446,57 @@ _BYTE_OF = _bytes_to_unicode()
 
 
 def meta_to_hf_rope_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
-    """Reorder q/k projection rows from Meta's interleaved RoPE pairs (2i, 2i+1) to Hugging
-    Face's rotate_half pairs (i, i + head_dim/2), per head."""
+    """Reorder q/k projection rows from Meta's interleaved RoPE pairs to Hugging Face's rotate_half pairs.
+
+    Within each head, rows (2i, 2i+1) of Meta's layout become rows (i, i + head_dim/2): the even
+    rows first, then the odd ones.
+
+    Args:
+        w: a q or k projection weight, shape (n_heads x head_dim, in_features).
+        n_heads: the heads it holds (the key/value heads for k under grouped-query attention).
+
+    Returns:
+        The reordered weight, same shape (a new array).
+
+    Examples:
+        >>> import decodelab.testing
+        >>> w = np.arange(8.0).reshape(4, 2)  # one head of dimension 4: rows 0, 1, 2, 3
+        >>> decodelab.testing.meta_to_hf_rope_rows(w, 1)[:, 0]  # rows 0, 2, 1, 3
+        array([0., 4., 2., 6.])
+    """
     out, dim = w.shape
     hd = out // n_heads
     return w.reshape(n_heads, hd // 2, 2, dim).transpose(0, 2, 1, 3).reshape(out, dim)
 
 
 def convert_llama2c(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, progress: bool = False) -> str:
-    """Convert a llama2.c checkpoint into a Hugging Face LlamaForCausalLM folder (``progress``: a
-    tqdm bar over the tensors)."""
+    """Convert a llama2.c checkpoint into a Hugging Face LlamaForCausalLM folder.
+
+    The weights are kept in float32, the q/k rows reordered for rotate_half RoPE
+    (``meta_to_hf_rope_rows``); BOS is 1 and EOS 2, as in llama2.c.
+
+    Args:
+        checkpoint: the llama2.c .bin file.
+        out_dir: the folder to write, created if needed.
+        tokenizer: a llama2.c tokenizer .bin to copy beside the weights as tokenizer.bin; default
+            None: tokenizer.bin or tok{vocab_size}.bin beside the checkpoint, if there is one.
+        progress: a tqdm bar over the tensors; default False.
+
+    Returns:
+        ``out_dir``.
+
+    Examples:
+        >>> import os
+        >>> import decodelab.testing
+        >>> from decodelab.loading import BUILTIN
+        >>> decodelab.testing.convert_llama2c(BUILTIN["stories260K"], "stories_hf")  # finds tok512.bin beside it
+        'stories_hf'
+        >>> sorted(os.listdir("stories_hf"))
+        ['config.json', 'model.safetensors', 'tokenizer.bin']
+        >>> hf, bin_ = decodelab.load("stories_hf"), decodelab.load("stories260K")
+        >>> bool(np.allclose(hf.forward([1, 403, 407]), bin_.forward([1, 403, 407]), atol=1e-4))
+        True
+    """
     cfg, entries = llama2c.read_llama2c(checkpoint)
     data = np.memmap(checkpoint, dtype=np.uint8, mode="r")
     tensors = {}

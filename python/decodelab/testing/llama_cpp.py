@@ -1,5 +1,11 @@
 """llama.cpp beside decodelab on one GGUF file (through llama-cpp-python, a benchmark peer that is
-not a declared dependency): the evidence that an exported file is the same model."""
+not a declared dependency): the evidence that an exported file is the same model.
+
+Examples:
+    >>> from decodelab.testing.llama_cpp import compare_gguf
+    >>> compare_gguf("my-model", "my-model.gguf") < 1e-2  # doctest: +SKIP
+    True
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -8,12 +14,37 @@ __all__ = ["compare_gguf"]
 
 
 def compare_gguf(folder, gguf_path, n_tokens=24, against="folder", precise=False):
-    """Max |logit difference| between llama.cpp on `gguf_path` and decodelab on `folder`, over a
-    prompt of pseudo-random tokens: evidence that the export is the same model. against="file":
-    decodelab reads the GGUF file itself (its exact fp32 values), which isolates how llama.cpp
-    reads a quantized file from the quantization error. precise=True runs llama.cpp with an f32 KV
-    cache and without flash attention (which rounds queries to f16), leaving its f16 GELU table as
-    the main rounding: for models whose large attention scores magnify f16 noise."""
+    """Max |logit difference| between llama.cpp on ``gguf_path`` and decodelab on ``folder``.
+
+    Both run one forward pass over a prompt of ``n_tokens`` pseudo-random token ids (a fixed seed,
+    ids from 3 up) and the logits of every position are compared: evidence that the export is the
+    same model. Needs llama-cpp-python (``import llama_cpp``), which decodelab does not declare.
+
+    Args:
+        folder: the model decodelab loads as the reference (the folder the GGUF file was exported
+            from); unused when ``against="file"``.
+        gguf_path: the GGUF file llama.cpp loads, a str path.
+        n_tokens: the prompt's length, in [1, 64] (llama.cpp's context here is 64); default 24.
+        against: "folder" (the default): decodelab loads ``folder``. "file": decodelab reads the
+            GGUF file itself (its exact fp32 values, ``dtype="float32"``), which isolates how
+            llama.cpp reads a quantized file from the quantization error.
+        precise: True runs llama.cpp with an f32 KV cache and without flash attention (which
+            rounds queries to f16), leaving its f16 GELU table as the main rounding: for models
+            whose large attention scores magnify f16 noise; default False.
+
+    Returns:
+        The largest absolute logit difference over all positions and tokens, a float.
+
+    Raises:
+        ValueError: ``against`` is neither "folder" nor "file".
+        ImportError: llama-cpp-python is not installed.
+        AssertionError: llama.cpp's decode call failed.
+
+    Examples:
+        >>> from decodelab.testing.llama_cpp import compare_gguf
+        >>> compare_gguf("my-model", "my-model.gguf", against="file")  # doctest: +SKIP
+        0.0003...
+    """
     import llama_cpp as lc
 
     import decodelab

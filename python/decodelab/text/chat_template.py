@@ -1,12 +1,23 @@
 """Chat templates: a model's Jinja template rendered over a list of messages the way transformers'
 apply_chat_template renders it (jinja2's immutable sandbox, trim_blocks and lstrip_blocks, the
 raise_exception and strftime_now helpers, tojson), so templates from GGUF metadata or
-tokenizer_config.json give the same text here as there."""
+tokenizer_config.json give the same text here as there.
+
+A tokenizer's ``apply_chat_template`` renders its model's template with this module; ``render``
+takes any template.
+
+Examples:
+    >>> from decodelab.text.chat_template import render
+    >>> render("{% for m in messages %}[{{ m.role }}] {{ m.content }}{% endfor %}", [{"role": "user", "content": "Hi"}])
+    '[user] Hi'
+"""
 from __future__ import annotations
 
 import datetime
 import json
 from typing import Any, Dict, List, Sequence
+
+__all__ = ["render", "MAX_RENDERED_CHARS"]
 
 # Rendered text longer than this is refused: a template is untrusted input and a loop in it could
 # otherwise produce text without bound.
@@ -14,7 +25,22 @@ MAX_RENDERED_CHARS = 1 << 24
 
 
 def check_messages(messages) -> List[Dict[str, Any]]:
-    """messages: a list of {"role": str, "content": str, ...} dicts; ValueError naming the first bad one."""
+    """The messages, checked: a list of {"role": str, "content": str, ...} dicts.
+
+    Args:
+        messages: the messages (a list or other sequence of dicts; other keys pass through).
+
+    Returns:
+        The messages as a list.
+
+    Raises:
+        ValueError: if messages is not a sequence of dicts (a str is refused), naming the first bad one and its
+            index when a message lacks a str "role" or "content".
+
+    Examples:
+        >>> check_messages([{"role": "user", "content": "Hi"}])
+        [{'role': 'user', 'content': 'Hi'}]
+    """
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
         raise ValueError(f"messages must be a list of {{'role': ..., 'content': ...}} dicts, got {messages!r:.80}")
     out = []
@@ -26,8 +52,42 @@ def check_messages(messages) -> List[Dict[str, Any]]:
 
 
 def render(template: str, messages, *, add_generation_prompt: bool = False, **variables) -> str:
-    """The template's text for messages; extra keyword variables (bos_token, tools, ...) pass
-    through to the template. Errors in the template, or raise_exception() in it, are ValueError."""
+    """The template's text for messages, rendered as transformers' apply_chat_template renders it.
+
+    The template runs in jinja2's immutable sandbox with trim_blocks and lstrip_blocks, the
+    loopcontrols extension, the ``raise_exception(message)`` and ``strftime_now(format)`` globals
+    and a ``tojson`` filter that keeps non-ASCII characters. Errors in the template, or
+    raise_exception() in it, are ValueError.
+
+    Args:
+        template: the Jinja template text (e.g. a GGUF file's ``tokenizer.chat_template``).
+        messages: a list of ``{"role": str, "content": str, ...}`` dicts, oldest first; the template sees
+            them as ``messages``.
+        add_generation_prompt: passed to the template as ``add_generation_prompt``: end with the opening of
+            an assistant turn; default False.
+        **variables: extra variables for the template (``bos_token``, ``eos_token``, ``tools``, ...); none by
+            default.
+
+    Returns:
+        The rendered text.
+
+    Raises:
+        ValueError: if messages is not a list of dicts with str "role" and "content", add_generation_prompt
+            is not a bool, the template has a syntax or runtime error or calls raise_exception() (the
+            message starts "chat template error:"), the sandbox refuses an operation, or the text would
+            exceed ``MAX_RENDERED_CHARS`` (16 Mi) characters.
+
+    Examples:
+        >>> from decodelab.text.chat_template import render
+        >>> template = ("{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\\n{% endfor %}"
+        ...             "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+        >>> render(template, [{"role": "user", "content": "Hi"}], add_generation_prompt=True, bos_token="<s>")
+        '<s><|user|>Hi\\n<|assistant|>'
+        >>> render("{{ raise_exception('no system role') }}", [])
+        Traceback (most recent call last):
+        ...
+        ValueError: chat template error: no system role
+    """
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 

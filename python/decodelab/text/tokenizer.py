@@ -1,5 +1,19 @@
 """Tokenizers: Hugging Face tokenizer.json and GPT-2 vocab.json + merges.txt through the
-`tokenizers` library, and the llama2.c tokenizer.bin format (score-ordered BPE)."""
+``tokenizers`` library, and the llama2.c tokenizer.bin format (score-ordered BPE).
+
+Every tokenizer has the same interface, ``Tokenizer``: ``encode`` (text to ids), ``decode`` (ids to
+text), ``id_to_piece`` (one token's vocabulary entry) and ``apply_chat_template``. A loaded model's
+tokenizer is ``model.tokenizer``; ``load_tokenizer`` reads one from an explicit path.
+
+Examples:
+    >>> tok = decodelab.load("stories260K").tokenizer
+    >>> type(tok).__name__, tok.vocab_size
+    ('Llama2cTokenizer', 512)
+    >>> tok.encode("Once upon a time")
+    [1, 403, 407, 261, 378]
+    >>> tok.decode([1, 403, 407, 261, 378])
+    'Once upon a time'
+"""
 from __future__ import annotations
 
 import heapq
@@ -7,6 +21,8 @@ import os
 import re
 import struct
 from typing import Dict, List, Optional, Sequence
+
+__all__ = ["Tokenizer", "HFTokenizer", "Llama2cTokenizer", "find_tokenizer", "load_tokenizer"]
 
 
 def _text(text) -> str:
@@ -16,20 +32,73 @@ def _text(text) -> str:
 
 
 class Tokenizer:
-    """Text <-> token ids. ``encode`` adds the special tokens the model expects (BOS for
-    Llama-family tokenizers); ``decode`` leaves special tokens out of the text."""
+    """Text <-> token ids: the interface every decodelab tokenizer implements.
+
+    ``encode`` adds the special tokens the model expects (BOS for Llama-family tokenizers);
+    ``decode`` leaves special tokens out of the text. The subclasses are ``HFTokenizer``
+    (tokenizer.json, GPT-2's files, and a GGUF file's vocabulary) and ``Llama2cTokenizer``.
+
+    Attributes:
+        vocab_size: the number of token ids, special tokens included; ids are in [0, vocab_size).
+        bos_token_id: the beginning-of-sequence token id, or None where the vocabulary has none.
+        eos_token_id: the end-of-sequence token id, or None where none is known.
+        chat_template: the model's Jinja chat template (GGUF ``tokenizer.chat_template``, or a Hugging Face
+            folder's chat_template.jinja or tokenizer_config.json), or None: the model has none.
+
+    Examples:
+        >>> tok = decodelab.load("stories260K").tokenizer
+        >>> isinstance(tok, decodelab.text.Tokenizer)
+        True
+        >>> tok.bos_token_id, tok.eos_token_id, tok.chat_template
+        (1, 2, None)
+    """
 
     vocab_size: int
     bos_token_id: Optional[int] = None
     eos_token_id: Optional[int] = None
 
     def encode(self, text: str, add_special_tokens: bool = True) -> List[int]:
+        """The token ids of a text.
+
+        Args:
+            text: the text to encode (str; bytes are refused).
+            add_special_tokens: add the special tokens the model expects around the text (BOS for
+                Llama-family tokenizers); default True. False gives the text's own tokens only.
+
+        Returns:
+            The token ids, each in [0, vocab_size).
+
+        Raises:
+            NotImplementedError: always: each subclass implements it.
+        """
         raise NotImplementedError
 
     def decode(self, ids: Sequence[int]) -> str:
+        """The text of token ids, special tokens left out.
+
+        Args:
+            ids: token ids, each in [0, vocab_size).
+
+        Returns:
+            The text; bytes that do not form a whole UTF-8 character decode to U+FFFD.
+
+        Raises:
+            NotImplementedError: always: each subclass implements it.
+        """
         raise NotImplementedError
 
     def id_to_piece(self, token_id: int) -> str:
+        """A token's entry in the vocabulary, as the vocabulary spells it (special tokens included).
+
+        Args:
+            token_id: a token id in [0, vocab_size).
+
+        Returns:
+            The token's piece, e.g. ``"<s>"`` or ``" Once"``.
+
+        Raises:
+            NotImplementedError: always: each subclass implements it.
+        """
         raise NotImplementedError
 
     # The model's Jinja chat template (GGUF tokenizer.chat_template, or tokenizer_config.json), or None.
@@ -37,10 +106,36 @@ class Tokenizer:
 
     def apply_chat_template(self, messages, add_generation_prompt: bool = False, tokenize: bool = False,
                             **variables):
-        """The chat template rendered over messages ([{"role": ..., "content": ...}, ...]): the text,
-        or with ``tokenize=True`` its token ids (special tokens in the text are matched, and no BOS
-        is added twice: the template writes what the model expects). Extra keyword variables pass
-        through to the template; bos_token and eos_token are set from the tokenizer."""
+        """The chat template rendered over messages: the text, or with ``tokenize=True`` its token ids.
+
+        Rendering is ``decodelab.text.chat_template.render``'s, as transformers renders it. With
+        ``tokenize=True`` special tokens in the text are matched, and no BOS is added twice: the
+        template writes what the model expects.
+
+        Args:
+            messages: a list of ``{"role": str, "content": str, ...}`` dicts, oldest first.
+            add_generation_prompt: end with the template's opening of an assistant turn; default False.
+            tokenize: return token ids instead of text; default False.
+            **variables: extra variables for the template (``tools``, ``date_string``, ...); ``bos_token``
+                and ``eos_token`` are set from the tokenizer unless given here.
+
+        Returns:
+            The rendered text (str), or with ``tokenize=True`` its token ids (list of int).
+
+        Raises:
+            ValueError: if the tokenizer has no chat template (``chat_template`` is None), a message is not a
+                dict with str ``role`` and ``content``, or the template fails or calls raise_exception().
+
+        Examples:
+            >>> from decodelab.testing import write_checkpoint
+            >>> from decodelab.text import load_tokenizer
+            >>> tok = load_tokenizer(write_checkpoint("chat", "llama-tiny", byte_tokenizer=True), 512)
+            >>> tok.chat_template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{{ eos_token }}{% endfor %}"
+            >>> tok.apply_chat_template([{"role": "user", "content": "Hi"}])
+            '<user>Hi<|endoftext|>'
+            >>> tok.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=True)
+            [60, 117, 115, 101, 114, 62, 72, 105, 256]
+        """
         from . import chat_template as chat
 
         if self.chat_template is None:
@@ -53,7 +148,27 @@ class Tokenizer:
 
 
 class HFTokenizer(Tokenizer):
-    """A `tokenizers.Tokenizer`, from tokenizer.json or from GPT-2's vocab.json + merges.txt."""
+    """A ``tokenizers.Tokenizer``, from tokenizer.json or from GPT-2's vocab.json + merges.txt.
+
+    Usually made by ``from_file`` or ``from_gpt2_files`` (or by loading a model folder), which also find
+    the BOS and EOS tokens.
+
+    Args:
+        tok: the ``tokenizers.Tokenizer`` to wrap.
+        eos_token: the end-of-sequence token's text (e.g. ``"</s>"``); default None: no EOS id. A token the
+            vocabulary lacks also gives None.
+        bos_token: the beginning-of-sequence token's text (e.g. ``"<s>"``); default None: no BOS id.
+
+    Examples:
+        >>> from tokenizers import Tokenizer
+        >>> from decodelab.testing import write_checkpoint
+        >>> from decodelab.text import HFTokenizer
+        >>> folder = write_checkpoint("ckpt", "llama-tiny", byte_tokenizer=True)
+        >>> raw = Tokenizer.from_file(folder + "/tokenizer.json")
+        >>> tok = HFTokenizer(raw, eos_token="<|endoftext|>")
+        >>> tok.vocab_size, tok.eos_token_id, tok.bos_token_id
+        (512, 256, None)
+    """
 
     def __init__(self, tok, eos_token: Optional[str] = None, bos_token: Optional[str] = None):
         self._tok = tok
@@ -63,6 +178,31 @@ class HFTokenizer(Tokenizer):
 
     @classmethod
     def from_file(cls, path: str) -> "HFTokenizer":
+        """A tokenizer from a Hugging Face tokenizer.json.
+
+        The EOS token is the first of ``</s>``, ``<|endoftext|>``, ``<|end_of_text|>``, ``<|eot_id|>`` and
+        ``<|im_end|>`` in the vocabulary, the BOS token the first of ``<s>`` and ``<|begin_of_text|>``
+        (None where there is none). The chat template is not read here; a model folder's is
+        (``find_tokenizer``).
+
+        Args:
+            path: the tokenizer.json file.
+
+        Returns:
+            The tokenizer.
+
+        Raises:
+            ValueError: if the file cannot be read as a tokenizer.json (the message names the file and the
+                ``tokenizers`` library's error).
+
+        Examples:
+            >>> from decodelab.testing import write_checkpoint
+            >>> from decodelab.text import HFTokenizer
+            >>> folder = write_checkpoint("ckpt", "llama-tiny", byte_tokenizer=True)
+            >>> tok = HFTokenizer.from_file(folder + "/tokenizer.json")
+            >>> tok.encode("Hi!"), tok.eos_token_id
+            ([72, 105, 33], 256)
+        """
         from tokenizers import Tokenizer as _T
 
         try:
@@ -82,7 +222,33 @@ class HFTokenizer(Tokenizer):
 
     @classmethod
     def from_gpt2_files(cls, vocab_json: str, merges_txt: str) -> "HFTokenizer":
-        """Byte-level BPE exactly as GPT2TokenizerFast builds it."""
+        """A GPT-2 tokenizer from vocab.json and merges.txt.
+
+        Byte-level BPE exactly as GPT2TokenizerFast builds it.
+        ``<|endoftext|>`` is added as a special token and is both BOS and EOS; ``encode`` adds no
+        special tokens to the text (GPT-2 adds none).
+
+        Args:
+            vocab_json: the vocab.json file (piece to id).
+            merges_txt: the merges.txt file (one merge a line, after an optional ``#version`` line).
+
+        Returns:
+            The tokenizer.
+
+        Raises:
+            ValueError: if the files cannot be read (the message names both and the ``tokenizers`` library's error).
+
+        Examples:
+            >>> import json
+            >>> from decodelab.text import HFTokenizer
+            >>> with open("vocab.json", "w") as f:
+            ...     json.dump({"h": 0, "i": 1, "hi": 2}, f)
+            >>> with open("merges.txt", "w") as f:
+            ...     _ = f.write("#version: 0.2\\nh i\\n")
+            >>> tok = HFTokenizer.from_gpt2_files("vocab.json", "merges.txt")
+            >>> tok.encode("hih"), tok.eos_token_id, tok.id_to_piece(3)
+            ([2, 0], 3, '<|endoftext|>')
+        """
         from tokenizers import Tokenizer as _T, decoders, models, pre_tokenizers, processors
 
         try:
@@ -97,12 +263,57 @@ class HFTokenizer(Tokenizer):
         return cls(tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
 
     def encode(self, text: str, add_special_tokens: bool = True) -> List[int]:
+        """The token ids of a text, through the tokenizer.json's pipeline.
+
+        Args:
+            text: the text to encode (str). Special tokens written in it (``<|endoftext|>``) are matched.
+            add_special_tokens: apply the tokenizer.json's post-processor (the BOS or other tokens it
+                adds); default True. False gives the text's own tokens only.
+
+        Returns:
+            The token ids.
+
+        Raises:
+            ValueError: if ``text`` is not a str.
+
+        Examples:
+            >>> from decodelab.testing import write_checkpoint
+            >>> from decodelab.text import load_tokenizer
+            >>> tok = load_tokenizer(write_checkpoint("ckpt", "llama-tiny", byte_tokenizer=True), 512)
+            >>> tok.encode("é<|endoftext|>")
+            [195, 169, 256]
+        """
         return self._tok.encode(_text(text), add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids: Sequence[int]) -> str:
+        """The text of token ids, special tokens left out.
+
+        Args:
+            ids: token ids, each in [0, vocab_size).
+
+        Returns:
+            The text; bytes that do not form a whole UTF-8 character decode to U+FFFD.
+
+        Examples:
+            >>> from decodelab.testing import write_checkpoint
+            >>> from decodelab.text import load_tokenizer
+            >>> tok = load_tokenizer(write_checkpoint("ckpt", "llama-tiny", byte_tokenizer=True), 512)
+            >>> tok.decode([72, 105, 256])
+            'Hi'
+            >>> tok.decode([195]) == "\\ufffd"  # the first byte of é alone
+            True
+        """
         return self._tok.decode(list(ids), skip_special_tokens=True)
 
     def id_to_piece(self, token_id: int) -> str:
+        """A token's entry in the vocabulary (byte-level vocabularies spell a space ``Ġ``).
+
+        Args:
+            token_id: a token id in [0, vocab_size).
+
+        Returns:
+            The token's piece, or None for an id outside the vocabulary (the ``tokenizers`` library's answer).
+        """
         return self._tok.id_to_token(token_id)
 
 
@@ -110,10 +321,38 @@ _BYTE_PIECE = re.compile(rb"^<0x([0-9A-Fa-f]{2})>$")
 
 
 class Llama2cTokenizer(Tokenizer):
-    """llama2.c's tokenizer.bin: int32 max_token_length, then per token float32 score, int32
-    length and the piece's bytes. Encoding follows run.c: a leading dummy space, each UTF-8
-    character looked up (unknown ones fall back to <0xNN> byte tokens, id = byte + 3), then the
-    adjacent pair whose merge has the highest score is merged until none is in the vocabulary."""
+    """llama2.c's tokenizer.bin, encoded and decoded as run.c does.
+
+    The file holds an int32 max_token_length, then per token a float32 score, an int32 length and
+    the piece's bytes. Encoding follows run.c: a leading dummy space, each UTF-8 character looked up
+    (unknown ones fall back to <0xNN> byte tokens, id = byte + 3), then the adjacent pair whose merge
+    has the highest score is merged until none is in the vocabulary.
+
+    Attributes:
+        path: the tokenizer.bin file read.
+        pieces: each token's bytes, by id.
+        scores: each token's merge score, by id (higher merges first).
+
+    Args:
+        path: the tokenizer.bin file.
+        vocab_size: the number of tokens to read from it: the model's vocabulary size (>= 1).
+        bos_token_id: the BOS token id; default 1, llama2.c's. None: encode adds no BOS.
+        eos_token_id: the EOS token id; default 2, llama2.c's.
+
+    Raises:
+        ValueError: if the file is shorter than its header, ends before ``vocab_size`` tokens (truncated, or
+            the wrong vocabulary size), or a token's length runs past its end.
+        OSError: if the file cannot be opened.
+
+    Examples:
+        >>> from decodelab.text import Llama2cTokenizer
+        >>> path = decodelab.load("stories260K").tokenizer.path  # the tok512.bin inside the package
+        >>> tok = Llama2cTokenizer(path, 512)
+        >>> tok.encode("Once upon a time")
+        [1, 403, 407, 261, 378]
+        >>> tok.pieces[403], tok.scores[403]
+        (b' Once', -144.0)
+    """
 
     def __init__(self, path: str, vocab_size: int, bos_token_id: int = 1, eos_token_id: int = 2):
         self.path = path
@@ -152,6 +391,26 @@ class Llama2cTokenizer(Tokenizer):
                 self._byte_token[int(m.group(1), 16)] = i
 
     def encode(self, text: str, add_special_tokens: bool = True) -> List[int]:
+        """The token ids of a text, as run.c encodes it: BOS, then the text after a dummy space.
+
+        Args:
+            text: the text to encode (str). The empty text gives BOS alone (or nothing).
+            add_special_tokens: start with BOS (where bos_token_id is not None); default True.
+
+        Returns:
+            The token ids.
+
+        Raises:
+            ValueError: if ``text`` is not a str, or a character is neither in the vocabulary nor covered by
+                <0xNN> byte tokens.
+
+        Examples:
+            >>> tok = decodelab.load("stories260K").tokenizer
+            >>> tok.encode("Once"), tok.encode("Once", add_special_tokens=False), tok.encode("")
+            ([1, 403], [403], [1])
+            >>> tok.encode("日")  # not in the vocabulary: its UTF-8 bytes E6 97 A5 as byte tokens (byte + 3)
+            [1, 410, 233, 154, 168]
+        """
         _text(text)
         ids: List[int] = []
         if add_special_tokens and self.bos_token_id is not None:
@@ -159,8 +418,26 @@ class Llama2cTokenizer(Tokenizer):
         return ids + self.encode_pieces(text, dummy_prefix=True) if text else ids
 
     def encode_pieces(self, text: str, dummy_prefix: bool = False) -> List[int]:
-        """The text's tokens without BOS and, unless dummy_prefix, without SentencePiece's leading
-        space: tokens whose bytes are exactly the text's (what a grammar engine tokenizes)."""
+        """The text's tokens without BOS and, unless dummy_prefix, without SentencePiece's leading space.
+
+        Without the dummy prefix the tokens' bytes are exactly the text's (what a grammar engine
+        tokenizes).
+
+        Args:
+            text: the text to encode (str).
+            dummy_prefix: start with SentencePiece's dummy space, as ``encode`` does; default False.
+
+        Returns:
+            The token ids.
+
+        Raises:
+            ValueError: if ``text`` is not a str, or a byte of the text has no <0xNN> byte-fallback token.
+
+        Examples:
+            >>> tok = decodelab.load("stories260K").tokenizer
+            >>> tok.encode_pieces("Once"), tok.encode_pieces("Once", dummy_prefix=True)
+            ([441, 416, 331], [403])
+        """
         toks: List[int] = []
         dummy = self._lookup.get(b" ") if dummy_prefix else None
         if dummy is not None:
@@ -226,6 +503,27 @@ class Llama2cTokenizer(Tokenizer):
         return bytes([int(m.group(1), 16)]) if m else p
 
     def decode(self, ids: Sequence[int]) -> str:
+        """The text of token ids, as run.c prints it.
+
+        BOS, EOS and token 0 (``<unk>``) are left out, and the space a token after BOS starts with
+        (SentencePiece's dummy prefix) is dropped; <0xNN> tokens are their byte.
+
+        Args:
+            ids: token ids, each in [0, vocab_size).
+
+        Returns:
+            The text; bytes that do not form a whole UTF-8 character decode to U+FFFD.
+
+        Raises:
+            ValueError: if an id is outside [0, vocab_size) (the message names the id and the range).
+
+        Examples:
+            >>> tok = decodelab.load("stories260K").tokenizer
+            >>> tok.decode([1, 403, 407, 261, 378, 2])
+            'Once upon a time'
+            >>> tok.decode([403])  # no BOS before it: the space stays
+            ' Once'
+        """
         out = bytearray()
         prev = None
         for t in ids:
@@ -244,6 +542,15 @@ class Llama2cTokenizer(Tokenizer):
         return out.decode("utf-8", errors="replace")
 
     def id_to_piece(self, token_id: int) -> str:
+        """A token's entry in the vocabulary, as text (bytes that are not UTF-8 become U+FFFD).
+
+        Args:
+            token_id: a token id in [0, vocab_size); others raise IndexError (negative ones count from
+                the end, as in a list).
+
+        Returns:
+            The token's piece, e.g. ``" Once"`` or ``"<0x0A>"``.
+        """
         return self.pieces[token_id].decode("utf-8", errors="replace")
 
 
@@ -269,8 +576,32 @@ def _folder_chat_template(folder: str) -> Optional[str]:
 
 
 def find_tokenizer(folder: str, vocab_size: int) -> Optional[Tokenizer]:
-    """The tokenizer files of a model folder: tokenizer.json, else vocab.json + merges.txt,
-    else a llama2.c tokenizer.bin (or tok<vocab_size>.bin)."""
+    """The tokenizer of a model folder, or None where it has no tokenizer files.
+
+    Looks for tokenizer.json (with the chat template of chat_template.jinja or
+    tokenizer_config.json), else vocab.json + merges.txt, else a llama2.c tokenizer.bin (or
+    tok<vocab_size>.bin), in that order.
+
+    Args:
+        folder: the model folder.
+        vocab_size: the model's vocabulary size: how many tokens a llama2.c .bin holds (unused for the others).
+
+    Returns:
+        The tokenizer, or None.
+
+    Raises:
+        ValueError: if a file is there but cannot be read (the message names the file).
+
+    Examples:
+        >>> from decodelab.testing import write_checkpoint
+        >>> from decodelab.text.tokenizer import find_tokenizer
+        >>> type(find_tokenizer(write_checkpoint("ckpt", "llama-tiny", byte_tokenizer=True), 512)).__name__
+        'HFTokenizer'
+        >>> import os
+        >>> os.makedirs("empty", exist_ok=True)
+        >>> find_tokenizer("empty", 512) is None
+        True
+    """
     tj = os.path.join(folder, "tokenizer.json")
     if os.path.exists(tj):
         tok = HFTokenizer.from_file(tj)
@@ -287,7 +618,32 @@ def find_tokenizer(folder: str, vocab_size: int) -> Optional[Tokenizer]:
 
 
 def load_tokenizer(path: str, vocab_size: int) -> Tokenizer:
-    """A tokenizer from an explicit path: a folder, tokenizer.json, or a llama2.c .bin."""
+    """A tokenizer from an explicit path: a folder, tokenizer.json, or a llama2.c .bin.
+
+    A folder is searched as ``find_tokenizer`` does; a file ending in .json is read as tokenizer.json,
+    any other file as a llama2.c tokenizer.bin.
+
+    Args:
+        path: a model folder, a tokenizer.json file or a llama2.c tokenizer .bin file.
+        vocab_size: the model's vocabulary size: how many tokens a llama2.c .bin holds (unused for the others).
+
+    Returns:
+        The tokenizer.
+
+    Raises:
+        FileNotFoundError: if the path does not exist, or the folder has no tokenizer files.
+        ValueError: if the file cannot be read as that kind of tokenizer (the message names the file).
+
+    Examples:
+        >>> from decodelab.text import load_tokenizer
+        >>> tok = load_tokenizer(decodelab.load("stories260K").tokenizer.path, 512)
+        >>> type(tok).__name__, tok.encode("Once")
+        ('Llama2cTokenizer', [1, 403])
+        >>> load_tokenizer("missing", 512)
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: tokenizer file missing does not exist
+    """
     if os.path.isdir(path):
         tok = find_tokenizer(path, vocab_size)
         if tok is None:

@@ -1,9 +1,25 @@
 """Pictures for notebooks (matplotlib): the top candidates after each sampler stage, a beam tree,
 entropy and the chosen token's probability along a generation, the logit lens, and speculative
-decoding round by round."""
+decoding round by round.
+
+Each function returns a matplotlib Figure: Jupyter shows it; elsewhere save it
+(``fig.savefig(path)``) and close it (``plt.close(fig)``). matplotlib is imported when a function
+is called, not with this module.
+
+Examples:
+    >>> import matplotlib.pyplot as plt
+    >>> model = decodelab.load("stories260K")
+    >>> g = model.generate("Once upon a time", max_new_tokens=6, trace=True)
+    >>> fig = decodelab.viz.plot.generation_curves(g, tokenizer=model.tokenizer)
+    >>> type(fig).__name__
+    'Figure'
+    >>> plt.close(fig)
+"""
 from __future__ import annotations
 
 from typing import Optional, Sequence
+
+__all__ = ["stages", "beam_tree", "generation_curves", "logit_lens", "speculation"]
 
 
 def _label(tok, tokenizer):
@@ -18,8 +34,36 @@ def _label(tok, tokenizer):
 def stages(records: Sequence, *, tokenizer=None, top: int = 10, title: Optional[str] = None):
     """Bar charts of the most likely tokens after each stage, side by side.
 
-    ``records``: ``Chain.trace(...)`` output, or one ``StepTrace`` from ``Generation.trace``.
-    Returns the matplotlib Figure.
+    One panel per stage record, the input first: the tokens still in the running (probability
+    above 0), the most likely at the top, and in each title the stage's name, how many tokens it
+    kept and the entropy H (nats) of its distribution.
+
+    Args:
+        records: ``Chain.trace(...)`` output (a list of StageRecords), or one ``StepTrace`` from
+            ``Generation.trace`` (its ``stages`` are drawn).
+        tokenizer: labels the bars with each token's text (as its repr); None labels them with
+            token ids; default None.
+        top: how many tokens each panel shows at most, at least 1; default 10. The records list
+            at most as many as ``Chain.trace(top=...)`` kept.
+        title: a title above all panels; default None (none).
+
+    Returns:
+        The matplotlib Figure, one axes per record.
+
+    Examples:
+        >>> import matplotlib.pyplot as plt
+        >>> from decodelab.samplers import Chain, Temperature, TopK
+        >>> records = Chain([Temperature(0.7), TopK(3)]).trace(np.array([2.0, 1.0, 0.5, 0.1, -1.0]))
+        >>> fig = decodelab.viz.plot.stages(records, top=5, title="temperature, then top-k")
+        >>> len(fig.axes)  # the input and two stages
+        3
+        >>> plt.close(fig)
+        >>> model = decodelab.load("stories260K")
+        >>> g = model.generate("Once upon a time", max_new_tokens=3, trace=True)
+        >>> fig = decodelab.viz.plot.stages(g.trace[0], tokenizer=model.tokenizer)
+        >>> len(fig.axes) == len(g.trace[0].stages)
+        True
+        >>> plt.close(fig)
     """
     import matplotlib.pyplot as plt
 
@@ -46,9 +90,31 @@ def stages(records: Sequence, *, tokenizer=None, top: int = 10, title: Optional[
 
 
 def beam_tree(tree, *, tokenizer=None, max_steps: Optional[int] = None, title: Optional[str] = None):
-    """Draw a BeamTree: x is the step, each candidate a point labelled with its token; kept beams
-    in blue, finished hypotheses in green, stopped-but-rejected in orange, pruned in gray.
-    Returns the matplotlib Figure."""
+    """Draw a BeamTree: every candidate of a beam search, step by step.
+
+    x is the step, each candidate a point labelled with its token and its sum of log-probabilities,
+    joined to its parent; at each step the best candidate is at the top. Kept beams are blue,
+    finished hypotheses green, stopped-but-rejected orange, pruned gray.
+
+    Args:
+        tree: a BeamTree, ``Generation.beam_tree`` of ``generate(..., num_beams=N, trace=True)``.
+        tokenizer: labels the points with each token's text; default None, the tree's own tokenizer
+            (the model's); without either, token ids.
+        max_steps: draw only the first ``max_steps`` steps, at least 1; default None (all).
+        title: the axes title; default None, a title that explains the layout.
+
+    Returns:
+        The matplotlib Figure.
+
+    Examples:
+        >>> import matplotlib.pyplot as plt
+        >>> model = decodelab.load("stories260K")
+        >>> g = model.generate("Once upon a time", max_new_tokens=4, num_beams=2, trace=True)
+        >>> fig = decodelab.viz.plot.beam_tree(g.beam_tree, max_steps=3)
+        >>> type(fig).__name__
+        'Figure'
+        >>> plt.close(fig)
+    """
     import matplotlib.pyplot as plt
 
     tok = tokenizer if tokenizer is not None else getattr(tree, "_tokenizer", None)
@@ -90,8 +156,35 @@ def _visible(text: str) -> str:
 
 
 def generation_curves(generation, *, tokenizer=None, title: Optional[str] = None):
-    """Per step of a Generation made with ``trace=True``: the entropy of the model's distribution
-    (nats) and the probability of the token chosen, raw and after the samplers. Returns the Figure."""
+    """How sure the model was at each step of a generation, in two panels.
+
+    Per step of a Generation made with ``trace=True``: above, the entropy of the model's
+    distribution (nats); below, the probability of the token chosen, raw and after the samplers.
+
+    Args:
+        generation: a Generation made with ``trace=True``.
+        tokenizer: labels the steps with each chosen token's text; default None (step numbers).
+        title: the upper panel's title; default None, "how sure the model was at each step".
+
+    Returns:
+        The matplotlib Figure, two axes sharing the step axis.
+
+    Raises:
+        ValueError: the generation has no trace (made without ``trace=True``).
+
+    Examples:
+        >>> import matplotlib.pyplot as plt
+        >>> model = decodelab.load("stories260K")
+        >>> g = model.generate("Once upon a time", max_new_tokens=6, temperature=0.8, seed=0, trace=True)
+        >>> fig = decodelab.viz.plot.generation_curves(g, tokenizer=model.tokenizer)
+        >>> len(fig.axes)
+        2
+        >>> plt.close(fig)
+        >>> decodelab.viz.plot.generation_curves(model.generate("Once", max_new_tokens=2))
+        Traceback (most recent call last):
+        ...
+        ValueError: generation_curves needs a Generation made with trace=True
+    """
     import math
 
     import matplotlib.pyplot as plt
@@ -118,8 +211,26 @@ def generation_curves(generation, *, tokenizer=None, title: Optional[str] = None
 
 
 def logit_lens(lens, *, title: Optional[str] = None):
-    """A LogitLens (``decodelab.viz.lens.logit_lens``) as a layer x position picture: each cell the
-    layer's most likely next token, shaded by its probability. Returns the Figure."""
+    """A LogitLens as a layer x position picture.
+
+    Each cell is the layer's most likely next token at that position (spaces shown as "␣", line
+    breaks as "↵"), shaded by its probability; the embeddings are the bottom row.
+
+    Args:
+        lens: a LogitLens from ``decodelab.viz.lens.logit_lens``.
+        title: the axes title; default None, "logit lens: each layer's guess for the next token".
+
+    Returns:
+        The matplotlib Figure (the picture and its colour bar).
+
+    Examples:
+        >>> import matplotlib.pyplot as plt
+        >>> lens = decodelab.viz.lens.logit_lens(decodelab.load("stories260K"), "Once upon a time")
+        >>> fig = decodelab.viz.plot.logit_lens(lens)
+        >>> len(fig.axes)  # the picture and its colour bar
+        2
+        >>> plt.close(fig)
+    """
     import matplotlib.pyplot as plt
 
     L, T = lens.top_ids.shape
@@ -142,9 +253,38 @@ def logit_lens(lens, *, title: Optional[str] = None):
 
 
 def speculation(generation, *, tokenizer=None, max_rounds: Optional[int] = 24, title: Optional[str] = None):
-    """Speculative decoding round by round: one row per round, the drafted tokens in green where
-    the model kept them and red where it rejected them (later ones grey: never checked), then the
-    model's own token (blue; a bonus after a fully kept draft). Returns the matplotlib Figure."""
+    """Speculative decoding round by round.
+
+    One row per round: the drafted tokens in green where the model kept them and red where it
+    rejected them (later ones grey: never checked), then the model's own token (blue; a bonus after
+    a fully kept draft). The title gives the acceptance rate and the tokens per model pass.
+
+    Args:
+        generation: a Generation made with a draft: ``generate(..., draft=MODEL)`` or
+            ``draft="prompt_lookup"``.
+        tokenizer: labels the cells with each token's text; default None (token ids).
+        max_rounds: draw only the first ``max_rounds`` rounds; default 24; None or 0 draws all.
+        title: the axes title; default None, the acceptance summary.
+
+    Returns:
+        The matplotlib Figure.
+
+    Raises:
+        ValueError: the generation had no draft (``generation.speculation`` is None).
+
+    Examples:
+        >>> import matplotlib.pyplot as plt
+        >>> model = decodelab.load("stories260K")
+        >>> g = model.generate("Once upon a time", max_new_tokens=12, draft="prompt_lookup")
+        >>> fig = decodelab.viz.plot.speculation(g, tokenizer=model.tokenizer, max_rounds=8)
+        >>> type(fig).__name__
+        'Figure'
+        >>> plt.close(fig)
+        >>> decodelab.viz.plot.speculation(model.generate("Once", max_new_tokens=2))
+        Traceback (most recent call last):
+        ...
+        ValueError: this generation had no draft: generate(..., draft=MODEL or 'prompt_lookup')
+    """
     import matplotlib.pyplot as plt
 
     spec = generation.speculation

@@ -1,6 +1,14 @@
 """A generation's text coloured by each token's probability, with the chosen token's rank and the
 top alternatives on hover: plain HTML and CSS (no script, no CDN), shown by Jupyter through
-``_repr_html_``, and the same facts as rows for tests and tables."""
+``_repr_html_``, and the same facts as rows for tests and tables.
+
+Examples:
+    >>> model = decodelab.load("stories260K")
+    >>> view = decodelab.viz.token_view.TokenView(model.generate("Once upon a time", max_new_tokens=6,
+    ...                                                           trace=True), model.tokenizer)
+    >>> len(view.rows)
+    6
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -8,11 +16,33 @@ import math
 from html import escape
 from typing import List, Tuple
 
+__all__ = ["TokenView", "TokenRow"]
+
 
 @dataclasses.dataclass
 class TokenRow:
-    """One generated token: its text, probability and rank (1 = the most likely) under the
-    distribution it was drawn from, and the alternatives there, best first."""
+    """One generated token in a TokenView.
+
+    Its text, probability and rank (1 = the most likely) under the distribution it was drawn from,
+    and the alternatives there, best first.
+
+    Attributes:
+        step: the step that generated it, from 0.
+        token: its token id.
+        text: its text (the tokenizer's decoding of that token alone; the id as text without a
+            tokenizer).
+        prob: its probability under that distribution, in [0, 1].
+        rank: its rank there, 1 for the most likely token.
+        alternatives: (text, probability) of the most likely tokens there, best first (the chosen
+            token among them when it ranks high enough).
+
+    Examples:
+        >>> model = decodelab.load("stories260K")
+        >>> g = model.generate("Once upon a time", max_new_tokens=4, trace=True)
+        >>> row = decodelab.viz.token_view.TokenView(g, model.tokenizer).rows[0]
+        >>> row.step, row.rank, 0 < row.prob <= 1, len(row.alternatives) <= 5
+        (0, 1, True, True)
+    """
 
     step: int
     token: int
@@ -30,9 +60,36 @@ def _color(p: float) -> str:
 
 
 class TokenView:
-    """``TokenView(generation, tokenizer)`` for a Generation made with ``trace=True`` (the
+    """A generation's text coloured by each token's probability, for Jupyter.
+
+    ``TokenView(generation, tokenizer)`` for a Generation made with ``trace=True`` (the
     processed distribution, all alternatives the trace kept) or ``logprobs=N`` (the raw or
-    processed distribution, as ``logprobs_mode`` said)."""
+    processed distribution, as ``logprobs_mode`` said). ``rows`` holds one TokenRow per generated
+    token; Jupyter shows ``html()``; ``repr`` writes ``[text|prob]`` per token.
+
+    Args:
+        generation: a Generation made with ``trace=True`` or ``logprobs=N``; the trace is used when
+            both are there.
+        tokenizer: the model's tokenizer, to show each token as text; None shows token ids.
+        alternatives: how many alternatives each row keeps, at least 0; default 5. From
+            ``logprobs=N`` there are at most N.
+
+    Raises:
+        ValueError: the generation has neither a trace nor logprobs.
+
+    Examples:
+        >>> model = decodelab.load("stories260K")
+        >>> g = model.generate("Once upon a time", max_new_tokens=5, logprobs=3)
+        >>> view = decodelab.viz.token_view.TokenView(g, model.tokenizer, alternatives=2)
+        >>> len(view.rows), [len(r.alternatives) for r in view.rows]
+        (5, [2, 2, 2, 2, 2])
+        >>> view.html().count("<span")
+        5
+        >>> decodelab.viz.token_view.TokenView(model.generate("Once", max_new_tokens=2), model.tokenizer)
+        Traceback (most recent call last):
+        ...
+        ValueError: TokenView needs a Generation made with trace=True or logprobs=N
+    """
 
     def __init__(self, generation, tokenizer, *, alternatives: int = 5):
         self.rows: List[TokenRow] = []
@@ -55,6 +112,14 @@ class TokenView:
             raise ValueError("TokenView needs a Generation made with trace=True or logprobs=N")
 
     def html(self) -> str:
+        """The text as HTML: one ``<span>`` per token, its background from red (probability 0)
+        through yellow to green (1), and a tooltip with its probability, rank and alternatives.
+
+        Plain HTML and CSS (no script, no CDN), followed by a one-line legend.
+
+        Returns:
+            The HTML as a string.
+        """
         spans = []
         for r in self.rows:
             alts = "\n".join(f"{t!r}: {p:.3f}" for t, p in r.alternatives)

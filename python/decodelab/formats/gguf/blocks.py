@@ -11,6 +11,11 @@ Block layouts (ggml-common.h), all little-endian, f16 scales:
   Q4_K  d, dmin, scales[12], qs[128]             8 sub-blocks of 32, 6-bit scale and min each
   Q5_K  d, dmin, scales[12], qh[32], qs[128]     as Q4_K with a fifth bit from qh
   Q6_K  ql[128], qh[64], int8 scales[16], d      16 sub-blocks of 16, x = d scale (q - 32)
+
+Examples:
+    >>> sorted(DEQUANTIZERS) == sorted(["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+    ...                                 "Q4_K", "Q5_K", "Q6_K"])
+    True
 """
 from __future__ import annotations
 
@@ -19,6 +24,8 @@ from typing import Callable, Dict
 import numpy as np
 
 from .reader import TensorInfo
+
+__all__ = ["DEQUANTIZERS", "dequantize", "dequantize_tensor"]
 
 
 def _f16(b: np.ndarray) -> np.ndarray:
@@ -127,8 +134,39 @@ DEQUANTIZERS: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
 
 
 def dequantize(raw: np.ndarray, type_name: str, shape) -> np.ndarray:
-    """The float32 values of a tensor's bytes ``raw`` (uint8) of ggml type ``type_name``, shaped as
-    numpy sees ``shape`` given in ggml order (innermost first): ``shape[::-1]``."""
+    """The float32 values of a tensor's bytes of a ggml type, shaped as numpy sees it.
+
+    Each value is rounded as ggml's reference dequantizers round it, so the result equals
+    gguf.quants.dequantize bit for bit; infinite and NaN scales decode as ggml's do, without warnings.
+
+    Args:
+        raw: the tensor's bytes, a uint8 array (or anything numpy reads as one) whose length is a
+            whole number of the type's blocks, such as GGUFFile.data(name).
+        type_name: the ggml type, one of the keys of DEQUANTIZERS: F32, F16, BF16, Q8_0, Q4_0,
+            Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K.
+        shape: the tensor's dimensions in ggml order (innermost first), as TensorInfo.shape gives
+            them; their product must be the number of values the bytes hold.
+
+    Returns:
+        A float32 array of shape ``shape[::-1]``.
+
+    Raises:
+        ValueError: ``type_name`` is not a supported type, or ``shape`` does not match the number
+            of values in ``raw``.
+
+    Examples:
+        >>> scale = np.array([0.5], np.float16).view(np.uint8)          # one Q8_0 block: f16 d, int8 q[32]
+        >>> raw = np.concatenate([scale, np.arange(32, dtype=np.int8).view(np.uint8)])
+        >>> x = dequantize(raw, "Q8_0", (32,))
+        >>> x.dtype, x.shape, x[:4]
+        (dtype('float32'), (32,), array([0. , 0.5, 1. , 1.5], dtype=float32))
+        >>> dequantize(np.zeros(8, np.uint8), "F32", (1, 2)).shape      # 2 float32 values, numpy order
+        (2, 1)
+        >>> dequantize(raw, "IQ2_XS", (256,))
+        Traceback (most recent call last):
+        ...
+        ValueError: tensor type IQ2_XS is not supported; supported: F32, F16, BF16, Q8_0, ...
+    """
     if type_name not in DEQUANTIZERS:
         raise ValueError(f"tensor type {type_name} is not supported; supported: {', '.join(DEQUANTIZERS)}")
     with np.errstate(invalid="ignore", over="ignore"):  # inf and NaN scales decode as ggml's do
@@ -137,5 +175,26 @@ def dequantize(raw: np.ndarray, type_name: str, shape) -> np.ndarray:
 
 
 def dequantize_tensor(f, t: TensorInfo) -> np.ndarray:
-    """The float32 values of tensor ``t`` of the GGUFFile ``f``."""
+    """The float32 values of tensor ``t`` of the GGUFFile ``f``.
+
+    Args:
+        f: the open GGUFFile that holds the tensor.
+        t: the tensor's TensorInfo, an entry of ``f.tensors``.
+
+    Returns:
+        A float32 array of numpy shape ``t.shape[::-1]`` (outermost first), a copy decoded from
+        the map.
+
+    Raises:
+        ValueError: the tensor's type is not one dequantize supports.
+
+    Examples:
+        >>> from decodelab.testing import write_checkpoint
+        >>> from decodelab.formats.gguf.export import export
+        >>> from decodelab.formats.gguf.reader import GGUFFile
+        >>> with GGUFFile(export(write_checkpoint("ckpt", "llama-tiny"), "m.gguf", "Q8_0")) as g:
+        ...     w = dequantize_tensor(g, g.tensors["blk.0.ffn_up.weight"])
+        >>> w.dtype, w.shape         # (intermediate_size, hidden_size), as in the Hugging Face folder
+        (dtype('float32'), (160, 64))
+    """
     return dequantize(f.data(t.name), t.type.name, t.shape)

@@ -1,24 +1,32 @@
 """Write a Hugging Face folder (GPT-2, GPT-NeoX, Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3) as a
 GGUF file that llama.cpp runs: for the speed benchmark (llama.cpp beside decodelab on the same
-weights) and for tests that need GGUF files of any shape and type. Needs the gguf package (a test extra).
+weights) and for tests that need GGUF files of any shape and type. Needs the gguf package (a test
+extra). From the command line::
 
-    python -m decodelab.formats.gguf.export FOLDER OUT.gguf [--type F32|F16|Q8_0|Q5_1|Q5_0|Q4_1|Q4_0|Q4_K] [--check]
+    python -m decodelab.formats.gguf.export FOLDER OUT.gguf [--type TYPE] [--check]
 
---check compares (decodelab.testing.llama_cpp.compare_gguf) llama.cpp's logits on the file with decodelab's on the folder (needs
-llama-cpp-python): 2.6e-3 at most on the Llama 110M and GPT-2 124M shapes, llama.cpp keeping its
-KV cache in f16 by default.
+with TYPE one of F32 (the default), F16, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0 and Q4_K.
+
+--check compares (decodelab.testing.llama_cpp.compare_gguf) llama.cpp's logits on the file with
+decodelab's on the folder (needs llama-cpp-python): 2.6e-3 at most on the Llama 110M and GPT-2
+124M shapes, llama.cpp keeping its KV cache in f16 by default.
 
 The matrices are stored as --type (F32 by default; F16 and Q8_0 to Q4_0 through gguf.quants; Q4_K
-through decodelab.formats.gguf.quantize, rows whose width is not a multiple of 256 falling back to Q5_0 as
-llama.cpp's quantizer does), norms and biases as F32. The folder's tokenizer goes along when it is one GGUF can hold: a llama2.c
-tokenizer.bin as a `llama` SentencePiece vocabulary (pieces with "▁" for spaces, scores, byte and
-control tokens), GPT-2's vocab.json + merges.txt as a `gpt2` one; otherwise none (llama.cpp's "none"
-vocabulary: the benchmark feeds token ids). Tensor names and
-layouts follow llama.cpp's converter: GGUF matrices are (out, in), so GPT-2's Conv1D weights are
-transposed, and Llama's q/k rows go back to the interleaved RoPE order llama.cpp's "llama"
-architecture uses (the inverse of the Meta-to-HF permutation). A model llama.cpp would run
-differently (a Gemma window pattern, RoPE base or query scale it fixes otherwise, Mistral's
-window on a `llama` file) is refused by name; Phi-3's window is written, though llama.cpp ignores it.
+through decodelab.formats.gguf.quantize, rows whose width is not a multiple of 256 falling back to
+Q5_0 as llama.cpp's quantizer does), 1-D tensors (norms, biases, RoPE factors) as F32. The
+folder's tokenizer goes along when it is one GGUF can hold: a llama2.c tokenizer.bin as a `llama`
+SentencePiece vocabulary (pieces with "▁" for spaces, scores, byte and control tokens), GPT-2's
+vocab.json + merges.txt as a `gpt2` one; otherwise none (llama.cpp's "none" vocabulary: the
+benchmark feeds token ids). Tensor names and layouts follow llama.cpp's converter: GGUF matrices
+are (out, in), so GPT-2's Conv1D weights are transposed, and Llama's q/k rows go back to the
+interleaved RoPE order llama.cpp's "llama" architecture uses (the inverse of the Meta-to-HF
+permutation). A model llama.cpp would run differently (a Gemma window pattern, RoPE base or query
+scale it fixes otherwise, Mistral's window on a `llama` file) is refused by name; Phi-3's window
+is written, though llama.cpp ignores it.
+
+Examples:
+    >>> TYPES
+    ('F32', 'F16', 'Q8_0', 'Q5_1', 'Q5_0', 'Q4_1', 'Q4_0', 'Q4_K')
 """
 import json
 import os
@@ -27,6 +35,8 @@ import numpy as np
 from safetensors.numpy import load_file
 
 from .quantize import quantize_q4_k
+
+__all__ = ["TYPES", "export"]
 
 
 def _unpermute(w, n_heads):
@@ -129,7 +139,53 @@ def _add_tokenizer(w, folder, vocab_size):
 
 
 def export(folder, out, tensor_type="F32"):
-    """Writes FOLDER's weights to OUT as GGUF, the matrices as tensor_type; returns OUT."""
+    """Writes a Hugging Face folder's weights (and tokenizer, where GGUF can hold it) as a GGUF file.
+
+    The file is laid out as llama.cpp's converter writes it (see the module's description): the
+    matrices as ``tensor_type``, 1-D tensors as F32, and a Llama-family model's q/k rows in
+    llama.cpp's interleaved RoPE order. A model llama.cpp would run differently is refused.
+
+    Args:
+        folder: the Hugging Face folder: config.json and its .safetensors files (all of them are
+            read, as float32), with tokenizer.bin (llama2.c) or vocab.json + merges.txt (GPT-2)
+            to carry a vocabulary; without either the file gets llama.cpp's "none" vocabulary.
+            model_type must be gpt2, gpt_neox, llama, mistral, qwen2, qwen3, gemma2, gemma3
+            (or gemma3_text) or phi3.
+        out: the GGUF file to write (overwritten if it exists).
+        tensor_type: how the matrices are stored, one of TYPES: "F32" (the default), "F16",
+            "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0" or "Q4_K" (rows whose width is not a multiple
+            of 256 fall back to Q5_0).
+
+    Returns:
+        ``out``, the path written.
+
+    Raises:
+        ValueError: ``tensor_type`` is not one of TYPES; the model_type is not exported; its RoPE
+            scaling is not one the file can carry (default or llama3 for the Llama family,
+            linear for Gemma 3, longrope for Phi-3, default for GPT-NeoX); a Llama-family model
+            has a sliding window; a Gemma model's window pattern, query scale, soft caps or local
+            RoPE base differ from those llama.cpp fixes; the config fails decodelab's own checks;
+            or a GPT-2 vocab.json does not number its tokens 0..n-1 or has another size than the
+            model's vocabulary.
+        KeyError: config.json or the weights lack a key or tensor the model type needs.
+        FileNotFoundError: the folder has no config.json.
+        ImportError: the gguf package is not installed.
+
+    Examples:
+        >>> from collections import Counter
+        >>> from decodelab.testing import write_checkpoint
+        >>> from decodelab.formats.gguf.reader import GGUFFile
+        >>> folder = write_checkpoint("ckpt", "llama-tiny")
+        >>> export(folder, "m.gguf", "Q8_0")
+        'm.gguf'
+        >>> with GGUFFile("m.gguf") as g:
+        ...     print(sorted(Counter(t.type.name for t in g.tensors.values()).items()))
+        [('F32', 5), ('Q8_0', 16)]
+        >>> export(folder, "m.gguf", "Q3_K")
+        Traceback (most recent call last):
+        ...
+        ValueError: tensor_type must be one of F32, F16, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q4_K, got 'Q3_K'
+    """
     import gguf
 
     if tensor_type not in TYPES:

@@ -1,17 +1,27 @@
 """A GGUF file as a model: its metadata as the engine's config, its tensors under the engine's
-(Hugging Face) names, for load() (its tokenizer: gguf_tokenizer). The architectures in
-ARCHITECTURES, read as llama.cpp reads them (Gemma's fixed window patterns, RoPE bases and query
-scales), except Phi-3's sliding window, which applies as in Hugging Face's model; others are
-refused by name.
+(Hugging Face) names, for load() (its tokenizer: decodelab.formats.gguf.tokenizer). The
+architectures in ARCHITECTURES, read as llama.cpp reads them (Gemma's fixed window patterns, RoPE
+bases and query scales), except Phi-3's sliding window, which applies as in Hugging Face's model;
+others are refused by name.
 
-Tensors the engine reads as they are stay in the file's memory map: F32, F16, BF16 and, for Llama,
-ggml's block formats (_core.BLOCK_DTYPES), which the engine repacks (4-bit layers into its int4
-panels, exactly) or decodes a few rows at a time. GPT-2's block-quantized matrices are decoded to
-float32 (blocks.py) into one scratch file that the engine maps, which load() removes once the
-engine holds its own converted weights. llama.cpp's converter stores Llama's Q and
-K rows in Meta's interleaved RoPE order, so the config says rope_interleaved, as for llama2.c files.
-GGUF stores GPT-2's matrices (out, in); the engine reads GPT-2's as Hugging Face's Conv1D stores
-them, (in, out), so those go through the scratch file transposed.
+Tensors the engine reads as they are stay in the file's memory map: F32, F16, BF16 and ggml's block
+formats (_core.BLOCK_DTYPES: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), which the engine
+repacks (4-bit layers into its int4 panels, exactly) or decodes a few rows at a time. The
+exception is GPT-2's layer matrices: GGUF stores them (out, in) and the engine reads GPT-2's as
+Hugging Face's Conv1D stores them, (in, out), so they are decoded to float32 (blocks.py) and
+transposed into one scratch file that the engine maps, which load() removes once the engine holds
+its own converted weights. llama.cpp's converter stores Llama's Q and K rows in Meta's
+interleaved RoPE order, so the config says rope_interleaved, as for llama2.c files.
+
+Examples:
+    >>> from decodelab.testing import write_checkpoint
+    >>> from decodelab.formats.gguf.export import export
+    >>> from decodelab.formats.gguf.reader import GGUFFile
+    >>> with GGUFFile(export(write_checkpoint("ckpt", "llama-tiny"), "m.gguf", "Q8_0")) as g:
+    ...     config = config_from_gguf(g)
+    ...     files, tensors, scratch = weight_table(g, config)
+    >>> config.family, config.rope_interleaved, len(tensors), scratch
+    ('llama', True, 21, None)
 """
 from __future__ import annotations
 
@@ -27,6 +37,8 @@ from ...config import ModelConfig
 from .. import hf
 from . import blocks
 from .reader import GGUFFile
+
+__all__ = ["ARCHITECTURES", "config_from_gguf", "native_dtype", "weight_table"]
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "gptneox", "gpt2")
 _DIRECT = {"F32": "F32", "F16": "F16", "BF16": "BF16"}  # types the engine maps in place
@@ -107,7 +119,48 @@ def _float(g: GGUFFile, key: str, default: float, lo: float, hi: float) -> float
 
 
 def config_from_gguf(g: GGUFFile) -> ModelConfig:
-    """The model's shape from its metadata; ValueError naming the key for a missing or bad value."""
+    """The model's config from a GGUF file's metadata, read as llama.cpp reads it.
+
+    Reads ``general.architecture`` (one of ARCHITECTURES) and that architecture's keys (block
+    count, embedding and feed-forward lengths, head counts, key length, context length, norm
+    epsilon, RoPE base, dimension count and scaling, Gemma's soft caps and sliding window, Phi-3's
+    sliding window), the vocabulary size from ``token_embd.weight``'s rows, and the BOS and EOS
+    (and EOT) token ids. llama.cpp's defaults apply where a key is absent (head_count_kv =
+    head_count, key_length = embedding_length / head_count, RoPE base 10000, norm epsilon 1e-5).
+
+    Args:
+        g: the open GGUFFile.
+
+    Returns:
+        A ModelConfig with ``source="gguf"``: arch "gpt2", "gpt_neox", or "llama" with ``family``
+        the GGUF architecture (llama, qwen2, qwen3, gemma2, gemma3, phi3).
+
+    Raises:
+        ValueError: the architecture is not supported, a required key is missing, a value is not
+            an integer or number in its range, the head counts do not divide evenly, value_length
+            differs from key_length, the RoPE dimension count is partial (outside GPT-NeoX), the
+            RoPE scaling is not none, linear, Llama 3's rope_freqs or Phi-3's longrope (or its
+            factor tensors are malformed), token_embd.weight is missing or not (hidden, vocab), or
+            the token list or vocab_size disagrees with it; the message names the file and the key
+            or tensor.
+
+    Examples:
+        >>> import gguf
+        >>> from decodelab.testing import write_checkpoint
+        >>> from decodelab.formats.gguf.export import export
+        >>> from decodelab.formats.gguf.reader import GGUFFile
+        >>> with GGUFFile(export(write_checkpoint("ckpt", "llama-tiny"), "m.gguf", "Q8_0")) as g:
+        ...     c = config_from_gguf(g)
+        >>> c.arch, c.n_layers, c.hidden_size, c.n_heads, c.n_kv_heads, c.vocab_size, c.source
+        ('llama', 2, 64, 4, 2, 512, 'gguf')
+        >>> w = gguf.GGUFWriter("mamba.gguf", "mamba")
+        >>> w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+        >>> with GGUFFile("mamba.gguf") as g:
+        ...     config_from_gguf(g)
+        Traceback (most recent call last):
+        ...
+        ValueError: mamba.gguf: GGUF architecture 'mamba' is not supported yet (supported: llama, qwen2, ...)
+    """
     arch = g.metadata.get("general.architecture")
     if arch not in ARCHITECTURES:
         raise ValueError(f"{g.path}: GGUF architecture {arch!r} is not supported yet (supported: "
@@ -254,9 +307,27 @@ _FOUR_BIT = ("Q4_0", "Q4_1", "Q4_K")
 
 
 def native_dtype(g: GGUFFile) -> Optional[str]:
-    """The weight dtype that keeps a file's precision in memory: "int4" where its layers hold 4-bit
-    blocks (its wider layers then keep 8 bits), "int8" for other block formats, None for a file of
-    F32, F16 and BF16 tensors."""
+    """The weight dtype that keeps a file's precision in memory.
+
+    Args:
+        g: the open GGUFFile.
+
+    Returns:
+        "int4" where its layers hold 4-bit blocks (Q4_0, Q4_1 or Q4_K; its wider layers then keep
+        8 bits), "int8" for other block formats, None for a file of F32, F16 and BF16 tensors only.
+
+    Examples:
+        >>> from decodelab.testing import write_checkpoint
+        >>> from decodelab.formats.gguf.export import export
+        >>> from decodelab.formats.gguf.reader import GGUFFile
+        >>> folder = write_checkpoint("ckpt", "llama-tiny")
+        >>> for kind in ("F32", "Q8_0", "Q4_0"):
+        ...     with GGUFFile(export(folder, f"m-{kind}.gguf", kind)) as g:
+        ...         print(kind, native_dtype(g))
+        F32 None
+        Q8_0 int8
+        Q4_0 int4
+    """
     types = {t.type.name for t in g.tensors.values()}
     if types & set(_FOUR_BIT):
         return "int4"
@@ -264,8 +335,40 @@ def native_dtype(g: GGUFFile) -> Optional[str]:
 
 
 def weight_table(g: GGUFFile, config: ModelConfig) -> Tuple[List[str], list, Optional[str]]:
-    """(files, tensor table, scratch file to remove after the engine is built) for the engine: the
-    file's own tensors in place, block-quantized ones decoded into a scratch file."""
+    """The files and tensor table the engine maps for a GGUF file, under the engine's names.
+
+    The file's own tensors stay in place (F32, F16, BF16 and the block formats in
+    _core.BLOCK_DTYPES); GPT-2's layer matrices, and any tensor of a type only blocks.py decodes,
+    are decoded to float32 (GPT-2's transposed to Conv1D's (in, out)) into one scratch file,
+    each tensor on a 64-byte boundary. Tensors the engine does not read (rope_freqs, ...) are
+    left out. Phi-3's fused matrices are split with decodelab.formats.hf.split_fused.
+
+    Args:
+        g: the open GGUFFile.
+        config: its ModelConfig, from config_from_gguf.
+
+    Returns:
+        ``(files, tensors, scratch)``: ``files`` is ``[g.path]``, plus the scratch file where there
+        is one; ``tensors`` one TensorEntry ``(name, dtype, shape, file index, offset, nbytes)``
+        per tensor the engine reads, shape outermost first; ``scratch`` the scratch file's path for
+        the caller to remove once the engine is built, or None. On an error the scratch file is
+        removed.
+
+    Raises:
+        ValueError: a tensor has a type decodelab cannot read yet, or a Phi-3 fused matrix does
+            not have the rows the config implies; the message names the file and the tensor.
+
+    Examples:
+        >>> from decodelab.testing import write_checkpoint
+        >>> from decodelab.formats.gguf.export import export
+        >>> from decodelab.formats.gguf.reader import GGUFFile
+        >>> with GGUFFile(export(write_checkpoint("ckpt", "llama-tiny"), "m.gguf", "Q8_0")) as g:
+        ...     files, tensors, scratch = weight_table(g, config_from_gguf(g))
+        >>> files == ["m.gguf"], scratch
+        (True, None)
+        >>> [t[:4] for t in tensors if t[0] == "model.layers.0.self_attn.q_proj.weight"]
+        [('model.layers.0.self_attn.q_proj.weight', 'Q8_0', [64, 64], 0)]
+    """
     tensors = []
     scratch_path = None
     scratch = None

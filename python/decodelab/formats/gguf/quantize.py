@@ -1,18 +1,53 @@
 """Q4_K blocks from float32 weights with numpy, for the GGUF exporter (the gguf package quantizes
 Q4_0 to Q8_0 but none of the k-quants). A 256-value super-block holds 8 sub-blocks of 32 values,
 each with a 6-bit scale and a 6-bit min under two f16 factors, and 4-bit values:
-x ~ d sc q - dmin mn. blocks.py (and gguf.quants.dequantize) decode what this writes."""
+x ~ d sc q - dmin mn. blocks.py (and gguf.quants.dequantize) decode what this writes.
+
+Examples:
+    >>> Q4_K_BLOCK_BYTES          # per 256 values: 4.5 bits a value
+    144
+"""
 from __future__ import annotations
 
 import numpy as np
+
+__all__ = ["Q4_K_BLOCK_BYTES", "quantize_q4_k"]
 
 Q4_K_BLOCK_BYTES = 144  # f16 d, f16 dmin, 12 bytes of scales and mins, 128 bytes of nibbles
 
 
 def quantize_q4_k(w: np.ndarray) -> np.ndarray:
-    """w (rows, cols), cols a multiple of 256, as Q4_K bytes (rows, cols / 256 x 144). Each
-    sub-block spans [min(x, 0), max(x)] in 15 steps; the steps and mins are then rounded to 6 bits
-    of their super-block's largest, and the values to the nearest of the 16 levels that gives."""
+    """A float matrix as Q4_K blocks, each row quantized on its own.
+
+    Each sub-block of 32 values spans [min(x, 0), max(x)] in 15 steps; the steps and mins are then
+    rounded to 6 bits of their super-block's largest (the f16 factors d and dmin), and the values
+    to the nearest of the 16 levels that gives. A row of the result is the row's super-blocks, in
+    order, as ggml lays them out.
+
+    Args:
+        w: the matrix, shape (rows, cols) with cols a multiple of 256; converted to float32.
+
+    Returns:
+        A uint8 array of shape (rows, cols / 256 x 144): the bytes of a GGUF Q4_K tensor of
+        ggml shape (cols, rows).
+
+    Raises:
+        ValueError: ``w`` is not 2-D or its rows' width is not a multiple of 256.
+
+    Examples:
+        >>> from decodelab.formats.gguf.blocks import dequantize
+        >>> w = np.linspace(-1, 1, 512, dtype=np.float32).reshape(2, 256)
+        >>> q = quantize_q4_k(w)
+        >>> q.dtype, q.shape
+        (dtype('uint8'), (2, 144))
+        >>> back = dequantize(q, "Q4_K", (256, 2))                 # ggml order: innermost first
+        >>> back.shape, bool(np.abs(back - w).max() < 0.05)
+        ((2, 256), True)
+        >>> quantize_q4_k(np.zeros((2, 100)))
+        Traceback (most recent call last):
+        ...
+        ValueError: Q4_K needs rows whose width is a multiple of 256, got shape (2, 100)
+    """
     w = np.asarray(w, dtype=np.float32)
     if w.ndim != 2 or w.shape[1] % 256:
         raise ValueError(f"Q4_K needs rows whose width is a multiple of 256, got shape {w.shape}")

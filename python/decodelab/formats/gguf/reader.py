@@ -1,13 +1,23 @@
 """GGUF files (versions 2 and 3) read as untrusted input: the header, the metadata and the tensor
 directory, every count, length, offset and size checked against explicit limits and the file's
 size before it is used. Tensor data stays in the memory map; nothing is read that the file's size
-does not justify. Every problem is a ValueError naming the key or tensor.
+does not justify. Every problem is a ValueError naming the file and the key or tensor.
 
 Layout (llama.cpp's gguf.h): magic "GGUF", uint32 version, uint64 tensor count, uint64 metadata
 count; the metadata as (string key, uint32 type, value); per tensor: string name, uint32 n_dims,
 uint64 dims (innermost first), uint32 type, uint64 offset into the data section, which starts at
 the next multiple of general.alignment (default 32) after the directory. Strings are uint64
 length + UTF-8 bytes; arrays are uint32 element type + uint64 count + elements.
+
+Examples:
+    >>> from decodelab.testing import write_checkpoint
+    >>> from decodelab.formats.gguf.export import export
+    >>> path = export(write_checkpoint("ckpt", "llama-tiny"), "m.gguf", "Q8_0")
+    >>> is_gguf(path)
+    True
+    >>> with GGUFFile(path) as g:
+    ...     print(g.version, g.metadata["general.architecture"], len(g.tensors))
+    3 llama 21
 """
 from __future__ import annotations
 
@@ -18,6 +28,8 @@ import struct
 from typing import Dict, List, Tuple
 
 import numpy as np
+
+__all__ = ["GGUFFile", "TensorInfo", "TensorType", "TENSOR_TYPES", "is_gguf"]
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -43,7 +55,18 @@ _STRING, _ARRAY = 8, 9
 
 @dataclasses.dataclass(frozen=True)
 class TensorType:
-    """A ggml tensor type: elements per block and bytes per block."""
+    """A ggml tensor type: elements per block and bytes per block.
+
+    Attributes:
+        name: ggml's name for the type ("F32", "Q8_0", "Q4_K", ...).
+        block: elements per block (1 for the plain types, 32 or 256 for the block formats); a
+            tensor's rows (its innermost dimension) must be a multiple of it.
+        block_bytes: bytes per block.
+
+    Examples:
+        >>> TENSOR_TYPES[8]           # ggml type id 8: 32 int8 values and an f16 scale
+        TensorType(name='Q8_0', block=32, block_bytes=34)
+    """
     name: str
     block: int
     block_bytes: int
@@ -63,6 +86,25 @@ TENSOR_TYPES: Dict[int, TensorType] = {t_id: TensorType(*v) for t_id, v in {
 
 @dataclasses.dataclass(frozen=True)
 class TensorInfo:
+    """One tensor of a GGUF file's directory, checked against the file.
+
+    Attributes:
+        name: the tensor's GGUF name ("token_embd.weight", "blk.0.attn_q.weight", ...).
+        shape: its dimensions in ggml order, innermost (contiguous) dimension first: numpy's
+            shape is ``shape[::-1]``.
+        type: its TensorType.
+        offset: the absolute byte offset of its data in the file (data section start + the
+            directory's offset).
+        nbytes: its data's length in bytes (elements / block x block bytes).
+
+    Examples:
+        >>> from decodelab.testing import write_checkpoint
+        >>> from decodelab.formats.gguf.export import export
+        >>> with GGUFFile(export(write_checkpoint("ckpt", "llama-tiny"), "m.gguf", "Q8_0")) as g:
+        ...     t = g.tensors["blk.0.attn_q.weight"]
+        >>> t.shape, t.type.name, t.nbytes, t.n_elements     # 64 x 64 values in 128 blocks of 34 bytes
+        ((64, 64), 'Q8_0', 4352, 4096)
+    """
     name: str
     shape: Tuple[int, ...]   # ggml order: innermost (contiguous) dimension first
     type: TensorType
@@ -71,6 +113,7 @@ class TensorInfo:
 
     @property
     def n_elements(self) -> int:
+        """The number of values in the tensor, the product of its shape."""
         n = 1
         for d in self.shape:
             n *= d
@@ -78,9 +121,49 @@ class TensorInfo:
 
 
 class GGUFFile:
-    """A parsed GGUF file: ``metadata`` (key -> Python value; arrays of numbers as numpy arrays,
-    of strings as lists), ``tensors`` (name -> TensorInfo, in file order), ``version``,
-    ``alignment``, and ``data(name)``, a read-only view of a tensor's bytes in the map."""
+    """A parsed GGUF file (version 2 or 3), checked whole when it is opened.
+
+    The header, metadata and tensor directory are read and checked against explicit limits and
+    the file's size (counts, string and array lengths, dimensions, types, alignment, offsets, no
+    two tensors overlapping); the tensor data stays in a read-only memory map. Use it as a context
+    manager, or call close(), to release the map.
+
+    Attributes:
+        path: the file's path.
+        size: the file's size in bytes.
+        version: the GGUF version, 2 or 3.
+        metadata: key -> Python value; arrays of numbers as numpy arrays, of strings as lists, bools
+            as bool.
+        alignment: ``general.alignment`` (default 32), a power of two up to 65536.
+        data_start: the absolute byte offset of the data section.
+        tensors: name -> TensorInfo, in file order.
+
+    Args:
+        path: the GGUF file (str or path-like).
+
+    Raises:
+        ValueError: the file is not a valid GGUF file: shorter than the 24-byte header, a wrong
+            magic, an unsupported version, a count, length, dimension or alignment out of its
+            limit, a duplicate key or tensor name, an unknown value or tensor type, invalid UTF-8,
+            a bool not 0 or 1, rows not a multiple of the type's block, a misaligned offset, data
+            past the end of the file, overlapping tensors, or any read past the end; the message
+            names the file and the key or tensor.
+        OSError: the file does not exist or cannot be read.
+
+    Examples:
+        >>> from decodelab.testing import write_checkpoint
+        >>> from decodelab.formats.gguf.export import export
+        >>> path = export(write_checkpoint("ckpt", "llama-tiny"), "m.gguf", "Q8_0")
+        >>> with GGUFFile(path) as g:
+        ...     print(g.alignment, g.metadata["llama.block_count"], list(g.tensors)[:2])
+        32 2 ['token_embd.weight', 'output_norm.weight']
+        >>> with open("bad.gguf", "wb") as f:
+        ...     _ = f.write(b"GGML" + bytes(28))
+        >>> GGUFFile("bad.gguf")
+        Traceback (most recent call last):
+        ...
+        ValueError: bad.gguf: not a GGUF file (magic b'GGML', expected b'GGUF')
+    """
 
     def __init__(self, path: str):
         self.path = os.fspath(path)
@@ -238,11 +321,25 @@ class GGUFFile:
         return TensorInfo(name=name, shape=dims, type=t, offset=start, nbytes=nbytes)
 
     def data(self, name: str) -> np.ndarray:
-        """The tensor's bytes as a read-only uint8 view of the map."""
+        """The tensor's bytes as a read-only uint8 view of the map.
+
+        The view keeps the map alive: close() leaves the map open while views of it exist.
+
+        Args:
+            name: the tensor's GGUF name, a key of ``tensors``.
+
+        Returns:
+            A 1-D read-only uint8 array of ``tensors[name].nbytes`` bytes, no copy; decode it with
+            blocks.dequantize.
+
+        Raises:
+            KeyError: the file has no tensor of that name.
+        """
         t = self.tensors[name]
         return np.frombuffer(self._map, dtype=np.uint8, count=t.nbytes, offset=t.offset)
 
     def close(self) -> None:
+        """Release the memory map; where views from data() are still alive, the map stays until they go."""
         try:
             self._map.close()
         except BufferError:  # views of the data are still alive; the map goes with them
@@ -256,7 +353,24 @@ class GGUFFile:
 
 
 def is_gguf(path: str) -> bool:
-    """Whether the file at path starts with the GGUF magic."""
+    """Whether the file at path starts with the GGUF magic.
+
+    Only the first 4 bytes are read; the file is not otherwise checked (GGUFFile does that).
+
+    Args:
+        path: the file to look at.
+
+    Returns:
+        True when the file starts with ``b"GGUF"``; False otherwise, or when it cannot be read
+        (missing, a directory, no permission).
+
+    Examples:
+        >>> import os
+        >>> is_gguf(os.path.join(os.path.dirname(decodelab.__file__), "models", "stories260K", "stories260K.bin"))
+        False
+        >>> is_gguf("no-such-file.gguf")
+        False
+    """
     try:
         with open(path, "rb") as f:
             return f.read(4) == MAGIC

@@ -2,6 +2,10 @@
 cuts it: `gpt2`-type byte-level BPE with its merges and `tokenizer.ggml.pre` pre-tokenizer, and
 `llama`-type SentencePiece BPE with scores and byte fallback. Special tokens and the add-BOS/EOS
 rule come from the metadata, with llama.cpp's defaults (llama-vocab.cpp) where a key is absent.
+
+Examples:
+    >>> MODELS, PRE_TOKENIZERS
+    (('gpt2', 'llama'), ('gpt2', 'smollm', 'llama-bpe', 'llama3', 'qwen2'))
 """
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from .reader import GGUFFile
+
+__all__ = ["MODELS", "PRE_TOKENIZERS", "tokenizer_from_gguf"]
 
 # llama.cpp's token types (llama-vocab.h): the ones matched as whole tokens in text.
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -140,9 +146,53 @@ def _llama_model(g: GGUFFile, tokens: List[str], types: Optional[np.ndarray]):
 
 
 def tokenizer_from_gguf(g: GGUFFile):
-    """The file's tokenizer as a decodelab HFTokenizer; control, user-defined and unknown tokens
-    are special (matched whole in text, left out of decoded text). None when the file has no
-    vocabulary; ValueError for a kind or pre-tokenizer not supported yet or malformed metadata."""
+    """The file's tokenizer as a decodelab HFTokenizer, cutting text where llama.cpp cuts it.
+
+    ``tokenizer.ggml.model`` picks the kind: ``gpt2`` (byte-level BPE with the file's merges,
+    pre-tokenized as ``tokenizer.ggml.pre`` says, one of PRE_TOKENIZERS) or ``llama``
+    (SentencePiece BPE with scores, a "▁" space prefix unless ``add_space_prefix`` is false, and
+    byte fallback). Control, user-defined and unknown tokens are special (matched whole in text,
+    left out of decoded text). BOS and EOS are added as ``add_bos_token`` and ``add_eos_token``
+    say, else by llama.cpp's defaults (BOS for ``llama`` and Llama 3 style files where the file
+    has a BOS token). The chat template, if any, goes along.
+
+    Args:
+        g: the open GGUFFile.
+
+    Returns:
+        A decodelab.HFTokenizer, or None when the file has no vocabulary (no
+        ``tokenizer.ggml.model``, or llama.cpp's "none"): the caller then feeds token ids.
+
+    Raises:
+        ValueError: the tokenizer kind or pre-tokenizer is not supported yet, or the metadata is
+            malformed: no token list, an array of the wrong type or length, scores that are not
+            finite or missing for ``llama``, a merge that is not two vocabulary tokens, a special
+            token id out of range, a flag that is not a bool, an add-BOS/EOS flag without its
+            token, or a chat template that is not a string; the message names the file and the key.
+
+    Examples:
+        >>> import os, gguf
+        >>> from decodelab.testing import convert_llama2c
+        >>> from decodelab.formats.gguf.export import export
+        >>> from decodelab.formats.gguf.reader import GGUFFile
+        >>> bin_path = os.path.join(os.path.dirname(decodelab.__file__), "models", "stories260K", "stories260K.bin")
+        >>> path = export(convert_llama2c(bin_path, "stories"), "stories.gguf")   # with its SentencePiece vocabulary
+        >>> with GGUFFile(path) as g:
+        ...     tok = tokenizer_from_gguf(g)
+        >>> type(tok).__name__, tok.bos_token_id, tok.eos_token_id
+        ('HFTokenizer', 1, 2)
+        >>> ids = tok.encode("Once upon a time")
+        >>> ids[0], tok.decode(ids)                                  # BOS first, as llama.cpp adds it
+        (1, 'Once upon a time')
+        >>> w = gguf.GGUFWriter("bert.gguf", "llama")
+        >>> w.add_tokenizer_model("bert")
+        >>> w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+        >>> with GGUFFile("bert.gguf") as g:
+        ...     tokenizer_from_gguf(g)
+        Traceback (most recent call last):
+        ...
+        ValueError: bert.gguf: GGUF tokenizer model 'bert' is not supported yet (supported: 'gpt2', 'llama')
+    """
     from tokenizers import AddedToken, Tokenizer, processors
 
     from ...text.tokenizer import HFTokenizer
