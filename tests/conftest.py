@@ -26,6 +26,7 @@ _importorskip = pytest.importorskip
 
 
 def _importorskip_declared(modname, *args, **kwargs):
+    __tracebackhide__ = True  # report the skip or failure at the test's own line
     try:
         return _importorskip(modname, *args, **kwargs)
     except pytest.skip.Exception as skip:

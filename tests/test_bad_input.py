@@ -339,3 +339,9 @@ def test_config_values_of_the_wrong_type_are_value_errors(checkpoint, tmp_path):
         (d / "config.json").write_text(json.dumps(dict(base, **{key: value})))
         with pytest.raises(ValueError):
             decodelab.load(d)
+
+
+def test_an_unknown_checkpoint_shape_is_a_value_error(tmp_path):
+    for make in (lambda: testing.random_weights("llama-huge"), lambda: testing.write_checkpoint(str(tmp_path), "x")):
+        with pytest.raises(ValueError, match="unknown shape 'llama-huge'|unknown shape 'x'"):
+            make()

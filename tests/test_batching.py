@@ -21,6 +21,7 @@ def wide(request, tmp_path_factory):
     return decodelab.load(path, dtype=request.param, threads=2)
 
 
+@pytest.mark.slow
 def test_fixed_rows_give_each_row_the_same_bits_at_every_batch_size(wide):
     """The scheduler's decode pass: row b of a batch of B is the same bits for B = 1..100 (past
     kFixedRowsMax, in passes), while the default one-row kernels may sum in another order."""
@@ -70,6 +71,17 @@ def test_batch_engine_equals_generate_on_stories(stories):
             assert got.finish_reason == want.finish_reason and got.stop_reason == want.stop_reason
             if "logprobs" in kw:
                 assert [x.top for x in got.logprobs] == [x.top for x in want.logprobs]
+
+
+def test_a_request_with_a_listener_is_not_iterated(stories):
+    # Its events go to the listener, so iterating it would wait forever: it says so instead.
+    events = []
+    with BatchEngine(stories) as eng:
+        r = eng.submit("Once upon a time", max_new_tokens=5, listener=events.append)
+        with pytest.raises(ValueError, match="listener"):
+            next(iter(r))
+        assert len(r.result(timeout=60).token_ids) <= 5
+    assert events[-1][0] == "done" and all(kind == "piece" for kind, _ in events[:-1])
 
 
 def test_a_long_prompt_prefills_in_chunks_while_others_decode(stories):

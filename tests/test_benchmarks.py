@@ -46,6 +46,7 @@ def test_first_prompt_phase_reports_each_prompt(checkpoint):
     assert res["load_s"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["decodelab", "plain-C"])
 def test_worker_peak_rss_is_its_own(engine, checkpoint):
     # bench_speed.py's workers are started by a parent that may hold far more memory (it writes

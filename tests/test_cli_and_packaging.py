@@ -49,6 +49,7 @@ def test_cli_make_checkpoint_and_convert(tmp_path, stories_bin):
     assert m.generate("Once upon a time", max_new_tokens=8).text.startswith(", there was")
 
 
+@pytest.mark.slow
 def test_one_openmp_runtime_with_torch_loaded():
     # torch ships its own libgomp.so.1; with the same soname, the dynamic linker must load only
     # one, whichever package is imported first.

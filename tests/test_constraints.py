@@ -53,6 +53,7 @@ def ask(smol):
     return prompt
 
 
+@pytest.mark.slow
 def test_100_seeded_json_samples_parse_and_validate(smol, ask):
     p = ask("Give me a person as JSON: name, age, role, address (city, zip) and skills.")
     texts = []

@@ -92,6 +92,7 @@ def test_trace_with_negative_top():
     """)
 
 
+@pytest.mark.slow
 def test_one_cache_from_two_threads(slow_model):
     run_child(f"""
         m = decodelab.load({slow_model!r}, threads=1)
@@ -123,6 +124,7 @@ def test_one_cache_from_two_threads(slow_model):
     """)
 
 
+@pytest.mark.slow
 def test_threads_change_while_another_thread_generates(slow_model):
     run_child(f"""
         m = decodelab.load({slow_model!r}, threads=2)
@@ -147,6 +149,7 @@ def test_threads_change_while_another_thread_generates(slow_model):
     """)
 
 
+@pytest.mark.slow
 def test_four_threads_on_one_model_match_sequential(slow_model):
     # Each thread keeps its caches alive, so the block pool grows all the while; every result must
     # equal the one computed alone first.
@@ -255,6 +258,7 @@ def test_fork_after_generating_does_not_hang(stories_bin):
     """, timeout=90)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores: one to keep busy, one to run on")
 def test_auto_threads_give_way_to_a_busy_core(stories_bin, tmp_path):
     # load()'s default runs on the cores other programs leave free (benchmarks/bench_busy.py has

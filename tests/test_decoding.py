@@ -35,6 +35,7 @@ GRID = [(nb, lp, es, nrs) for nb in (2, 4) for lp, es in ((1.0, False), (0.0, Tr
                                                             (1.0, True), (0.5, "never")) for nrs in (1, nb)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_beams, length_penalty, early_stopping, nrs", GRID)
 def test_beam_search_equals_transformers_on_stories260k(stories, stories_hf, num_beams, length_penalty,
                                                         early_stopping, nrs):

@@ -80,6 +80,7 @@ def test_a_small_file_reads_back(tmp_path):
         assert q.tolist() == [0.5 * v for v in np.arange(32, dtype=np.int8)]
 
 
+@pytest.mark.slow
 def test_the_shared_file_agrees_with_the_gguf_package():
     _need(SMOLLM)
     ref = gguf.GGUFReader(SMOLLM)

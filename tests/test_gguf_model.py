@@ -43,6 +43,7 @@ def theirs():
     return m.eval()
 
 
+@pytest.mark.slow
 @pytest.mark.reference
 def test_logits_equal_transformers_on_the_gguf_file(ours, theirs):
     ids = ours.tokenizer.encode(CHAT + "The capital of France is Paris. " * 8)[:64]
@@ -56,6 +57,7 @@ def test_logits_equal_transformers_on_the_gguf_file(ours, theirs):
     np.testing.assert_allclose(np.stack(rows), ref[47:], atol=1e-3, rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.reference
 def test_score_equals_transformers_on_the_gguf_file(ours, theirs):
     """Model.score on the dequantized file: the sum of log-softmax of transformers' logits at the
@@ -69,6 +71,7 @@ def test_score_equals_transformers_on_the_gguf_file(ours, theirs):
     assert abs(s.total - sum(want)) < 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.reference
 def test_greedy_tokens_equal_transformers(ours, theirs):
     for prompt in [CHAT, "Once upon a time", "The capital of France is"]:
@@ -79,6 +82,7 @@ def test_greedy_tokens_equal_transformers(ours, theirs):
         assert ours.generate(ids, max_new_tokens=40, eos_token_id=[]).token_ids == ref, prompt
 
 
+@pytest.mark.slow
 def test_the_instruct_model_answers_paris(ours):
     g = ours.generate(CHAT, max_new_tokens=20)
     assert "Paris" in g.text and g.finish_reason == "stop" and g.token_ids[-1] == 2
@@ -87,6 +91,7 @@ def test_the_instruct_model_answers_paris(ours):
     assert m.dtype == "int4" and "Paris" in m.generate(CHAT, max_new_tokens=20).text
 
 
+@pytest.mark.slow
 @pytest.mark.reference
 def test_tokenizer_equals_transformers_gguf_tokenizer(ours):
     ref = transformers.AutoTokenizer.from_pretrained(FOLDER, gguf_file=NAME)
@@ -115,6 +120,7 @@ def test_metadata_becomes_the_config(ours):
     assert c.eos_token_id == [2] and c.bos_token_id == 1
 
 
+@pytest.mark.slow
 def test_no_scratch_file_is_left_behind():
     _need(PATH)
     pattern = os.path.join(tempfile.gettempdir(), "decodelab-gguf-*")
@@ -138,6 +144,7 @@ def _with_metadata(tmp_path, key: str, value_type: int, payload: bytes) -> str:
     return str(p)
 
 
+@pytest.mark.slow
 def test_other_architectures_and_bad_shapes_are_refused_by_name(tmp_path):
     _need(PATH)
     # "llama" -> "qwe2a": a string of the same length.
@@ -158,12 +165,14 @@ def test_other_architectures_and_bad_shapes_are_refused_by_name(tmp_path):
 MESSAGES = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
 
 
+@pytest.mark.slow
 def test_chat_answers_paris_and_streams_the_same_text(ours):
     g = ours.chat(MESSAGES, max_new_tokens=30)
     assert "Paris" in g.text and g.finish_reason == "stop"
     assert "".join(ours.chat_stream(MESSAGES, max_new_tokens=30)) == g.text
 
 
+@pytest.mark.slow
 @pytest.mark.reference
 def test_chat_template_renders_as_transformers_does(ours):
     ref = transformers.AutoTokenizer.from_pretrained(FOLDER, gguf_file=NAME)
@@ -178,6 +187,7 @@ def test_chat_template_renders_as_transformers_does(ours):
                 ref.encode(text, add_special_tokens=False)
 
 
+@pytest.mark.slow
 def test_chat_templates_are_untrusted_input(ours):
     tok = ours.tokenizer
     with pytest.raises(ValueError, match=r"messages\[0\] must be a dict with str 'role' and 'content'"):
@@ -210,6 +220,7 @@ def test_a_folder_chat_template_comes_from_tokenizer_config(tmp_path):
     assert decodelab.load(folder).tokenizer.apply_chat_template(MESSAGES) == "J1"
 
 
+@pytest.mark.slow
 def test_cli_chat_in_a_terminal(sigint):
     """decodelab chat through a pseudo-terminal: a streamed answer, /reset, Ctrl-C ending a reply
     (not the program), Ctrl-D quitting."""
@@ -240,6 +251,7 @@ def test_cli_chat_in_a_terminal(sigint):
     assert child.exitstatus == 0
 
 
+@pytest.mark.slow
 @pytest.mark.reference
 def test_a_chain_inside_transformers_generate_gives_decodelabs_tokens(ours, theirs):
     from transformers import LogitsProcessorList
@@ -273,6 +285,7 @@ def test_the_adapter_refuses_a_chain_that_picks_the_token():
     assert torch.isinf(out).sum() == 4 and out[0, 1] == 2.0 and out[1, 0] == 3.0
 
 
+@pytest.mark.slow
 def test_int4_keeps_the_files_4_bit_values_and_agrees_with_fp32(ours):
     """The Q4_1 file's default, int4: its layers are the file's own 4-bit values (only the
     activations are rounded, to int8 per block of 32, as llama.cpp rounds them), in fewer bytes

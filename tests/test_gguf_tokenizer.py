@@ -182,6 +182,7 @@ def test_a_merge_outside_the_vocabulary_is_named(tmp_path, merge):
             gguf_tokenizer.tokenizer_from_gguf(g)
 
 
+@pytest.mark.slow
 def test_exported_gpt2_vocabulary_tokenizes_as_the_folder(tmp_path):
     from decodelab import testing
     from decodelab.formats.gguf import export as gguf_export

@@ -50,6 +50,7 @@ def test_cpu_info_says_what_runs():
             assert info["chosen"] == info["supported"][-1]
 
 
+@pytest.mark.slow
 @portable
 def test_each_level_gives_the_same_tokens(checkpoint):
     folder = str(checkpoint("qwen2-tiny"))
@@ -65,6 +66,7 @@ def test_each_level_gives_the_same_tokens(checkpoint):
             assert np.abs(a - b).max() <= tol * max(1.0, np.abs(b).max()), (level, name, np.abs(a - b).max())
 
 
+@pytest.mark.slow
 @portable
 def test_a_cap_above_the_cpu_takes_the_best_it_has(checkpoint):
     r = _run("avx512_vnni", str(checkpoint("qwen2-tiny")))
@@ -78,6 +80,7 @@ def test_an_unknown_level_is_refused_by_name():
     assert "DECODELAB_ISA must be one of generic, avx2, avx512, avx512_vnni; got 'sse9'" in r.stderr
 
 
+@pytest.mark.slow
 @portable
 @pytest.mark.parametrize("level", info["supported"][:info["supported"].index(info["chosen"])])
 def test_the_kernel_tests_pass_at_each_lower_level(level):

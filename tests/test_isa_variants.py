@@ -13,6 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "cmake" / "check_isa_variants.py"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++, which building decodelab needs too")
 def test_kernel_variants_do_not_collide():
     r = subprocess.run([sys.executable, str(SCRIPT), "--variants", "generic,avx512_vnni"], capture_output=True,

@@ -194,6 +194,7 @@ def test_decode_row_does_not_depend_on_the_rows_beside_it(dtype, n_in):
         np.testing.assert_array_equal(whole, pieces)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["int8", "w8a8"])
 @pytest.mark.parametrize("T", [2, 3, 5, 16, 17, 64, 150])
 @pytest.mark.parametrize("n_out", [37, 100, 1000])

@@ -96,6 +96,7 @@ def test_four_forks_use_far_less_than_four_caches(checkpoint):
     assert report["bytes_referenced"] == base.nbytes + sum(f.nbytes for f in forks)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", ["gpt2-124m", "llama-110m"])
 def test_nbytes_equals_formula(checkpoint, shape):
     m = decodelab.load(checkpoint(shape))

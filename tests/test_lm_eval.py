@@ -35,6 +35,7 @@ def _tasks(d):
             f.write(f"task: {task}\n" + head.format(path=data) + body)
 
 
+@pytest.mark.slow
 def test_simple_evaluate_equals_score_and_generate(stories, tmp_path):
     from lm_eval.tasks import TaskManager
 

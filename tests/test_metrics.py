@@ -9,6 +9,7 @@ import pytest
 from decodelab.eval import metrics
 
 
+@pytest.mark.slow
 def test_the_docstring_examples():
     assert doctest.testmod(metrics, optionflags=doctest.ELLIPSIS).failed == 0
 

@@ -41,6 +41,7 @@ def test_distribution_assertion_bounds_total_variation():
         assert_distribution_close(S.Temperature(1.3).apply(FOUR), FOUR, max_tv=0.01)
 
 
+@pytest.mark.slow
 def test_samples_assertion_passes_a_right_sampler_and_fails_a_wrong_one():
     x = logits_corpus()[1].logits
     assert_samples_follow(S.Chain([S.TopK(20), S.Dist(3)]), x, n=2000)
@@ -71,6 +72,7 @@ def test_parametrize_refuses_unknown_names():
         parametrize_orders(orders=["hf", "tgi"])
 
 
+@pytest.mark.slow
 def test_fixtures_through_the_entry_point(tmp_path, stories_bin):
     (tmp_path / "test_fixtures.py").write_text(f"""
 import pytest

@@ -1,6 +1,8 @@
 """README.md's set-up commands stay true: CI runs exactly the second one."""
 import os
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -21,6 +23,7 @@ def test_readme_starts_with_two_commands_and_ci_runs_the_test_one():
     assert cmds[1] in ci.splitlines()
 
 
+@pytest.mark.slow
 def test_the_pytest_example_in_readme_passes(tmp_path):
     """The README's example test file runs through the installed plugin (its fixtures), in a fresh
     pytest process."""

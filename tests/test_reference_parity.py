@@ -68,6 +68,7 @@ def test_stories260k_converted_forward(stories_hf, stories_bin):
     assert max_abs_diff(a, b) <= TOL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prompt", ["Once upon a time", "Tom and Sue went to the park", "The little dog",
                                     "Lily liked to"])
 def test_stories260k_greedy_tokens_equal_transformers(stories, stories_hf, prompt):

@@ -288,6 +288,7 @@ def test_watermark_settings_are_checked():
 
 # --- classifier-free guidance -------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.reference
 @pytest.mark.parametrize("scale,negative", [(2.5, None), (3.0, "The sad dog"), (0.5, "Once")])
 def test_guidance_gives_transformers_greedy_tokens(stories, stories_hf, scale, negative):

@@ -81,6 +81,7 @@ def _positions(model, prompt, n_seeds, **kw):
     return toks[:, 1:], gens  # the first token is chosen as without a draft; the rest through rounds
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chain", [dict(temperature=1.3, repetition_penalty=1.5, top_k=10),
                                    dict(temperature=0.8, top_p=0.9, presence_penalty=1.0, min_p=0.02)])
 @pytest.mark.parametrize("which", ["model", "prompt_lookup"])

@@ -97,6 +97,14 @@ def test_playground_update_gives_the_samplers_distribution(stories, settings):
     assert state.top[0][1] == pytest.approx(float(want.max()))
 
 
+def test_playground_at_temperature_zero_is_greedy(stories):
+    # The other sliders keep their values but have no effect: one token is left.
+    pg = Playground(stories, "Once upon a time", max_new_tokens=8)
+    state = pg.update(temperature=0, top_k=5, top_p=0.5)
+    assert state.n_kept == 1 and int(np.argmax(state.probs)) == int(np.argmax(pg.logits))
+    assert state.continuation == stories.generate("Once upon a time", max_new_tokens=8).text
+
+
 def test_playground_sliders_and_static_fallback(stories, monkeypatch):
     pg = Playground(stories, "Once upon a time", max_new_tokens=5)
     box = pg.show()

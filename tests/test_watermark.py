@@ -27,6 +27,7 @@ def smollm():
     return decodelab.load(_need(SMOLLM), dtype="int8")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_smollm2_watermark_is_detected_and_plain_text_is_not(smollm, seed):
     m = smollm

@@ -98,8 +98,12 @@ class BatchRequest:
             StreamPiece: the new text with its token ids (and logprobs when asked for).
 
         Raises:
+            ValueError: the request was submitted with a ``listener``, which receives its events instead.
             Exception: the error the request failed with.
         """
+        if self._listener != self._events.put:
+            raise ValueError(f"request {self.id} sends its events to the listener given to submit(); "
+                             "iterate a request submitted without one, or call result()")
         while True:
             kind, value = self._events.get()
             if kind == "piece":

@@ -313,9 +313,7 @@ def random_weights(shape, seed: int = 0, progress: bool = False):
         (config, tensors): the config.json contents and the float32 weights by name.
 
     Raises:
-        KeyError: ``shape`` is a name not in SHAPES (the name is looked up before the check that
-            would raise ValueError).
-        ValueError: a shape dict with an unknown arch or family.
+        ValueError: ``shape`` is a name not in SHAPES, or a dict with an unknown arch or family.
 
     Examples:
         >>> import decodelab.testing
@@ -328,9 +326,9 @@ def random_weights(shape, seed: int = 0, progress: bool = False):
         >>> all(np.array_equal(tensors[k], again[k]) for k in tensors)
         True
     """
-    spec = SHAPES[shape] if isinstance(shape, str) else shape
     if isinstance(shape, str) and shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+    spec = SHAPES[shape] if isinstance(shape, str) else shape
     cfg, shapes = _config_and_shapes(spec)
     rng = np.random.default_rng(seed)
     tensors = {}

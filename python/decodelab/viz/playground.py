@@ -102,8 +102,8 @@ class Playground:
         distribution as the model gives it.
 
         Args:
-            temperature: the softmax temperature, above 0 (0 is refused: greedy decoding would leave
-                the other sliders without effect); default 1.0.
+            temperature: the softmax temperature, >= 0; 0 is greedy decoding, which leaves only the
+                most likely token, so the other sliders then have no effect; default 1.0.
             top_k: keep the ``top_k`` most likely tokens, 0 for all; default 0.
             top_p: keep the smallest set of tokens whose probability reaches ``top_p``, in (0, 1];
                 default 1.0 (all).
@@ -116,12 +116,15 @@ class Playground:
             The PlaygroundState for these settings.
 
         Raises:
-            ValueError: from ``decodelab.samplers.build_chain``: temperature 0, a value out of
-                range, or an unknown order.
+            ValueError: from ``decodelab.samplers.build_chain``: a value out of range, or an unknown
+                order.
         """
         settings = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
-        chain = S.build_chain(order=order, seed=self.seed, **settings)
-        stages = S.Chain(chain.stages[:-1])  # the distribution the selector draws from
+        # Greedy decoding takes no truncation stage (build_chain refuses one given with it).
+        warpers = {} if temperature == 0 else dict(top_k=top_k, top_p=top_p, min_p=min_p)
+        chain = S.build_chain(order=order, seed=self.seed, temperature=temperature, **warpers)
+        # The distribution the selector draws from; greedy decoding leaves its one token.
+        stages = chain if temperature == 0 else S.Chain(chain.stages[:-1])
         probs = S.softmax(stages.apply(self.logits, self.ids, n_prompt=len(self.ids)))
         order_ids = np.argsort(-probs, kind="stable")[:self.top]
         tok = self.model.tokenizer
