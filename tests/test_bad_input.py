@@ -345,3 +345,13 @@ def test_an_unknown_checkpoint_shape_is_a_value_error(tmp_path):
     for make in (lambda: testing.random_weights("llama-huge"), lambda: testing.write_checkpoint(str(tmp_path), "x")):
         with pytest.raises(ValueError, match="unknown shape 'llama-huge'|unknown shape 'x'"):
             make()
+
+
+def test_a_phi3_fused_matrix_of_the_wrong_rows_names_the_folder(checkpoint, tmp_path):
+    d = _copy(checkpoint("phi3-tiny"), tmp_path)
+    cfg, tensors = testing.random_weights("phi3-tiny")
+    name = "model.layers.0.self_attn.qkv_proj.weight"
+    tensors[name] = np.ascontiguousarray(tensors[name][:-2])
+    save_file(tensors, str(d / "model.safetensors"))
+    with pytest.raises(ValueError, match=f"^{d}: .*qkv_proj"):
+        decodelab.load(str(d))

@@ -181,7 +181,7 @@ def read_hf_weights(folder: str, config: ModelConfig) -> Tuple[List[str], List[T
         ValueError: the index is not valid JSON with a ``weight_map``, a shard name is not a file
             name inside the folder, a header fails read_safetensors_header's checks (the message
             names the file and tensor), or a Phi-3 fused matrix does not have the rows the config
-            implies (this message names the tensor but not the file).
+            implies (the message names the folder and the tensor).
 
     Examples:
         >>> import os
@@ -223,7 +223,10 @@ def read_hf_weights(folder: str, config: ModelConfig) -> Tuple[List[str], List[T
     if config.arch == "gpt2":
         tensors = [(_gpt2_name(t[0]),) + tuple(t[1:]) for t in tensors]
     if config.family == "phi3":
-        tensors = split_fused(tensors, config)
+        try:
+            tensors = split_fused(tensors, config)
+        except ValueError as e:
+            raise ValueError(f"{folder}: {e}") from None
     return files, tensors
 
 
