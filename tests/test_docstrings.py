@@ -5,7 +5,6 @@ import ast
 import doctest
 import importlib
 import inspect
-import os
 import pkgutil
 import re
 import textwrap
@@ -57,14 +56,15 @@ def _raises(func):
         tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
     except (OSError, TypeError, SyntaxError):
         return False
-    body = tree.body[0]
-    for node in ast.walk(body):
-        if isinstance(node, ast.Raise) and node.exc is not None:
-            # a raise inside a nested function belongs to that function
-            return True
-        if node is not body and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            continue
-    return False
+    def raises(node):
+        # A raise inside a nested function or class belongs to it; a bare raise re-raises.
+        if isinstance(node, ast.Raise):
+            return node.exc is not None
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return False
+        return any(raises(child) for child in ast.iter_child_nodes(node))
+
+    return any(raises(child) for child in ast.iter_child_nodes(tree.body[0]))
 
 
 def _params(func, skip_first):

@@ -41,7 +41,15 @@ MOVED_NAMES = {
 
 
 def _deprecated(old: str, new: str) -> None:
-    warnings.warn(f"{old} has moved to {new}; the old path will be removed", DeprecationWarning, stacklevel=3)
+    # The warning names the first frame outside this file, the import machinery and a module's
+    # __getattr__: the user's line. warnings itself passes over importlib's bootstrap frames.
+    level, frame = 2, sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename == __file__ or "importlib" in frame.f_code.co_filename
+                                 or frame.f_code.co_name == "__getattr__"):
+        if "importlib._bootstrap" not in frame.f_code.co_filename:
+            level += 1
+        frame = frame.f_back
+    warnings.warn(f"{old} has moved to {new}; the old path will be removed", DeprecationWarning, stacklevel=level)
 
 
 def moved_name(module: str, name: str):
@@ -66,11 +74,12 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         new = MOVED_MODULES[spec.name]
         _deprecated(spec.name, new)
         module = importlib.import_module(new)
-        self._spec = module.__spec__  # import sets __spec__ to the alias's spec; put the module's back
+        # Import then sets __spec__ to the alias's spec; the spec carries the module's own back.
+        spec.loader_state = module.__spec__
         return module
 
     def exec_module(self, module):
-        module.__spec__ = self._spec
+        module.__spec__ = module.__spec__.loader_state
 
 
 def install() -> None:

@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
-from ..config import ModelConfig, load_json
+from ..config import ModelConfig
 
 __all__ = ["TensorEntry", "read_safetensors_header", "read_hf_weights", "split_fused"]
 

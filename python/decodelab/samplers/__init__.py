@@ -28,7 +28,7 @@ from .penalties import (DRY, BadWords, ExponentialDecayLengthPenalty, ForcedBOS,
                         SuppressTokens)
 from .selectors import Dist, Greedy, Mirostat
 from .warpers import XTC, EpsilonCutoff, EtaCutoff, MinP, Temperature, TopH, TopK, TopNSigma, TopP, TypicalP
-from .watermark import Watermark, WatermarkDetector, watermark_scheme
+from .watermark import Watermark, WatermarkDetector
 
 __all__ = [
     "Sampler", "Chain", "StageRecord", "probs", "softmax",

@@ -16,9 +16,6 @@ import math
 import numbers
 from typing import Dict, Iterable, List, Mapping, Sequence
 
-import numpy as np
-
-from .. import options
 from .._native import _core
 from .base import Sampler, _float, _int
 

@@ -12,8 +12,6 @@ Examples:
 """
 from __future__ import annotations
 
-import numpy as np
-
 from .. import options
 from .._native import _core
 from .base import Sampler, _float

@@ -11,8 +11,6 @@ Examples:
 """
 from __future__ import annotations
 
-import numpy as np
-
 from .. import options
 from .._native import _core
 from .base import Sampler, _float, _int, _keep

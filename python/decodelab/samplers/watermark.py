@@ -16,8 +16,6 @@ import dataclasses
 import math
 from typing import Optional, Sequence
 
-import numpy as np
-
 from .. import options
 from .._native import _core
 from .base import Sampler, _float, _int

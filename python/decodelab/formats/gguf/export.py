@@ -419,6 +419,6 @@ if __name__ == "__main__":
 
 def __getattr__(name):
     # Names that moved elsewhere, with their warning (_compat.MOVED_NAMES).
-    from ... import _compat
+    from decodelab import _compat  # absolute: import may call this before __spec__ is the module's
 
     return _compat.moved_name(__name__, name)
