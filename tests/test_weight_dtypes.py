@@ -133,21 +133,23 @@ def test_bf16_matmul_rounds_the_inputs_of_long_prompts_only(tmp_path):
         assert 2e-5 < err < 0.02 * np.abs(want).max()
     else:
         np.testing.assert_array_equal(on.forward(ids), off.forward(ids))
-    with pytest.raises(TypeError, match="bf16_matmul must be True or False"):
+    with pytest.raises(TypeError, match="bf16_matmul must be True, False or None"):
         decodelab.load(src, dtype="bfloat16", bf16_matmul=1)
 
 
 def test_bf16_matmul_with_int8_weights(tmp_path):
-    """int8 with bf16_matmul (the default) on a CPU with native bf16 products: from
+    """int8 with bf16_matmul=True on a CPU with native bf16 products: from
     gemm_min_rows("int8") rows a layer runs the bf16 matmul on bf16-rounded inputs and the int8
     values (exact in bf16), so a long prompt's logits move by about the inputs' bf16 rounding, and
     fewer rows give the same bits as bf16_matmul=False (the int8 panels at every length). Without
-    native bf16 the option changes nothing."""
+    native bf16 the option changes nothing. The default (None) is off for int8, whose logits stay
+    the same bits on every path."""
     from decodelab import _core
     cfg, tensors = testing.random_weights("llama-tiny", seed=7)
     src = testing.write_hf_folder(str(tmp_path / "src"), cfg, tensors)
-    on, off = decodelab.load(src, dtype="int8"), decodelab.load(src, dtype="int8", bf16_matmul=False)
+    on, off = decodelab.load(src, dtype="int8", bf16_matmul=True), decodelab.load(src, dtype="int8", bf16_matmul=False)
     assert on.bf16_matmul == _core.bf16_matmul_native() and not off.bf16_matmul
+    assert not decodelab.load(src, dtype="int8").bf16_matmul
     assert not decodelab.load(src, dtype="w8a8").bf16_matmul
     n = _core.gemm_min_rows("int8")
     ids = np.random.default_rng(3).integers(0, cfg["vocab_size"], size=n + 20).tolist()

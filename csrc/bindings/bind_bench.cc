@@ -217,10 +217,8 @@ void register_bench(py::module_& m) {
             for (size_t i = 0; i < n; ++i) u[i] = f32_to_bf16(next_value());
           }
         }
-        const int stride = aligned_stride(n_ctx);
         std::vector<float> q(static_cast<size_t>(n_heads) * head_dim), out(q.size());
         for (float& v : q) v = next_value();
-        std::vector<float> scratch(static_cast<size_t>(threads) * n_heads * stride), gather(1);
         // Between steps, a read of 128 MiB on the same threads (more than the last-level cache, here
         // about 48 MiB in effect) pushes the cache blocks out, as a decode step's weights do: each
         // step reads them from memory. A write sweep (memset) instead left dirty lines whose write-back
@@ -236,8 +234,7 @@ void register_bench(py::module_& m) {
             sink = sink + read_pass(flush.data(), flush.size(), threads);
             const auto t0 = std::chrono::steady_clock::now();
             for (int layer = 0; layer < n_layers; ++layer)
-              attention_paged(q.data(), pool, table.data(), layer, 1, n_ctx - 1, n_heads, out.data(), scratch.data(),
-                              stride, gather.data(), threads);
+              attention_paged(q.data(), pool, table.data(), layer, 1, n_ctx - 1, n_heads, out.data(), threads);
             sec[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           }
         }

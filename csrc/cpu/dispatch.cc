@@ -205,10 +205,8 @@ void rope(float* x, int T, int n_heads, int head_dim, int p0, const float* cos_t
 }
 
 void attention_paged(const float* q, const BlockPool& pool, const int* block_table, int layer, int T, int p0,
-                     int n_heads, float* out, float* scratch, int scratch_stride, float* gather, int n_threads,
-                     const AttentionOptions& options) {
-  kernels().attention_paged(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride, gather,
-                            n_threads, options);
+                     int n_heads, float* out, int n_threads, const AttentionOptions& options) {
+  kernels().attention_paged(q, pool, block_table, layer, T, p0, n_heads, out, n_threads, options);
 }
 void store_kv(const float* k, const float* v, BlockPool& pool, const int* block_table, int layer, int T, int p0) {
   kernels().store_kv(k, v, pool, block_table, layer, T, p0);

@@ -26,8 +26,8 @@ struct KernelTable {
   void (*silu_mul)(const float*, const float*, float*, size_t);
   void (*add_inplace)(float*, const float*, size_t);
   void (*rope)(float*, int, int, int, int, const float*, const float*, bool, int);
-  void (*attention_paged)(const float*, const BlockPool&, const int*, int, int, int, int, float*, float*, int, float*,
-                          int, const AttentionOptions&);
+  void (*attention_paged)(const float*, const BlockPool&, const int*, int, int, int, int, float*, int,
+                          const AttentionOptions&);
   void (*store_kv)(const float*, const float*, BlockPool&, const int*, int, int, int);
 };
 

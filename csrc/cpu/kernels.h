@@ -30,8 +30,7 @@ void rope(float* x, int T, int n_heads, int head_dim, int p0, const float* cos_t
           bool interleaved, int rot_dim);
 
 void attention_paged(const float* q, const BlockPool& pool, const int* block_table, int layer, int T, int p0,
-                     int n_heads, float* out, float* scratch, int scratch_stride, float* gather, int n_threads,
-                     const AttentionOptions& options);
+                     int n_heads, float* out, int n_threads, const AttentionOptions& options);
 void store_kv(const float* k, const float* v, BlockPool& pool, const int* block_table, int layer, int T, int p0);
 
 }  // namespace DECODELAB_ISA

@@ -1,8 +1,9 @@
-// RMSNorm and LayerNorm over rows, on Eigen.
+// RMSNorm and LayerNorm over rows, their sums in the fixed order of cpu/fixed_math.h.
 #include <cmath>
 
-#include "cpu/eigen_maps.h"
+#include "cpu/fixed_math.h"
 #include "cpu/kernels.h"
+#include "decodelab/parallel.h"
 
 namespace decodelab {
 namespace DECODELAB_ISA {
@@ -15,7 +16,7 @@ void rmsnorm(const float* x, const float* w, int T, int dim, float eps, float* y
   for_each_index(T, rows_worth_threads(T, dim), [&](int64_t t) {
     const float* xt = x + static_cast<size_t>(t) * dim;
     float* yt = y + static_cast<size_t>(t) * dim;
-    const float ms = ConstVec(xt, dim).squaredNorm() / dim;
+    const float ms = fixed::sum_squares(xt, dim) / static_cast<float>(dim);
     const float inv = 1.0f / std::sqrt(ms + eps);
     for (int i = 0; i < dim; ++i) yt[i] = w[i] * (xt[i] * inv);
   });
@@ -25,10 +26,8 @@ void layernorm(const float* x, const float* w, const float* b, int T, int dim, f
   for_each_index(T, rows_worth_threads(T, dim), [&](int64_t t) {
     const float* xt = x + static_cast<size_t>(t) * dim;
     float* yt = y + static_cast<size_t>(t) * dim;
-    const auto xa = ConstVec(xt, dim).array();
-    const float mean = xa.sum() / dim;
-    // Through Eigen, vectorised: a plain loop's float sum stays scalar without -ffast-math.
-    const float var = (xa - mean).square().sum() / dim;
+    const float mean = fixed::sum(xt, dim) / static_cast<float>(dim);
+    const float var = fixed::sum_squares_about(xt, mean, dim) / static_cast<float>(dim);
     const float inv = 1.0f / std::sqrt(var + eps);
     for (int i = 0; i < dim; ++i) yt[i] = (xt[i] - mean) * inv * w[i] + b[i];
   });

@@ -1,4 +1,5 @@
-// Rotary position embedding, from precomputed cos / sin tables.
+// Rotary position embedding, from precomputed cos / sin tables; compiled without contracted
+// multiply-adds (CMakeLists.txt), so every level rounds x0 c - x1 s the same way.
 #include <cstddef>
 
 #include "cpu/kernels.h"

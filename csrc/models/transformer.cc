@@ -379,7 +379,7 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
   // its pages are mapped now rather than inside the first request.
   auto ws = std::make_unique<Workspace>();
   const int rows = std::min(kReservedRows, cfg_.max_position);
-  ws->reserve(cfg_, rows, aligned_stride(rows), n_threads_);
+  ws->reserve(cfg_, rows);
   spare_ws_.push_back(std::move(ws));
 }
 
@@ -583,15 +583,11 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
   const int D = cfg_.dim, NH = cfg_.n_heads, KVH = cfg_.n_kv_heads, HD = cfg_.head_dim;
   const int QD = NH * HD, KVD = KVH * HD;
   std::vector<int> first(n_seg), p0(n_seg);
-  int max_ctx = 0;
   for (int s = 0, r = 0; s < n_seg; r += rows[s], ++s) {
     first[s] = r;
     p0[s] = caches[s]->length();
-    max_ctx = std::max(max_ctx, p0[s] + rows[s]);
   }
-  // Each thread's attention scores start on a 64-byte line (see aligned.h).
-  const int score_stride = aligned_stride(max_ctx);
-  ws.reserve(cfg_, R, score_stride, n_threads);
+  ws.reserve(cfg_, R);
   float* x = ws.x.data();
   float* h = ws.h.data();
 
@@ -685,7 +681,7 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
     const bool per_seq = n_seg > 1 && R == n_seg;
     const int window = cfg_.sliding_window.empty() ? 0 : cfg_.sliding_window[li];
     // timed: marks RoPE, the stores and attention apart (not inside a parallel loop over segments).
-    auto attend = [&](int s, float* scratch, int threads, bool timed) {
+    auto attend = [&](int s, int threads, bool timed) {
       float* qs = q + static_cast<size_t>(first[s]) * QD;
       float* ks = k + static_cast<size_t>(first[s]) * KVD;
       float* vs = v + static_cast<size_t>(first[s]) * KVD;
@@ -706,17 +702,16 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
       store_kv(ks, vs, pool, table, li, rows[s], p0[s]);
       if (timed) clk.mark(Op::KvStore);
       attention_paged(qs, pool, table, li, rows[s], p0[s], NH, ws.att.data() + static_cast<size_t>(first[s]) * QD,
-                      scratch, score_stride, ws.gather.data(), threads,
-                      AttentionOptions{window, cfg_.attn_scale, cfg_.attn_softcap});
+                      threads, AttentionOptions{window, cfg_.attn_scale, cfg_.attn_softcap});
       if (timed) clk.mark(Op::Attention);
     };
     if (per_seq) {
 #pragma omp parallel for schedule(dynamic) num_threads(n_threads)
       for (int s = 0; s < n_seg; ++s)
-        attend(s, ws.scores.data() + static_cast<size_t>(omp_get_thread_num()) * NH * score_stride, 1, false);
+        attend(s, 1, false);
       clk.mark(Op::Attention);
     } else {
-      for (int s = 0; s < n_seg; ++s) attend(s, ws.scores.data(), n_threads, true);
+      for (int s = 0; s < n_seg; ++s) attend(s, n_threads, true);
     }
     linear(ws.att.data(), R, l.o, h);
     clk.mark(Op::OutProj);

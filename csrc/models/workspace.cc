@@ -1,14 +1,9 @@
-// Workspace::reserve: scratch sized for a pass's rows, context and threads; it only grows.
+// Workspace::reserve: scratch sized for a pass's rows; it only grows.
 #include "decodelab/workspace.h"
 
 namespace decodelab {
 
-void Workspace::reserve(const ModelConfig& cfg, int T, int n_ctx, int n_threads) {
-  const size_t need_scores = static_cast<size_t>(n_threads) * cfg.n_heads * n_ctx;
-  if (scores.size() < need_scores) scores.resize(need_scores);
-  // A prompt's keys and values, gathered from the cache blocks for prefill attention.
-  const size_t need_gather = static_cast<size_t>(2) * cfg.n_kv_heads * aligned_stride(n_ctx) * cfg.head_dim;
-  if (gather.size() < need_gather) gather.resize(need_gather);
+void Workspace::reserve(const ModelConfig& cfg, int T) {
   if (T <= rows) return;
   const size_t qd = static_cast<size_t>(cfg.n_heads) * cfg.head_dim;
   const size_t kvd = static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim;

@@ -166,7 +166,7 @@ def _resolve(path: str) -> str:
 
 def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads: Optional[int] = None,
          tokenizer: Union[None, str, os.PathLike, Tokenizer] = None, zero_copy: bool = False,
-         kv_block_size: int = _core.default_kv_block_size, bf16_matmul: bool = True) -> Model:
+         kv_block_size: int = _core.default_kv_block_size, bf16_matmul: Optional[bool] = None) -> Model:
     """Load a model: a Hugging Face folder, a GGUF file, a llama2.c checkpoint, or a model by name.
 
     The path may be a Hugging Face folder (config.json + safetensors), a GGUF file (llama or gpt2;
@@ -179,10 +179,11 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
     Weights are memory-mapped; fp32, bf16 and f16 stored weights load. Activations, norms,
     attention and accumulation stay fp32, except that int8 layers round their input to 16-bit
     fixed point (a scale per 256 values; error at most 1/65534 of the block's largest value) to sum
-    the products exactly in int32, and bfloat16 and int8 prompts on a CPU with native bf16 products
-    round theirs to bf16 (``bf16_matmul``). w8a8, and int8 with ``bf16_matmul=False``, run one
-    linear kernel at every number of tokens: a row's product is the same bit for bit whether it was
-    decoded alone, in a batch, or in a prompt.
+    the products exactly in int32, and bfloat16 prompts on a CPU with native bf16 products round
+    theirs to bf16 (``bf16_matmul``). int4, int8 and w8a8 run one linear kernel at every number of
+    tokens, and the steps between the products (norms, RoPE, attention, activations) sum in one
+    fixed order: a token's logits are the same bits whether it was decoded alone, in a batch, or in
+    a prompt, on any thread count and at every instruction set (``DECODELAB_ISA``).
 
     Args:
         path: the model file or folder, a built-in model's name, or a Hugging Face repo id (str or
@@ -220,14 +221,17 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
             waste less memory per sequence (at most kv_block_size - 1 positions) and copy less when
             a fork first writes to a shared block. The logits are the same bit for bit for every
             multiple of 4, and within float rounding for other sizes.
-        bf16_matmul: True (the default) on bfloat16 and int8 weights, on a CPU with native bf16
+        bf16_matmul: None (the default) means True for bfloat16 weights and False for int8, whose
+            logits then stay the same bits on every path and CPU. True, on bfloat16 and int8
+            weights, on a CPU with native bf16
             products (AVX512_BF16, ``decodelab._core.bf16_matmul_native()``): a linear layer over 80
             or more rows at once (long prompts, very large batches) rounds its input to bf16 and runs
             oneDNN's bf16 matmul, products of bf16 pairs summed in fp32, as transformers and
             llama.cpp do at this precision (AMX tiles where the CPU has them): 2-4 times the speed of
             the fp32 matmul on the weights widened, at a measured cost (benchmarks/bench_accuracy.py).
             int8 layers run it on their int8 values, which bf16 holds exactly, with the scales
-            applied to the sums: 1.7x the speed of their own kernel on 512-token prompts. Fewer
+            applied to the sums: 1.7x the speed of their own kernel on 512-token prompts, but a
+            prompt's logits then differ from the same tokens decoded one by one. Fewer
             rows, decode steps among them, keep their usual inputs. False keeps those for every row
             count too: fp32 arithmetic on the bf16-rounded weights, or the int8 kernel's 16-bit
             inputs. On a CPU without native bf16 the option changes nothing (oneDNN would emulate
@@ -244,7 +248,8 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
         ValueError: ``dtype`` is not one of "float32", "bfloat16", "int8", "w8a8", "int4";
             ``threads`` is not in [1, 1024]; ``kv_block_size`` is not in [1, 4096]; or the model
             files or the tokenizer are malformed (the message names the file and what is wrong).
-        TypeError: ``kv_block_size`` is not an int, or ``zero_copy`` or ``bf16_matmul`` is not a bool.
+        TypeError: ``kv_block_size`` is not an int, ``zero_copy`` is not a bool, or ``bf16_matmul``
+            is neither a bool nor None.
 
     Examples:
         >>> model = decodelab.load("stories260K")
@@ -276,8 +281,8 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
     path = _resolve(path)
     if not isinstance(zero_copy, bool):
         raise TypeError(f"zero_copy must be True or False, got {zero_copy!r}")
-    if not isinstance(bf16_matmul, bool):
-        raise TypeError(f"bf16_matmul must be True or False, got {bf16_matmul!r}")
+    if bf16_matmul is not None and not isinstance(bf16_matmul, bool):
+        raise TypeError(f"bf16_matmul must be True, False or None, got {bf16_matmul!r}")
     try:
         config, files, tensors, tok_source, scratch, native = _read_model_files(path)
         core_config = config.to_core()
@@ -288,6 +293,8 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
         raise ValueError(f"{path}: malformed model files ({type(e).__name__}: {e})") from None
     if dtype is None:  # a block-quantized file keeps its precision, and its size in memory
         dtype = native or "float32"
+    if bf16_matmul is None:  # int8 keeps one kernel at every row count: the same bits on every path
+        bf16_matmul = dtype == "bfloat16"
     try:
         engine = _core.Engine(core_config, files, tensors, n_threads, dtype, zero_copy, int(kv_block_size),
                               bf16_matmul)

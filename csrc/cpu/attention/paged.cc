@@ -12,16 +12,12 @@ namespace decodelab {
 namespace DECODELAB_ISA {
 
 void attention_paged(const float* q, const BlockPool& pool, const int* block_table, int layer, int T, int p0,
-                     int n_heads, float* out, float* scratch, int scratch_stride, float* gather, int n_threads,
-                     const AttentionOptions& options) {
-  // Eight or more queries: matrix products over keys and values gathered (and widened) per head.
+                     int n_heads, float* out, int n_threads, const AttentionOptions& options) {
+  // Eight or more queries: items of a few queries each; fewer: items of a chunk of the context each.
   auto run = [&](auto elem) {
     using E = decltype(elem);
-    if (T >= 8)
-      attention_prefill<E>(q, pool, block_table, layer, T, p0, n_heads, out, gather, n_threads, options);
-    else
-      attention_decode<E>(q, pool, block_table, layer, T, p0, n_heads, out, scratch, scratch_stride, n_threads,
-                          options);
+    if (T >= 8) attention_prefill<E>(q, pool, block_table, layer, T, p0, n_heads, out, n_threads, options);
+    else attention_decode<E>(q, pool, block_table, layer, T, p0, n_heads, out, n_threads, options);
   };
   switch (pool.dtype()) {
     case KVDType::F32: run(float{}); break;

@@ -13,13 +13,10 @@ struct AttentionOptions {
 };
 
 // Causal attention for T queries at positions p0 .. p0+T-1 over one layer of a paged cache
-// that holds positions 0 .. p0+T-1. q (T, n_heads, head_dim); out (T, n_heads, head_dim);
-// scratch holds n_threads * n_heads * scratch_stride floats, scratch_stride >= p0 + T (a
-// multiple of 16 keeps each head's scores on a cache line); gather (used from 8 queries up)
-// holds 2 * n_kv_heads * aligned_stride(p0 + T) * head_dim floats.
+// that holds positions 0 .. p0+T-1. q (T, n_heads, head_dim); out (T, n_heads, head_dim). Each
+// query's output is the same bits however it is called (see cpu/attention/fixed_order.cc).
 void attention_paged(const float* q, const BlockPool& pool, const int* block_table, int layer, int T, int p0,
-                     int n_heads, float* out, float* scratch, int scratch_stride, float* gather, int n_threads,
-                     const AttentionOptions& options = {});
+                     int n_heads, float* out, int n_threads, const AttentionOptions& options = {});
 
 // Write k, v (T, n_kv_heads, head_dim) into one layer of a paged cache at positions p0 .. p0+T-1.
 void store_kv(const float* k, const float* v, BlockPool& pool, const int* block_table, int layer, int T, int p0);

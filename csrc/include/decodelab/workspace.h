@@ -1,4 +1,4 @@
-// Scratch for the forward pass: activations, attention scores and gathered keys and values.
+// Scratch for the forward pass: activations and the RoPE rows past the model's table.
 #pragma once
 
 #include "decodelab/aligned.h"
@@ -10,9 +10,9 @@ namespace decodelab {
 // allocates nothing per token once warm.
 struct Workspace {
   int rows = 0;
-  FloatBuffer x, h, q, k, v, qkv, att, ff_a, ff_b, scores, gather;
+  FloatBuffer x, h, q, k, v, qkv, att, ff_a, ff_b;
   FloatBuffer rope_cos, rope_sin;  // RoPE rows of positions past the model's table, (rows, head_dim/2)
-  void reserve(const ModelConfig& cfg, int T, int n_ctx, int n_threads);
+  void reserve(const ModelConfig& cfg, int T);
 };
 
 }  // namespace decodelab

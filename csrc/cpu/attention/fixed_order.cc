@@ -1,0 +1,250 @@
+// Attention in one fixed order for prompts and decoding alike: every query's context splits into
+// chunks of 256 positions counted from 0; each chunk gives a partial (its largest score, softmax
+// sum and weighted values) computed the same way whatever else shares the call, and the partials
+// merge in chunk order. A query's output is thus the same bits in a prompt, decoded alone, batched,
+// on any thread count and at every instruction set (sums and exp from cpu/fixed_math.h).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "cpu/attention/kernels.h"
+#include "cpu/fixed_math.h"
+#include "decodelab/aligned.h"
+
+namespace decodelab {
+namespace DECODELAB_ISA {
+
+namespace {
+
+constexpr int kChunk = 256;         // positions per chunk
+constexpr int kMaxRows = 32;        // query rows (tokens x heads of one KV head) per call
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// The first position a query at `pos` sees: a sliding window's start, or 0.
+inline int window_start(int pos, int window) { return window > 0 ? std::max(0, pos + 1 - window) : 0; }
+inline int first_chunk(int pos, int window) { return window_start(pos, window) / kChunk; }
+inline int end_chunk(int pos) { return pos / kChunk + 1; }
+
+// One layer's rows of one KV head, by position, through the block table.
+template <typename E>
+struct HeadRows {
+  const BlockPool& pool;
+  const int* table;
+  int layer, kh, bs, hd;
+  const E* row(int kind, int pos) const {
+    return reinterpret_cast<const E*>(pool.data(table[pos / bs])) + pool.slab(layer, kind, kh) +
+           static_cast<size_t>(pos % bs) * hd;
+  }
+  float scale(int kind, int pos) const {  // an int8 row's scale
+    return pool.row_scales(pool.data(table[pos / bs]), layer, kind, kh)[pos % bs];
+  }
+};
+
+// A query row: its vector, position, and where its chunk partial goes (o: hd floats).
+struct Row {
+  const float* q;
+  int pos;
+  float* o;
+  float* m;
+  float* l;
+};
+
+// The partials of chunk c for `n` query rows of one KV head, each over its own positions
+// [max(window start, c * kChunk), min(pos + 1, (c + 1) * kChunk)), which must not be empty.
+// Scores q.k (fixed::dot) times the row scale (int8) times the attention scale, soft-capped;
+// weights exp(s - m) summed by fixed::sum from the row's first position; values added in
+// position order. s: kMaxRows * kChunk floats.
+template <typename E>
+void chunk_partials(const HeadRows<E>& kv, Row* rows, int n, int c, const AttentionOptions& opt, float scale,
+                    float* s) {
+  constexpr bool i8 = std::is_same<E, int8_t>::value;
+  const int hd = kv.hd, base = c * kChunk;
+  int a[kMaxRows], e[kMaxRows], lo = kChunk * (c + 1), hi = base;
+  for (int r = 0; r < n; ++r) {
+    a[r] = std::max(window_start(rows[r].pos, opt.window), base);
+    e[r] = std::min(rows[r].pos + 1, base + kChunk);
+    lo = std::min(lo, a[r]);
+    hi = std::max(hi, e[r]);
+  }
+  for (int j = lo; j < hi; ++j) {
+    const E* k = kv.row(0, j);
+    const float ks = i8 ? kv.scale(0, j) : 1.0f;
+    for (int r = 0; r < n; ++r) {
+      if (j < a[r] || j >= e[r]) continue;
+      float d = fixed::dot(rows[r].q, k, hd);
+      if (i8) d = d * ks;
+      s[r * kChunk + (j - base)] = d * scale;
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    float* sr = s + r * kChunk + (a[r] - base);
+    const int len = e[r] - a[r];
+    if (opt.softcap > 0.0f)
+      for (int j = 0; j < len; ++j) sr[j] = fixed::tanh(sr[j] / opt.softcap) * opt.softcap;
+    float mx = kNegInf;
+    for (int j = 0; j < len; ++j) mx = sr[j] > mx ? sr[j] : mx;
+    for (int j = 0; j < len; ++j) sr[j] = fixed::exp(sr[j] - mx);
+    *rows[r].m = mx;
+    *rows[r].l = fixed::sum(sr, len);
+    std::fill(rows[r].o, rows[r].o + hd, 0.0f);
+  }
+  for (int j = lo; j < hi; ++j) {
+    const E* v = kv.row(1, j);
+    const float vs = i8 ? kv.scale(1, j) : 1.0f;
+    for (int r = 0; r < n; ++r) {
+      if (j < a[r] || j >= e[r]) continue;
+      float w = s[r * kChunk + (j - base)];
+      if (i8) w = w * vs;
+      float* o = rows[r].o;
+      for (int i = 0; i < hd; ++i) o[i] = o[i] + w * fixed::widen(v[i]);
+    }
+  }
+}
+
+// out = sum_c o_c exp(m_c - M) / L over chunks [0, nc), in chunk order, with M the largest m_c and
+// L = sum_c exp(m_c - M) l_c. Chunk c's partial: o + c * o_stride, m[c * ml_stride], l[...].
+void merge(int nc, const float* o, size_t o_stride, const float* m, const float* l, size_t ml_stride, int hd,
+           float* out) {
+  float mx = kNegInf;
+  for (int c = 0; c < nc; ++c) mx = m[c * ml_stride] > mx ? m[c * ml_stride] : mx;
+  float sum = 0.0f;
+  for (int c = 0; c < nc; ++c) sum = sum + fixed::exp(m[c * ml_stride] - mx) * l[c * ml_stride];
+  const float inv = 1.0f / sum;
+  std::fill(out, out + hd, 0.0f);
+  for (int c = 0; c < nc; ++c) {
+    const float w = fixed::exp(m[c * ml_stride] - mx) * inv;
+    const float* oc = o + c * o_stride;
+    for (int i = 0; i < hd; ++i) out[i] = out[i] + oc[i] * w;
+  }
+}
+
+inline float scale_of(const AttentionOptions& opt, int hd) {
+  return opt.scale > 0.0f ? opt.scale : 1.0f / std::sqrt(static_cast<float>(hd));
+}
+
+}  // namespace
+
+// Prompts: items (tile of up to kTokens queries, KV head), each running its chunks in turn for the
+// tile's query heads of that KV head, then merging each row's chunks.
+template <typename E>
+void attention_prefill(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0,
+                       int n_heads, float* out, int n_threads, const AttentionOptions& options) {
+  const int n_kv = pool.n_kv_heads(), hd = pool.head_dim(), group = n_heads / n_kv;
+  const int tokens = std::max(1, std::min(8, kMaxRows / group));  // queries per tile
+  const int n_tiles = (T + tokens - 1) / tokens, items = n_tiles * n_kv;
+  const float scale = scale_of(options, hd);
+  const int max_chunks = end_chunk(p0 + T - 1);
+#pragma omp parallel for schedule(dynamic) num_threads(n_threads) if (n_threads > 1)
+  for (int item = 0; item < items; ++item) {
+    const int tile = item / n_kv, kh = item % n_kv;
+    const int t0 = tile * tokens, t1 = std::min(T, t0 + tokens);
+    thread_local FloatBuffer scores, parts;
+    grow(scores, static_cast<size_t>(kMaxRows) * kChunk);
+    // Per row and chunk: o (hd floats), m, l.
+    const size_t per_row = static_cast<size_t>(max_chunks) * (hd + 2);
+    grow(parts, per_row * (t1 - t0) * group);
+    const HeadRows<E> kv{pool, table, layer, kh, pool.block_size(), hd};
+    const int c_first = first_chunk(p0 + t0, options.window), c_end = end_chunk(p0 + t1 - 1);
+    for (int c = c_first; c < c_end; ++c) {
+      thread_local std::vector<Row> rows;
+      rows.clear();
+      for (int t = t0; t < t1; ++t) {
+        const int pos = p0 + t;
+        if (c < first_chunk(pos, options.window) || c >= end_chunk(pos)) continue;
+        for (int g = 0; g < group; ++g) {
+          float* part = parts.data() + static_cast<size_t>((t - t0) * group + g) * per_row;
+          rows.push_back({q + (static_cast<size_t>(t) * n_heads + kh * group + g) * hd, pos,
+                          part + static_cast<size_t>(c) * hd, part + static_cast<size_t>(max_chunks) * hd + c,
+                          part + static_cast<size_t>(max_chunks) * (hd + 1) + c});
+        }
+      }
+      for (size_t r0 = 0; r0 < rows.size(); r0 += kMaxRows)
+        chunk_partials<E>(kv, rows.data() + r0, static_cast<int>(std::min<size_t>(kMaxRows, rows.size() - r0)), c,
+                          options, scale, scores.data());
+    }
+    for (int t = t0; t < t1; ++t) {
+      const int pos = p0 + t, c0 = first_chunk(pos, options.window), c1 = end_chunk(pos);
+      for (int g = 0; g < group; ++g) {
+        const float* part = parts.data() + static_cast<size_t>((t - t0) * group + g) * per_row;
+        merge(c1 - c0, part + static_cast<size_t>(c0) * hd, hd, part + static_cast<size_t>(max_chunks) * hd + c0,
+              part + static_cast<size_t>(max_chunks) * (hd + 1) + c0, 1, hd,
+              out + (static_cast<size_t>(t) * n_heads + kh * group + g) * hd);
+      }
+    }
+  }
+}
+
+// Decoding (T < 8 queries): items (query, chunk, KV head) split into one contiguous run per thread,
+// then each query head's chunks merged.
+template <typename E>
+void attention_decode(const float* q, const BlockPool& pool, const int* table, int layer, int T, int p0,
+                      int n_heads, float* out, int n_threads, const AttentionOptions& options) {
+  const int n_kv = pool.n_kv_heads(), hd = pool.head_dim(), group = n_heads / n_kv;
+  const float scale = scale_of(options, hd);
+  const int n_chunks = end_chunk(p0 + T - 1);
+  int first[9] = {0};
+  for (int t = 0; t < T; ++t)
+    first[t + 1] = first[t] + (end_chunk(p0 + t) - first_chunk(p0 + t, options.window)) * n_kv;
+  const int items = first[T];
+  // Per (query, chunk, head): o, then all m, then all l.
+  thread_local FloatBuffer parts;
+  const size_t n_part = static_cast<size_t>(T) * n_chunks * n_heads;
+  grow(parts, n_part * (hd + 2));
+  float* po = parts.data();
+  float* pm = po + n_part * hd;
+  float* pl = pm + n_part;
+  auto at = [&](int t, int c, int h) { return (static_cast<size_t>(t) * n_chunks + c) * n_heads + h; };
+  const int64_t work = static_cast<int64_t>(T) * n_heads * (p0 + T) * hd;
+  auto run = [&](int nth, int id) {
+    thread_local FloatBuffer scores;
+    grow(scores, static_cast<size_t>(kMaxRows) * kChunk);
+    const int i1 = static_cast<int>(static_cast<int64_t>(items) * (id + 1) / nth);
+    for (int i = static_cast<int>(static_cast<int64_t>(items) * id / nth); i < i1; ++i) {
+      int t = 0;
+      while (i >= first[t + 1]) ++t;
+      const int pos = p0 + t, k = i - first[t];
+      const int c = first_chunk(pos, options.window) + k / n_kv, kh = k % n_kv;
+      const HeadRows<E> kv{pool, table, layer, kh, pool.block_size(), hd};
+      for (int g0 = 0; g0 < group; g0 += kMaxRows) {
+        Row rows[kMaxRows];
+        const int nr = std::min(kMaxRows, group - g0);
+        for (int g = 0; g < nr; ++g) {
+          const int h = kh * group + g0 + g;
+          const size_t j = at(t, c, h);
+          rows[g] = {q + (static_cast<size_t>(t) * n_heads + h) * hd, pos, po + j * hd, pm + j, pl + j};
+        }
+        chunk_partials<E>(kv, rows, nr, c, options, scale, scores.data());
+      }
+    }
+  };
+  if (n_threads > 1 && work >= (int64_t(1) << 12) && items > 1) {
+#pragma omp parallel num_threads(n_threads)
+    run(omp_get_num_threads(), omp_get_thread_num());
+  } else {
+    run(1, 0);
+  }
+  for (int t = 0; t < T; ++t) {
+    const int c0 = first_chunk(p0 + t, options.window), c1 = end_chunk(p0 + t);
+    for (int h = 0; h < n_heads; ++h) {
+      const size_t j = at(t, c0, h), step = static_cast<size_t>(n_heads);
+      merge(c1 - c0, po + j * hd, step * hd, pm + j, pl + j, step, hd, out + (static_cast<size_t>(t) * n_heads + h) * hd);
+    }
+  }
+}
+
+#define DECODELAB_ATTENTION(E)                                                                                    \
+  template void attention_prefill<E>(const float*, const BlockPool&, const int*, int, int, int, int, float*, int, \
+                                     const AttentionOptions&);                                                   \
+  template void attention_decode<E>(const float*, const BlockPool&, const int*, int, int, int, int, float*, int,  \
+                                    const AttentionOptions&);
+DECODELAB_ATTENTION(float)
+DECODELAB_ATTENTION(uint16_t)
+DECODELAB_ATTENTION(int8_t)
+#undef DECODELAB_ATTENTION
+
+}  // namespace DECODELAB_ISA
+}  // namespace decodelab
