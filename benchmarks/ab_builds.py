@@ -6,8 +6,8 @@ builds alternating round by round on one machine, and reports each side's median
         [--phases decode,prefill,batch] [--dtype float32] [--out FILE]
 
 --before / --after: a directory put first on PYTHONPATH ("" for the installed package). Phases:
-decode (64 steps after a 16-token prompt), prefill (a 512-token prompt) and batch (16 sequences,
-16 steps). Writes benchmarks/results/ab_builds.json with every round's figures.
+decode (64 steps after a 16-token prompt), decode_1k (32 steps after 1024 tokens, where attention
+weighs more), prefill (a 512-token prompt) and batch (16 sequences, 16 steps). Writes benchmarks/results/ab_builds.json with every round's figures.
 """
 import argparse
 import json
@@ -19,6 +19,7 @@ import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
 PHASES = {"decode": ["--phase", "decode", "--prompt", "16", "--steps", "64"],
+          "decode_1k": ["--phase", "decode", "--prompt", "1024", "--steps", "32"],
           "prefill": ["--phase", "prefill", "--prompt", "512"],
           "batch": ["--phase", "batch", "--batch", "16", "--steps", "16"]}
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cpu/attention/kernels.h"
+#include "cpu/attention/fixed_vectors.h"
 #include "cpu/fixed_math.h"
 #include "decodelab/aligned.h"
 
@@ -22,6 +23,8 @@ namespace {
 
 constexpr int kChunk = 256;         // positions per chunk
 constexpr int kMaxRows = 32;        // query rows (tokens x heads of one KV head) per call
+constexpr int kKeyBlock = 16;       // keys whose rows every query row takes while they are in L1
+constexpr int kAhead = 2;           // key blocks between a prefetch and its use
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // The first position a query at `pos` sees: a sliding window's start, or 0.
@@ -39,8 +42,8 @@ struct HeadRows {
     return reinterpret_cast<const E*>(pool.data(table[pos / bs])) + pool.slab(layer, kind, kh) +
            static_cast<size_t>(pos % bs) * hd;
   }
-  float scale(int kind, int pos) const {  // an int8 row's scale
-    return pool.row_scales(pool.data(table[pos / bs]), layer, kind, kh)[pos % bs];
+  const float* scales(int kind, int pos) const {  // an int8 row's scale, then the rest of its block's
+    return pool.row_scales(pool.data(table[pos / bs]), layer, kind, kh) + pos % bs;
   }
 };
 
@@ -57,7 +60,7 @@ struct Row {
 // [max(window start, c * kChunk), min(pos + 1, (c + 1) * kChunk)), which must not be empty.
 // Scores q.k (fixed::dot) times the row scale (int8) times the attention scale, soft-capped;
 // weights exp(s - m) summed by fixed::sum from the row's first position; values added in
-// position order. s: kMaxRows * kChunk floats.
+// position order (fixed_vectors.h). s: kMaxRows * kChunk floats.
 template <typename E>
 void chunk_partials(const HeadRows<E>& kv, Row* rows, int n, int c, const AttentionOptions& opt, float scale,
                     float* s) {
@@ -70,19 +73,74 @@ void chunk_partials(const HeadRows<E>& kv, Row* rows, int n, int c, const Attent
     lo = std::min(lo, a[r]);
     hi = std::max(hi, e[r]);
   }
-  for (int j = lo; j < hi; ++j) {
+  // Each position's key and value rows (and int8 scales), looked up once for all the rows.
+  const E* kp[kChunk];
+  const E* vp[kChunk];
+  float ks[kChunk], vs[kChunk];
+  for (int j = lo; j < hi;) {
+    const int b = j / kv.bs, end = std::min(hi, (b + 1) * kv.bs);
     const E* k = kv.row(0, j);
-    const float ks = i8 ? kv.scale(0, j) : 1.0f;
+    const E* v = kv.row(1, j);
+    for (int x = j; x < end; ++x) {
+      kp[x - lo] = k + static_cast<size_t>(x - j) * hd;
+      vp[x - lo] = v + static_cast<size_t>(x - j) * hd;
+    }
+    if (i8) {
+      const float* kss = kv.scales(0, j);
+      const float* vss = kv.scales(1, j);
+      std::copy(kss, kss + (end - j), ks + (j - lo));
+      std::copy(vss, vss + (end - j), vs + (j - lo));
+    }
+    j = end;
+  }
+  // The rows' ranges in [lo, hi) clipped to keys [k0, k1): [*b, *e), empty when *b >= *e.
+  auto clip = [&](int r, int k0, int k1, int* b, int* e_) {
+    *b = std::max(a[r], k0);
+    *e_ = std::min(e[r], k1);
+  };
+  // Scores, a block of keys at a time for every row, while the block's keys are in L1 (bf16 and
+  // int8 keys widened to fp32 once for all the rows: exact, so the same bits); the rows two
+  // blocks on asked for meanwhile, as cache blocks lie apart where the hardware prefetcher stops.
+  const size_t row_bytes = static_cast<size_t>(hd) * sizeof(E);
+  auto prefetch = [&](const E* const* p, int k0) {
+    for (int j = k0; j < std::min(hi, k0 + kKeyBlock); ++j)
+      for (size_t x = 0; x < row_bytes; x += 64) __builtin_prefetch(reinterpret_cast<const char*>(p[j - lo]) + x);
+  };
+  thread_local FloatBuffer wide;
+  grow(wide, static_cast<size_t>(kKeyBlock) * hd);
+  auto block_rows = [&](const E* const* p, int k0, int cnt, const float** f) {
+    if constexpr (std::is_same<E, float>::value) {
+      for (int j = 0; j < cnt; ++j) f[j] = p[k0 - lo + j];
+    } else {
+      for (int j = 0; j < cnt; ++j) {
+        float* d = wide.data() + static_cast<size_t>(j) * hd;
+        const E* src = p[k0 - lo + j];
+        for (int i = 0; i < hd; ++i) d[i] = fixed::widen(src[i]);
+        f[j] = d;
+      }
+    }
+  };
+  const float* fk[kKeyBlock];
+  const int span = (hi - lo + kKeyBlock - 1) / kKeyBlock * kKeyBlock;  // the keys in whole blocks
+  for (int k0 = lo; k0 < hi; k0 += kKeyBlock) {
+    // Two blocks on: keys, or past the last key the first values.
+    const int ahead = k0 + kAhead * kKeyBlock;
+    if (ahead < hi) prefetch(kp, ahead);
+    else if (ahead - span >= lo && ahead - span < hi) prefetch(vp, ahead - span);
+    const int cnt = std::min(kKeyBlock, hi - k0);
+    block_rows(kp, k0, cnt, fk);
     for (int r = 0; r < n; ++r) {
-      if (j < a[r] || j >= e[r]) continue;
-      float d = fixed::dot(rows[r].q, k, hd);
-      if (i8) d = d * ks;
-      s[r * kChunk + (j - base)] = d * scale;
+      int b, x;
+      clip(r, k0, k0 + cnt, &b, &x);
+      if (b < x) fixed::scores(rows[r].q, fk + (b - k0), x - b, hd, s + r * kChunk + (b - a[r]));
     }
   }
   for (int r = 0; r < n; ++r) {
-    float* sr = s + r * kChunk + (a[r] - base);
-    const int len = e[r] - a[r];
+    float* sr = s + r * kChunk;
+    const int len = e[r] - a[r], off = a[r] - lo;
+    if (i8)
+      for (int j = 0; j < len; ++j) sr[j] = sr[j] * ks[off + j];
+    for (int j = 0; j < len; ++j) sr[j] = sr[j] * scale;
     if (opt.softcap > 0.0f)
       for (int j = 0; j < len; ++j) sr[j] = fixed::tanh(sr[j] / opt.softcap) * opt.softcap;
     float mx = kNegInf;
@@ -90,18 +148,42 @@ void chunk_partials(const HeadRows<E>& kv, Row* rows, int n, int c, const Attent
     for (int j = 0; j < len; ++j) sr[j] = fixed::exp(sr[j] - mx);
     *rows[r].m = mx;
     *rows[r].l = fixed::sum(sr, len);
+    if (i8)
+      for (int j = 0; j < len; ++j) sr[j] = sr[j] * vs[off + j];
     std::fill(rows[r].o, rows[r].o + hd, 0.0f);
   }
-  for (int j = lo; j < hi; ++j) {
-    const E* v = kv.row(1, j);
-    const float vs = i8 ? kv.scale(1, j) : 1.0f;
+  // The weighted values, a block of keys at a time for every row; rows that take the whole block
+  // go up to 4 at a time, the block's values loaded once for them.
+  for (int k0 = lo; k0 < hi; k0 += kKeyBlock) {
+    if (k0 + kAhead * kKeyBlock < hi) prefetch(vp, k0 + kAhead * kKeyBlock);
+    const int cnt = std::min(kKeyBlock, hi - k0);
+    block_rows(vp, k0, cnt, fk);
+    const float* ws[4];
+    float* os[4];
+    int g = 0;
+    auto flush = [&] {
+      switch (g) {
+        case 4: fixed::add_weighted_values_rows<float, 4>(ws, fk, cnt, hd, os); break;
+        case 3: fixed::add_weighted_values_rows<float, 3>(ws, fk, cnt, hd, os); break;
+        case 2: fixed::add_weighted_values_rows<float, 2>(ws, fk, cnt, hd, os); break;
+        case 1: fixed::add_weighted_values_rows<float, 1>(ws, fk, cnt, hd, os); break;
+        default: break;
+      }
+      g = 0;
+    };
     for (int r = 0; r < n; ++r) {
-      if (j < a[r] || j >= e[r]) continue;
-      float w = s[r * kChunk + (j - base)];
-      if (i8) w = w * vs;
-      float* o = rows[r].o;
-      for (int i = 0; i < hd; ++i) o[i] = o[i] + w * fixed::widen(v[i]);
+      int b, x;
+      clip(r, k0, k0 + cnt, &b, &x);
+      if (b >= x) continue;
+      if (b == k0 && x == k0 + cnt) {
+        ws[g] = s + r * kChunk + (b - a[r]);
+        os[g++] = rows[r].o;
+        if (g == 4) flush();
+      } else {
+        fixed::add_weighted_values(s + r * kChunk + (b - a[r]), fk + (b - k0), x - b, hd, rows[r].o);
+      }
     }
+    flush();
   }
 }
 
