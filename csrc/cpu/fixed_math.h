@@ -1,12 +1,14 @@
 // Float arithmetic in one fixed order, the same bits on every instruction set: sums over 16 lanes
 // added up in one tree, and exp / tanh from one polynomial. The glue between the integer products
 // (norms, RoPE, activations, attention) uses these so that a layer's input is rounded to integers
-// from the same values at every level. Files that include this are compiled with
-// -ffp-contract=off (CMakeLists.txt): a fused multiply-add where one level has FMA and another
-// does not would differ in the last bit. The compiler vectorises the lane loops at its own width
-// (4, 8 or 16 floats), which keeps every lane's sum in the same order.
+// from the same values at every level. The kernels are compiled with -ffp-contract=off
+// (CMakeLists.txt): a multiply-add the compiler fused on the levels with FMA would differ in the
+// last bit from the plain level's; where a sum wants FMA it says so (fixed::fma), the same on
+// every level. The compiler vectorises the lane loops at its own width (4, 8 or 16 floats), which
+// keeps every lane's sum in the same order.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -47,6 +49,28 @@ inline float dot(const float* a, const E* b, int n) {
   return tree16(acc);
 }
 
+// a * b + c rounded once: the instruction where the level has FMA (AVX2 and up), else the C
+// library's fmaf (exact, and slow: attention on the plain x86-64 level pays for it).
+inline float fma(float a, float b, float c) {
+#if defined(__FMA__)
+  return __builtin_fmaf(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+// dot() with each lane's products added by fma: attention's scores, half the instructions of a
+// multiply and an add where the level has FMA.
+template <typename E>
+inline float dot_fma(const float* a, const E* b, int n) {
+  float acc[kLanes] = {};
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] = fma(a[i + l], widen(b[i + l]), acc[l]);
+  for (int l = 0; i + l < n; ++l) acc[l] = fma(a[i + l], widen(b[i + l]), acc[l]);
+  return tree16(acc);
+}
+
 // sum_i a[i] and sum_i a[i]^2, lane by lane as dot().
 inline float sum(const float* a, int n) {
   float acc[kLanes] = {};
@@ -71,6 +95,20 @@ inline float sum_squares_about(const float* a, float c, int n) {
     acc[l] = acc[l] + d * d;
   }
   return tree16(acc);
+}
+
+// The largest of a[0 .. n): lane by lane (x > m ? x : m, so NaN is passed over), then the lanes.
+// A maximum does not depend on the order; the lanes only let the compiler vectorise it.
+inline float max(const float* a, int n) {
+  float m[kLanes];
+  for (int l = 0; l < kLanes; ++l) m[l] = -std::numeric_limits<float>::infinity();
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) m[l] = a[i + l] > m[l] ? a[i + l] : m[l];
+  for (int l = 0; i + l < n; ++l) m[l] = a[i + l] > m[l] ? a[i + l] : m[l];
+  float r = m[0];
+  for (int l = 1; l < kLanes; ++l) r = m[l] > r ? m[l] : r;
+  return r;
 }
 
 inline float from_bits(uint32_t u) {

@@ -25,6 +25,7 @@ constexpr int kChunk = 256;         // positions per chunk
 constexpr int kMaxRows = 32;        // query rows (tokens x heads of one KV head) per call
 constexpr int kKeyBlock = 16;       // keys whose rows every query row takes while they are in L1
 constexpr int kAhead = 2;           // key blocks between a prefetch and its use
+constexpr int kTransposeRows = 6;   // query rows from which a block of keys is transposed first
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // The first position a query at `pos` sees: a sliding window's start, or 0.
@@ -55,6 +56,40 @@ struct Row {
   float* m;
   float* l;
 };
+
+// One row's scores s[0 .. len) become its weights, in two passes: s = (s x ks) x scale (I8: the
+// key rows' scales), soft-capped (Cap), and their largest m; then p = exp(s - m), summed in 16
+// lanes from s[0] and tree16 into l, and stored as p x vs (I8: the value rows' scales).
+template <bool I8, bool Cap>
+void softmax_row(float* s, int len, const float* ks, const float* vs, float scale, float softcap, float* m,
+                 float* l) {
+  float mx[fixed::kLanes], acc[fixed::kLanes] = {};
+  for (int x = 0; x < fixed::kLanes; ++x) mx[x] = kNegInf;
+  const int whole = len / fixed::kLanes * fixed::kLanes;
+  for (int j = 0; j < len; j += fixed::kLanes) {
+    const int w = j < whole ? fixed::kLanes : len - j;
+    for (int x = 0; x < w; ++x) {
+      float v = s[j + x];
+      if (I8) v = v * ks[j + x];
+      v = v * scale;
+      if (Cap) v = fixed::tanh(v / softcap) * softcap;
+      s[j + x] = v;
+      mx[x] = v > mx[x] ? v : mx[x];
+    }
+  }
+  float top = mx[0];
+  for (int x = 1; x < fixed::kLanes; ++x) top = mx[x] > top ? mx[x] : top;
+  for (int j = 0; j < len; j += fixed::kLanes) {
+    const int w = j < whole ? fixed::kLanes : len - j;
+    for (int x = 0; x < w; ++x) {
+      const float p = fixed::exp(s[j + x] - top);
+      acc[x] = acc[x] + p;
+      s[j + x] = I8 ? p * vs[j + x] : p;
+    }
+  }
+  *m = top;
+  *l = fixed::tree16(acc);
+}
 
 // The partials of chunk c for `n` query rows of one KV head, each over its own positions
 // [max(window start, c * kChunk), min(pos + 1, (c + 1) * kChunk)), which must not be empty.
@@ -106,8 +141,9 @@ void chunk_partials(const HeadRows<E>& kv, Row* rows, int n, int c, const Attent
     for (int j = k0; j < std::min(hi, k0 + kKeyBlock); ++j)
       for (size_t x = 0; x < row_bytes; x += 64) __builtin_prefetch(reinterpret_cast<const char*>(p[j - lo]) + x);
   };
-  thread_local FloatBuffer wide;
+  thread_local FloatBuffer wide, kt;
   grow(wide, static_cast<size_t>(kKeyBlock) * hd);
+  grow(kt, static_cast<size_t>(kKeyBlock) * hd);
   auto block_rows = [&](const E* const* p, int k0, int cnt, const float** f) {
     if constexpr (std::is_same<E, float>::value) {
       for (int j = 0; j < cnt; ++j) f[j] = p[k0 - lo + j];
@@ -129,6 +165,25 @@ void chunk_partials(const HeadRows<E>& kv, Row* rows, int n, int c, const Attent
     else if (ahead - span >= lo && ahead - span < hi) prefetch(vp, ahead - span);
     const int cnt = std::min(kKeyBlock, hi - k0);
     block_rows(kp, k0, cnt, fk);
+#if defined(DECODELAB_AVX512)
+    if (hd % 16 == 0 && n >= kTransposeRows) {  // the block transposed once for many rows
+      fixed::transpose_keys(fk, cnt, hd, kt.data());
+      for (int r = 0; r < n; ++r) {
+        int b, x;
+        clip(r, k0, k0 + cnt, &b, &x);
+        if (b >= x) continue;
+        float* dst = s + r * kChunk + (b - a[r]);
+        if (b == k0 && x == k0 + 16) {  // the whole block: straight into the row's scores
+          fixed::scores_transposed(rows[r].q, kt.data(), hd, dst);
+          continue;
+        }
+        alignas(64) float s16[16];
+        fixed::scores_transposed(rows[r].q, kt.data(), hd, s16);
+        for (int j = b; j < x; ++j) dst[j - b] = s16[j - k0];
+      }
+      continue;
+    }
+#endif
     for (int r = 0; r < n; ++r) {
       int b, x;
       clip(r, k0, k0 + cnt, &b, &x);
@@ -136,20 +191,12 @@ void chunk_partials(const HeadRows<E>& kv, Row* rows, int n, int c, const Attent
     }
   }
   for (int r = 0; r < n; ++r) {
-    float* sr = s + r * kChunk;
     const int len = e[r] - a[r], off = a[r] - lo;
-    if (i8)
-      for (int j = 0; j < len; ++j) sr[j] = sr[j] * ks[off + j];
-    for (int j = 0; j < len; ++j) sr[j] = sr[j] * scale;
+    float* sr = s + r * kChunk;
     if (opt.softcap > 0.0f)
-      for (int j = 0; j < len; ++j) sr[j] = fixed::tanh(sr[j] / opt.softcap) * opt.softcap;
-    float mx = kNegInf;
-    for (int j = 0; j < len; ++j) mx = sr[j] > mx ? sr[j] : mx;
-    for (int j = 0; j < len; ++j) sr[j] = fixed::exp(sr[j] - mx);
-    *rows[r].m = mx;
-    *rows[r].l = fixed::sum(sr, len);
-    if (i8)
-      for (int j = 0; j < len; ++j) sr[j] = sr[j] * vs[off + j];
+      softmax_row<i8, true>(sr, len, ks + off, vs + off, scale, opt.softcap, rows[r].m, rows[r].l);
+    else
+      softmax_row<i8, false>(sr, len, ks + off, vs + off, scale, opt.softcap, rows[r].m, rows[r].l);
     std::fill(rows[r].o, rows[r].o + hd, 0.0f);
   }
   // The weighted values, a block of keys at a time for every row; rows that take the whole block

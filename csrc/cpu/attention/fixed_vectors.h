@@ -1,8 +1,8 @@
 // The two inner loops of fixed-order attention with AVX2 / AVX-512, each the same sums in the same
-// order as the plain C++ in cpu/fixed_math.h (a multiply and an add per lane, no FMA), so every
-// level gives the same bits: scores of one query against 8 or 16 keys at a time (each key's 16
-// lanes over the head size, then summed in tree16's order for all keys at once), and one query's
-// weighted values added (one output per lane, keys in order). Without AVX2 the plain loops run.
+// order as the plain C++ in cpu/fixed_math.h (fixed::fma per lane), so every level gives the same
+// bits: scores of one query against 8 or 16 keys at a time (each key's 16 lanes over the head
+// size, then summed in tree16's order for all keys at once), and one query's weighted values
+// added (one output per lane, keys in order). Without AVX2 the plain loops run.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +44,7 @@ inline __m512 load16(const int8_t* p) {
 }
 #endif
 
-// s[j] = dot(q, k[j], hd) for j < n.
+// s[j] = dot_fma(q, k[j], hd) for j < n.
 template <typename E>
 void scores(const float* q, const E* const* k, int n, int hd, float* s) {
   int j = 0;
@@ -56,7 +56,7 @@ void scores(const float* q, const E* const* k, int n, int hd, float* s) {
       for (int i = 0; i < hd; i += 16) {
         const __m512 qv = _mm512_loadu_ps(q + i);
 #pragma GCC unroll 16
-        for (int c = 0; c < 16; ++c) acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(qv, load16(k[j + c] + i)));
+        for (int c = 0; c < 16; ++c) acc[c] = _mm512_fmadd_ps(qv, load16(k[j + c] + i), acc[c]);
       }
       _mm512_storeu_ps(s + j, reduce16(acc));
     }
@@ -69,18 +69,68 @@ void scores(const float* q, const E* const* k, int n, int hd, float* s) {
         const __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
 #pragma GCC unroll 8
         for (int c = 0; c < 8; ++c) {
-          lo[c] = _mm256_add_ps(lo[c], _mm256_mul_ps(q0, load8(k[j + c] + i)));
-          hi[c] = _mm256_add_ps(hi[c], _mm256_mul_ps(q1, load8(k[j + c] + i + 8)));
+          lo[c] = _mm256_fmadd_ps(q0, load8(k[j + c] + i), lo[c]);
+          hi[c] = _mm256_fmadd_ps(q1, load8(k[j + c] + i + 8), hi[c]);
         }
       }
       for (int c = 0; c < 8; ++c) lo[c] = _mm256_add_ps(lo[c], hi[c]);  // lane l + lane l + 8
       _mm256_storeu_ps(s + j, reduce8(lo));
     }
 #endif
-  for (; j < n; ++j) s[j] = dot(q, k[j], hd);
+  for (; j < n; ++j) s[j] = dot_fma(q, k[j], hd);
 }
 
-// o[i] = o[i] + w[j] v[j][i] for i < hd, for each j in order (from o = 0, the weighted values).
+#if defined(DECODELAB_AVX512)
+// kt[(d * 16) + j] = k[j][d] for d < hd (a multiple of 16) and j < 16, a zero row where j >= cnt:
+// a block of keys with each dimension's 16 values side by side, by 16 x 16 transposes in registers.
+inline void transpose_keys(const float* const* k, int cnt, int hd, float* kt) {
+  alignas(64) static const float zeros[16] = {};
+  for (int d0 = 0; d0 < hd; d0 += 16) {
+    __m512i r[16], t[16];
+    for (int j = 0; j < 16; ++j) r[j] = _mm512_castps_si512(j < cnt ? _mm512_loadu_ps(k[j] + d0) : _mm512_load_ps(zeros));
+    for (int i = 0; i < 8; ++i) {  // per 128-bit lane L: rows 2i, 2i+1 at columns 4L, 4L+1 / 4L+2, 4L+3
+      t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; ++i) {  // r[4i + c], lane L: rows 4i .. 4i+3 at column 4L + c
+      r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+      r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+      r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+      r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    float* d = kt + static_cast<size_t>(d0) * 16;
+    for (int c = 0; c < 4; ++c) {  // column 4L + c: lane L of r[c], r[4 + c], r[8 + c], r[12 + c]
+      const __m512i x0 = _mm512_shuffle_i32x4(r[c], r[4 + c], _MM_SHUFFLE(2, 0, 2, 0));
+      const __m512i x1 = _mm512_shuffle_i32x4(r[c], r[4 + c], _MM_SHUFFLE(3, 1, 3, 1));
+      const __m512i y0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], _MM_SHUFFLE(2, 0, 2, 0));
+      const __m512i y1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], _MM_SHUFFLE(3, 1, 3, 1));
+      _mm512_storeu_si512(d + 16 * c, _mm512_shuffle_i32x4(x0, y0, _MM_SHUFFLE(2, 0, 2, 0)));
+      _mm512_storeu_si512(d + 16 * (4 + c), _mm512_shuffle_i32x4(x1, y1, _MM_SHUFFLE(2, 0, 2, 0)));
+      _mm512_storeu_si512(d + 16 * (8 + c), _mm512_shuffle_i32x4(x0, y0, _MM_SHUFFLE(3, 1, 3, 1)));
+      _mm512_storeu_si512(d + 16 * (12 + c), _mm512_shuffle_i32x4(x1, y1, _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+  }
+}
+
+// s[j] = dot_fma(q, key j) for the 16 keys of a transposed block (transpose_keys): lane l of each
+// key's sum kept in its own register, its 16 keys side by side, so tree16's steps are plain
+// adds of those registers: the same bits as dot_fma() key by key, with no shuffles.
+inline void scores_transposed(const float* q, const float* kt, int hd, float* s) {
+  __m512 acc[16];
+  for (int l = 0; l < 16; ++l) acc[l] = _mm512_setzero_ps();
+  for (int d0 = 0; d0 < hd; d0 += 16) {
+    const float* kd = kt + static_cast<size_t>(d0) * 16;
+#pragma GCC unroll 16
+    for (int l = 0; l < 16; ++l) acc[l] = _mm512_fmadd_ps(_mm512_set1_ps(q[d0 + l]), _mm512_loadu_ps(kd + 16 * l), acc[l]);
+  }
+  for (int l = 0; l < 8; ++l) acc[l] = _mm512_add_ps(acc[l], acc[l + 8]);
+  for (int l = 0; l < 4; ++l) acc[l] = _mm512_add_ps(acc[l], acc[l + 4]);
+  _mm512_storeu_ps(s, _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3])));
+}
+
+#endif
+
+// o[i] = fma(w[j], v[j][i], o[i]) for i < hd, for each j in order (from o = 0, the weighted values).
 template <typename E>
 void add_weighted_values(const float* w, const E* const* v, int n, int hd, float* o) {
   int i0 = 0;
@@ -90,7 +140,7 @@ void add_weighted_values(const float* w, const E* const* v, int n, int hd, float
     for (int c = 0; c < 4; ++c) acc[c] = _mm512_loadu_ps(o + i0 + 16 * c);
     for (int j = 0; j < n; ++j) {
       const __m512 wj = _mm512_set1_ps(w[j]);
-      for (int c = 0; c < 4; ++c) acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(wj, load16(v[j] + i0 + 16 * c)));
+      for (int c = 0; c < 4; ++c) acc[c] = _mm512_fmadd_ps(wj, load16(v[j] + i0 + 16 * c), acc[c]);
     }
     for (int c = 0; c < 4; ++c) _mm512_storeu_ps(o + i0 + 16 * c, acc[c]);
   }
@@ -101,13 +151,13 @@ void add_weighted_values(const float* w, const E* const* v, int n, int hd, float
     for (int c = 0; c < 4; ++c) acc[c] = _mm256_loadu_ps(o + i0 + 8 * c);
     for (int j = 0; j < n; ++j) {
       const __m256 wj = _mm256_set1_ps(w[j]);
-      for (int c = 0; c < 4; ++c) acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(wj, load8(v[j] + i0 + 8 * c)));
+      for (int c = 0; c < 4; ++c) acc[c] = _mm256_fmadd_ps(wj, load8(v[j] + i0 + 8 * c), acc[c]);
     }
     for (int c = 0; c < 4; ++c) _mm256_storeu_ps(o + i0 + 8 * c, acc[c]);
   }
 #endif
   for (int j = 0; j < n && i0 < hd; ++j)
-    for (int i = i0; i < hd; ++i) o[i] = o[i] + w[j] * widen(v[j][i]);
+    for (int i = i0; i < hd; ++i) o[i] = fma(w[j], widen(v[j][i]), o[i]);
 }
 
 // add_weighted_values for R rows at once over the same keys (R <= 4): each key's values loaded once
@@ -126,7 +176,7 @@ void add_weighted_values_rows(const float* const* w, const E* const* v, int n, i
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const __m512 wj = _mm512_set1_ps(w[r][j]);
-        for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_add_ps(acc[r][c], _mm512_mul_ps(wj, x[c]));
+        for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_fmadd_ps(wj, x[c], acc[r][c]);
       }
     }
     for (int r = 0; r < R; ++r)
@@ -143,7 +193,7 @@ void add_weighted_values_rows(const float* const* w, const E* const* v, int n, i
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const __m256 wj = _mm256_set1_ps(w[r][j]);
-        for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(wj, x[c]));
+        for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_fmadd_ps(wj, x[c], acc[r][c]);
       }
     }
     for (int r = 0; r < R; ++r)
@@ -155,7 +205,7 @@ void add_weighted_values_rows(const float* const* w, const E* const* v, int n, i
       const float* wr = w[r];
       float* orow = o[r];
       for (int j = 0; j < n; ++j)
-        for (int i = i0; i < hd; ++i) orow[i] = orow[i] + wr[j] * widen(v[j][i]);
+        for (int i = i0; i < hd; ++i) orow[i] = fma(wr[j], widen(v[j][i]), orow[i]);
     }
 }
 
