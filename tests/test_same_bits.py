@@ -86,6 +86,16 @@ def test_quantized_logits_do_not_depend_on_the_thread_count(checkpoint, dtype):
     assert np.array_equal(one, two)
 
 
+@pytest.mark.parametrize("dtype", ["int4", "float32"])
+def test_logits_do_not_depend_on_the_kv_block_size(checkpoint, dtype):
+    """Attention's chunks are spans of positions, not of cache blocks: any block size, even one
+    that 256 is not a multiple of, gives the same bits."""
+    ids = _ids(512)
+    path = _long(checkpoint, "gemma2-tiny")
+    runs = [decodelab.load(path, dtype=dtype, kv_block_size=b).forward(ids) for b in (5, 16, 64)]
+    assert all(np.array_equal(runs[0], r) for r in runs[1:])
+
+
 @pytest.mark.parametrize("dtype,bf16_matmul", [("float32", None), ("bfloat16", False), ("bfloat16", None)])
 def test_float_weights_keep_their_tokens_on_every_path(checkpoint, dtype, bf16_matmul):
     """fp32 and bf16 layers take oneDNN's matmul for long prompts, whose sums are its own: the
@@ -186,3 +196,11 @@ def test_every_level_gives_smollm2_the_same_bits_and_answers():
     _assert_same(runs)
     readme = {level: got["readme"] for level, got in runs.items()}
     assert all(r == readme["generic"] for r in readme.values()), readme
+    # ... and they are the answers README.md shows under its example.
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md"),
+              encoding="utf-8") as f:
+        lines = f.read().split("SmolLM2-135M-Instruct.Q4_1.gguf\")", 1)[1].split("```", 1)[0].splitlines()
+    shown = [line.strip()[2:] for line in lines if line.strip().startswith("# ")]
+    assert shown[0] == repr(readme["generic"]["generate"])
+    said = shown[1].split(" (until")[0]
+    assert said.endswith(', ..."') and readme["generic"]["chat"].startswith(said[1:-len(', ..."')]), said

@@ -219,8 +219,8 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
             block's keys and values of a layer and head as one contiguous piece; with 64 decode
             attention at context 960 took 9-29 % less time here than with vLLM's 16. Smaller blocks
             waste less memory per sequence (at most kv_block_size - 1 positions) and copy less when
-            a fork first writes to a shared block. The logits are the same bit for bit for every
-            multiple of 4, and within float rounding for other sizes.
+            a fork first writes to a shared block. The logits are the same bit for bit at every
+            block size.
         bf16_matmul: None (the default) means True for bfloat16 weights and False for int8, whose
             logits then stay the same bits on every path and CPU. True, on bfloat16 and int8
             weights, on a CPU with native bf16
