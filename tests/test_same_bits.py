@@ -138,7 +138,7 @@ for name, path in shapes.items():
         run(f"{name} {dtype}", path, dtype, [int(t) for t in np.random.default_rng(0).integers(1, 512, 40)])
 if smollm:
     text = "The capital of France is Paris. The capital of Italy is Rome. The capital of Spain is"
-    for dtype in ["int4", "int8", "w8a8", "float32", "bfloat16"]:
+    for dtype in ["int4", "int8", "w8a8", "float32"]:  # bfloat16: the tiny checkpoints
         m = decodelab.load(smollm, dtype=dtype)
         run(f"smollm2 {dtype}", smollm, dtype, list(m.tokenizer.encode(text)))
     m = decodelab.load(smollm)
