@@ -204,3 +204,64 @@ def test_every_level_gives_smollm2_the_same_bits_and_answers():
     assert shown[0] == repr(readme["generic"]["generate"])
     said = shown[1].split(" (until")[0]
     assert said.endswith(', ..."') and readme["generic"]["chat"].startswith(said[1:-len(', ..."')]), said
+
+
+# The real GGUF files ../shared/models/fetch downloads (.ci/run fetches them first): each level's
+# logits of a short code prompt at the file's default dtype (int4 from its Q4_K blocks, its 5- to
+# 8-bit blocks as int8 codes), whole and one token at a time, as bytes.
+FETCHED_CHILD = r"""
+import hashlib, json, sys
+import numpy as np
+import decodelab
+out = {"info": decodelab.cpu_info(), "runs": {}}
+for path in sys.argv[1:]:
+    m = decodelab.load(path)
+    ids = list(m.tokenizer.encode("def add(a, b):\n    return a + b\n"))[:12]
+    full = m.forward(ids)
+    cache = m.new_cache()
+    one = np.stack([m.decode(t, cache) for t in ids])
+    out["runs"][path] = {"prompt": hashlib.sha256(full.tobytes()).hexdigest(), "same": bool(np.array_equal(full, one)),
+                         "dtype": m.dtype}
+print(json.dumps(out))
+"""
+
+
+def _fetched(*names):
+    paths = [decodelab.testing.fetched_model(n) for n in names]
+    if None in paths:
+        pytest.skip(f"{', '.join(decodelab.testing.FETCHED[n] for n in names)} not in "
+                    f"{decodelab.testing.model_cache()}: run ../shared/models/fetch (.ci/run does)")
+    return paths
+
+
+@pytest.mark.slow
+@portable
+def test_every_level_gives_the_fetched_models_the_same_bits():
+    paths = _fetched("qwen2.5-coder-0.5b", "gemma-3-270m")
+    runs = {}
+    for level in info["supported"]:
+        r = subprocess.run([sys.executable, "-c", FETCHED_CHILD, *paths], capture_output=True, text=True, timeout=600,
+                           env=dict(os.environ, DECODELAB_ISA=level))
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs[level] = json.loads(r.stdout.strip().splitlines()[-1])
+        assert runs[level]["info"]["chosen"] == level
+    first = runs[info["supported"][0]]["runs"]
+    for level, got in runs.items():
+        for path, run in got["runs"].items():
+            assert run["dtype"] == "int4" and run["same"], (level, path)
+            assert run["prompt"] == first[path]["prompt"], (level, path)
+
+
+def test_fetched_models_give_the_same_bits_batched():
+    """Qwen's Q/K/V biases and untied head, Gemma 3's window and 262,144-token vocabulary: a token
+    decoded beside another sequence gives the bits of the same token in a prompt."""
+    for path in _fetched("qwen2.5-coder-0.5b", "gemma-3-270m"):
+        m = decodelab.load(path)
+        ids = list(m.tokenizer.encode("import numpy as np\nx = np.arange(10)\n"))[:16]
+        full = m.forward(ids)
+        caches = [m.new_cache(), m.new_cache()]
+        m.prefill(ids[:8], caches[0])
+        m.prefill(ids[::-1], caches[1])
+        rows = [m.decode_batch([ids[j], ids[0]], caches)[0] for j in range(8, len(ids))]
+        assert np.array_equal(full[8:], np.stack(rows)), path
+

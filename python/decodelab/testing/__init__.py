@@ -1,6 +1,6 @@
 """Tools for tests: checkpoints of any shape (``checkpoints``), assertions that compare samplers
 (``assertions``), the corpus of real next-token logits (``corpus``), real text built offline
-(``texts``), helpers to parametrize a test over sampler orders and presets (``parametrize``), and
+(``texts``), the real GGUF files ``../shared/models/fetch`` downloads (``fetched``), helpers to parametrize a test over sampler orders and presets (``parametrize``), and
 llama.cpp beside decodelab on a GGUF file (``llama_cpp``, imported by name). The pytest plugin
 (``decodelab.pytest_plugin``) serves a model and the logits corpus as ``decodelab_*`` fixtures.
 
@@ -14,10 +14,11 @@ from .assertions import assert_distribution_close, assert_same_kept_set, assert_
 from .checkpoints import (SHAPES, byte_level_tokenizer, convert_llama2c, meta_to_hf_rope_rows, random_weights,
                           write_checkpoint, write_hf_folder)
 from .corpus import LogitsRow, logits_corpus
+from .fetched import FETCHED, fetched_model, model_cache
 from .parametrize import parametrize_orders, parametrize_presets
 from .texts import stdlib_docstrings
 
-__all__ = ["SHAPES", "write_checkpoint", "write_hf_folder", "random_weights", "convert_llama2c", "byte_level_tokenizer",
+__all__ = ["FETCHED", "fetched_model", "model_cache", "SHAPES", "write_checkpoint", "write_hf_folder", "random_weights", "convert_llama2c", "byte_level_tokenizer",
            "meta_to_hf_rope_rows", "assert_same_kept_set", "assert_distribution_close", "assert_samples_follow",
            "total_variation", "logits_corpus", "LogitsRow", "parametrize_orders", "parametrize_presets",
            "stdlib_docstrings"]
