@@ -2,7 +2,7 @@
 first): Qwen2.5-Coder-0.5B-Instruct and Gemma 3 270M, Q4_K_M. At dtype="float32" decodelab reads
 exactly the values the file encodes, and transformers (from_pretrained(..., gguf_file=...), which
 dequantizes to fp32) is the reference: logits over 64 positions, whole and through the cache, and
-32 greedy tokens."""
+32 greedy tokens; the files' tokenizers against transformers' GGUF tokenizer."""
 import os
 
 import numpy as np
@@ -63,3 +63,23 @@ def test_float32_greedy_tokens_equal_transformers(pair):
         ref = theirs.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False, min_new_tokens=32)[0, 24:]
     got = ours.generate(ids, max_new_tokens=32, eos_token_id=[]).token_ids
     assert got == ref.tolist(), name
+
+
+# Text as users write it: indents, runs of newlines and tabs (Gemma 3 holds them as user-defined
+# tokens, which decode as text), Qwen's user-defined <tool_call> tokens, plain prose.
+TEXTS = ["def f(x):\n    return x\n\nprint(f(1))", "Hello, world!\n\n\n  indented\ttab",
+         '<tool_call>{"a": 1}</tool_call>', "The capital of France is Paris.", "x  =\t\tk\n\n\n  end"]
+
+
+@pytest.mark.slow
+@pytest.mark.reference
+@pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b", "gemma-3-270m"])
+def test_tokenizer_equals_transformers_gguf_tokenizer(name):
+    path = _path(name)
+    theirs = transformers.AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+    ours = decodelab.load(path).tokenizer
+    for text in TEXTS:
+        ids = ours.encode(text)
+        assert ids == theirs(text)["input_ids"], (name, text)
+        assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=True) == text, (name, text)
+

@@ -58,7 +58,7 @@ class Model:
 
     def __repr__(self) -> str:
         c = self.config
-        return (f"Model({c.arch}, layers={c.n_layers}, hidden={c.hidden_size}, heads={c.n_heads}/"
+        return (f"Model({c.family}, layers={c.n_layers}, hidden={c.hidden_size}, heads={c.n_heads}/"
                 f"{c.n_kv_heads} kv, vocab={c.vocab_size}, context={c.max_position_embeddings}, "
                 f"threads={self.threads}, path={self.path!r})")
 
@@ -495,6 +495,7 @@ class Model:
         caches = [self._cache_arg(c) for c in caches]
         return self._engine.decode_batch(ids, caches, bool(fixed_rows))
 
+    @options.suggest_keywords
     def generate(self, prompt: Union[Prompt, List[Prompt]], *, max_new_tokens: int = 128,
                  temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
                  min_p: Optional[float] = None, typical_p: Optional[float] = None,

@@ -17,6 +17,9 @@ Examples:
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
+import inspect
 import math
 import numbers
 import os
@@ -31,6 +34,41 @@ __all__ = ["RunOptions", "resolve", "integer", "real", "checked_seed", "token_id
 
 INT32_MAX = 2**31 - 1
 _FLOAT32_MAX = float(np.finfo(np.float32).max)  # larger magnitudes round to inf in float32
+
+
+def suggest_keywords(fn):
+    """Wraps a function that takes keywords so that an unknown one raises a TypeError naming the
+    closest known keyword ("did you mean top_p?"), or listing them when none is close.
+
+    Args:
+        fn: the function; its signature says which keywords it takes.
+
+    Returns:
+        The wrapped function (same signature and docstring).
+
+    Examples:
+        >>> @suggest_keywords
+        ... def f(*, top_p=1.0, top_k=0):
+        ...     return top_p
+        >>> f(top_pp=0.9)
+        Traceback (most recent call last):
+        ...
+        TypeError: f() got an unexpected keyword argument 'top_pp'; did you mean top_p?
+    """
+    sig = inspect.signature(fn)
+    names = [n for n, p in sig.parameters.items()
+             if n != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        for k in kwargs:
+            if k not in sig.parameters:
+                close = difflib.get_close_matches(k, names, n=1)
+                hint = f"did you mean {close[0]}?" if close else f"it takes {', '.join(names)}"
+                raise TypeError(f"{fn.__name__}() got an unexpected keyword argument {k!r}; {hint}")
+        return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def memory_budget() -> int:

@@ -19,7 +19,7 @@ __all__ = ["MODELS", "PRE_TOKENIZERS", "tokenizer_from_gguf"]
 
 # llama.cpp's token types (llama-vocab.h): the ones matched as whole tokens in text.
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
-_SPECIAL_TYPES = (UNKNOWN, CONTROL, USER_DEFINED)
+_SPECIAL_TYPES = (UNKNOWN, CONTROL)  # matched whole in text, left out of decoded text
 SPIECE_SPACE = "\u2581"  # SentencePiece's visible space, "▁"
 
 # llama.cpp's pre-tokenizer regexes (llama-vocab.cpp) for the names that are not GPT-2's own: the
@@ -151,8 +151,10 @@ def tokenizer_from_gguf(g: GGUFFile):
     ``tokenizer.ggml.model`` picks the kind: ``gpt2`` (byte-level BPE with the file's merges,
     pre-tokenized as ``tokenizer.ggml.pre`` says, one of PRE_TOKENIZERS) or ``llama``
     (SentencePiece BPE with scores, a "▁" space prefix unless ``add_space_prefix`` is false, and
-    byte fallback). Control, user-defined and unknown tokens are special (matched whole in text,
-    left out of decoded text). BOS and EOS are added as ``add_bos_token`` and ``add_eos_token``
+    byte fallback). Control and unknown tokens are special (matched whole in text, left out of
+    decoded text); user-defined ones (Gemma's newline and indent runs, Qwen's ``<tool_call>``) are
+    matched whole in text too but decode as the text they hold, as llama.cpp and transformers
+    render them. BOS and EOS are added as ``add_bos_token`` and ``add_eos_token``
     say, else by llama.cpp's defaults (BOS for ``llama`` and Llama 3 style files where the file
     has a BOS token). The chat template, if any, goes along.
 
@@ -219,6 +221,8 @@ def tokenizer_from_gguf(g: GGUFFile):
     if types is not None:
         special = [tokens[i] for i in np.flatnonzero(np.isin(types, _SPECIAL_TYPES))]
         tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
+        user = [tokens[i] for i in np.flatnonzero(types == USER_DEFINED)]
+        tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in user])
     bos, eos = _token_id(g, "bos", len(tokens)), _token_id(g, "eos", len(tokens))
     # A default applies only where the token exists; a key that asks for a missing token is an error.
     add_bos = _flag(g, "tokenizer.ggml.add_bos_token", add_bos_default and bos is not None)
