@@ -108,7 +108,15 @@ def _read_model_files(path: str):
     if os.path.isdir(path):
         cfg_path = os.path.join(path, "config.json")
         if not os.path.exists(cfg_path):
-            raise FileNotFoundError(f"{path} has no config.json")
+            # A folder of downloaded files: its one GGUF file is the model; else say what is there.
+            ggufs = sorted(f for f in os.listdir(path) if f.endswith(".gguf"))
+            if len(ggufs) == 1:
+                return _read_model_files(os.path.join(path, ggufs[0]))
+            found = sorted(f for f in os.listdir(path) if f.endswith((".gguf", ".bin", ".safetensors")))
+            raise FileNotFoundError(f"{path} has no config.json" + (
+                f"; pass one of its model files instead: {', '.join(found)}" if found else
+                " and no .gguf or llama2.c .bin file; load() reads a Hugging Face folder, a GGUF file or "
+                "a llama2.c checkpoint"))
         raw = load_json(cfg_path)
         gen_path = os.path.join(path, "generation_config.json")
         gen = {}
@@ -128,7 +136,12 @@ def _read_model_files(path: str):
             tok = gguf_tokenizer.tokenizer_from_gguf(g)
             files, tensors, scratch = gguf_model.weight_table(g, config)
             return config, files, tensors, tok, scratch, gguf_model.native_dtype(g)
-    config, tensors = llama2c.read_llama2c(path)
+    try:
+        config, tensors = llama2c.read_llama2c(path)
+    except ValueError as e:  # neither GGUF nor a plausible llama2.c checkpoint
+        raise ValueError(f"{path} is not a recognised model file: not GGUF, and as a llama2.c checkpoint: {e} "
+                         "(load() reads a Hugging Face folder with config.json, a GGUF file or a llama2.c "
+                         ".bin checkpoint)") from None
     return config, [path], tensors, os.path.dirname(os.path.abspath(path)), None, None
 
 
@@ -169,7 +182,8 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
          kv_block_size: int = _core.default_kv_block_size, bf16_matmul: Optional[bool] = None) -> Model:
     """Load a model: a Hugging Face folder, a GGUF file, a llama2.c checkpoint, or a model by name.
 
-    The path may be a Hugging Face folder (config.json + safetensors), a GGUF file (llama or gpt2;
+    The path may be a Hugging Face folder (config.json + safetensors), or a folder holding one GGUF
+    file and no config.json, a GGUF file (llama or gpt2;
     F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K tensors, its byte-level BPE
     tokenizer) or a llama2.c ``.bin`` checkpoint; or the name of a built-in model (``BUILTIN``:
     "stories260K"), or a Hugging Face repo id ("org/name") fetched through huggingface_hub when it
@@ -244,7 +258,8 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
     Raises:
         FileNotFoundError: the path does not exist and is neither a built-in model nor a Hugging
             Face repo id that could be fetched (or huggingface_hub is not installed), a folder
-            has no config.json, or a ``tokenizer`` path does not exist or holds no tokenizer files.
+            has no config.json and not exactly one .gguf file (the message names the model files it
+            holds), or a ``tokenizer`` path does not exist or holds no tokenizer files.
         ValueError: ``dtype`` is not one of "float32", "bfloat16", "int8", "w8a8", "int4";
             ``threads`` is not in [1, 1024]; ``kv_block_size`` is not in [1, 4096]; or the model
             files or the tokenizer are malformed (the message names the file and what is wrong).
