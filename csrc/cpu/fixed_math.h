@@ -39,13 +39,12 @@ inline float widen(uint16_t b) {  // bf16 bits
 inline float widen(int8_t x) { return static_cast<float>(x); }
 
 // sum_i a[i] b[i]: element i into lane i % 16 in index order (a product, then an add), then tree16.
-template <typename E>
-inline float dot(const float* a, const E* b, int n) {
+inline float dot(const float* a, const float* b, int n) {
   float acc[kLanes] = {};
   int i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] = acc[l] + a[i + l] * widen(b[i + l]);
-  for (int l = 0; i + l < n; ++l) acc[l] = acc[l] + a[i + l] * widen(b[i + l]);
+    for (int l = 0; l < kLanes; ++l) acc[l] = acc[l] + a[i + l] * b[i + l];
+  for (int l = 0; i + l < n; ++l) acc[l] = acc[l] + a[i + l] * b[i + l];
   return tree16(acc);
 }
 
@@ -61,13 +60,12 @@ inline float fma(float a, float b, float c) {
 
 // dot() with each lane's products added by fma: attention's scores, half the instructions of a
 // multiply and an add where the level has FMA.
-template <typename E>
-inline float dot_fma(const float* a, const E* b, int n) {
+inline float dot_fma(const float* a, const float* b, int n) {
   float acc[kLanes] = {};
   int i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] = fma(a[i + l], widen(b[i + l]), acc[l]);
-  for (int l = 0; i + l < n; ++l) acc[l] = fma(a[i + l], widen(b[i + l]), acc[l]);
+    for (int l = 0; l < kLanes; ++l) acc[l] = fma(a[i + l], b[i + l], acc[l]);
+  for (int l = 0; i + l < n; ++l) acc[l] = fma(a[i + l], b[i + l], acc[l]);
   return tree16(acc);
 }
 
@@ -95,20 +93,6 @@ inline float sum_squares_about(const float* a, float c, int n) {
     acc[l] = acc[l] + d * d;
   }
   return tree16(acc);
-}
-
-// The largest of a[0 .. n): lane by lane (x > m ? x : m, so NaN is passed over), then the lanes.
-// A maximum does not depend on the order; the lanes only let the compiler vectorise it.
-inline float max(const float* a, int n) {
-  float m[kLanes];
-  for (int l = 0; l < kLanes; ++l) m[l] = -std::numeric_limits<float>::infinity();
-  int i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) m[l] = a[i + l] > m[l] ? a[i + l] : m[l];
-  for (int l = 0; i + l < n; ++l) m[l] = a[i + l] > m[l] ? a[i + l] : m[l];
-  float r = m[0];
-  for (int l = 1; l < kLanes; ++l) r = m[l] > r ? m[l] : r;
-  return r;
 }
 
 inline float from_bits(uint32_t u) {

@@ -38,6 +38,31 @@ static inline __m512 reduce16(const __m512 a[16]) {
   return reduce16_halves(w);
 }
 
+// out[k] = column k of the 16 x 16 matrix of 32-bit values whose row j is r[j] (r is overwritten).
+static inline void transpose16x16(__m512i r[16], __m512i out[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {  // per 128-bit lane L: rows 2i, 2i+1 at columns 4L, 4L+1 / 4L+2, 4L+3
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // r[4i + c], lane L: rows 4i .. 4i+3 at column 4L + c
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {  // column 4L + c: lane L of r[c], r[4 + c], r[8 + c], r[12 + c]
+    const __m512i x0 = _mm512_shuffle_i32x4(r[c], r[4 + c], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512i x1 = _mm512_shuffle_i32x4(r[c], r[4 + c], _MM_SHUFFLE(3, 1, 3, 1));
+    const __m512i y0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512i y1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], _MM_SHUFFLE(3, 1, 3, 1));
+    out[c] = _mm512_shuffle_i32x4(x0, y0, _MM_SHUFFLE(2, 0, 2, 0));
+    out[4 + c] = _mm512_shuffle_i32x4(x1, y1, _MM_SHUFFLE(2, 0, 2, 0));
+    out[8 + c] = _mm512_shuffle_i32x4(x0, y0, _MM_SHUFFLE(3, 1, 3, 1));
+    out[12 + c] = _mm512_shuffle_i32x4(x1, y1, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
 // The sums of the two 256-bit halves of v, each reduced as hsum256 reduces an AVX2 accumulator.
 static inline void hsum_halves(__m512 v, float* lo, float* hi) {
   *lo = hsum256(_mm512_castps512_ps256(v));

@@ -112,7 +112,7 @@ def _read_model_files(path: str):
             ggufs = sorted(f for f in os.listdir(path) if f.endswith(".gguf"))
             if len(ggufs) == 1:
                 return _read_model_files(os.path.join(path, ggufs[0]))
-            found = sorted(f for f in os.listdir(path) if f.endswith((".gguf", ".bin", ".safetensors")))
+            found = sorted(f for f in os.listdir(path) if f.endswith((".gguf", ".bin")))
             raise FileNotFoundError(f"{path} has no config.json" + (
                 f"; pass one of its model files instead: {', '.join(found)}" if found else
                 " and no .gguf or llama2.c .bin file; load() reads a Hugging Face folder, a GGUF file or "

@@ -93,7 +93,7 @@ void softmax_row(float* s, int len, const float* ks, const float* vs, float scal
 
 // The partials of chunk c for `n` query rows of one KV head, each over its own positions
 // [max(window start, c * kChunk), min(pos + 1, (c + 1) * kChunk)), which must not be empty.
-// Scores q.k (fixed::dot) times the row scale (int8) times the attention scale, soft-capped;
+// Scores q.k (fixed::dot_fma) times the row scale (int8) times the attention scale, soft-capped;
 // weights exp(s - m) summed by fixed::sum from the row's first position; values added in
 // position order (fixed_vectors.h). s: kMaxRows * kChunk floats.
 template <typename E>
@@ -210,10 +210,10 @@ void chunk_partials(const HeadRows<E>& kv, Row* rows, int n, int c, const Attent
     int g = 0;
     auto flush = [&] {
       switch (g) {
-        case 4: fixed::add_weighted_values_rows<float, 4>(ws, fk, cnt, hd, os); break;
-        case 3: fixed::add_weighted_values_rows<float, 3>(ws, fk, cnt, hd, os); break;
-        case 2: fixed::add_weighted_values_rows<float, 2>(ws, fk, cnt, hd, os); break;
-        case 1: fixed::add_weighted_values_rows<float, 1>(ws, fk, cnt, hd, os); break;
+        case 4: fixed::add_weighted_values<4>(ws, fk, cnt, hd, os); break;
+        case 3: fixed::add_weighted_values<3>(ws, fk, cnt, hd, os); break;
+        case 2: fixed::add_weighted_values<2>(ws, fk, cnt, hd, os); break;
+        case 1: fixed::add_weighted_values<1>(ws, fk, cnt, hd, os); break;
         default: break;
       }
       g = 0;
@@ -227,7 +227,8 @@ void chunk_partials(const HeadRows<E>& kv, Row* rows, int n, int c, const Attent
         os[g++] = rows[r].o;
         if (g == 4) flush();
       } else {
-        fixed::add_weighted_values(s + r * kChunk + (b - a[r]), fk + (b - k0), x - b, hd, rows[r].o);
+        const float* w = s + r * kChunk + (b - a[r]);
+        fixed::add_weighted_values<1>(&w, fk + (b - k0), x - b, hd, &rows[r].o);
       }
     }
     flush();

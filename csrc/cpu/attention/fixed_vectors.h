@@ -2,10 +2,9 @@
 // order as the plain C++ in cpu/fixed_math.h (fixed::fma per lane), so every level gives the same
 // bits: scores of one query against 8 or 16 keys at a time (each key's 16 lanes over the head
 // size, then summed in tree16's order for all keys at once), and one query's weighted values
-// added (one output per lane, keys in order). Without AVX2 the plain loops run.
+// added (one output per lane, keys in order); fp32 rows (a bf16 or int8 cache's are widened
+// first). Without AVX2 the plain loops run.
 #pragma once
-
-#include <cstdint>
 
 #include "cpu/fixed_math.h"
 #include "cpu/simd_avx512.h"
@@ -15,11 +14,6 @@ namespace DECODELAB_ISA {
 namespace fixed {
 
 #if defined(__AVX2__)
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const uint16_t* p) { return load8_bf16(p); }
-inline __m256 load8(const int8_t* p) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
 // Lane k: the sum of t[k]'s 8 lanes in hsum256's order (l + (l + 4), then + 2, then + 1), which is
 // tree16's order after its first step.
 inline __m256 reduce8(const __m256 t[8]) {
@@ -34,19 +28,9 @@ inline __m256 reduce8(const __m256 t[8]) {
   return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 #endif
-#if defined(DECODELAB_AVX512)
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const uint16_t* p) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
-}
-inline __m512 load16(const int8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-#endif
 
 // s[j] = dot_fma(q, k[j], hd) for j < n.
-template <typename E>
-void scores(const float* q, const E* const* k, int n, int hd, float* s) {
+inline void scores(const float* q, const float* const* k, int n, int hd, float* s) {
   int j = 0;
 #if defined(DECODELAB_AVX512)
   if (hd % kLanes == 0)
@@ -56,7 +40,7 @@ void scores(const float* q, const E* const* k, int n, int hd, float* s) {
       for (int i = 0; i < hd; i += 16) {
         const __m512 qv = _mm512_loadu_ps(q + i);
 #pragma GCC unroll 16
-        for (int c = 0; c < 16; ++c) acc[c] = _mm512_fmadd_ps(qv, load16(k[j + c] + i), acc[c]);
+        for (int c = 0; c < 16; ++c) acc[c] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k[j + c] + i), acc[c]);
       }
       _mm512_storeu_ps(s + j, reduce16(acc));
     }
@@ -69,8 +53,8 @@ void scores(const float* q, const E* const* k, int n, int hd, float* s) {
         const __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
 #pragma GCC unroll 8
         for (int c = 0; c < 8; ++c) {
-          lo[c] = _mm256_fmadd_ps(q0, load8(k[j + c] + i), lo[c]);
-          hi[c] = _mm256_fmadd_ps(q1, load8(k[j + c] + i + 8), hi[c]);
+          lo[c] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(k[j + c] + i), lo[c]);
+          hi[c] = _mm256_fmadd_ps(q1, _mm256_loadu_ps(k[j + c] + i + 8), hi[c]);
         }
       }
       for (int c = 0; c < 8; ++c) lo[c] = _mm256_add_ps(lo[c], hi[c]);  // lane l + lane l + 8
@@ -86,29 +70,11 @@ void scores(const float* q, const E* const* k, int n, int hd, float* s) {
 inline void transpose_keys(const float* const* k, int cnt, int hd, float* kt) {
   alignas(64) static const float zeros[16] = {};
   for (int d0 = 0; d0 < hd; d0 += 16) {
-    __m512i r[16], t[16];
+    __m512i r[16], col[16];
     for (int j = 0; j < 16; ++j) r[j] = _mm512_castps_si512(j < cnt ? _mm512_loadu_ps(k[j] + d0) : _mm512_load_ps(zeros));
-    for (int i = 0; i < 8; ++i) {  // per 128-bit lane L: rows 2i, 2i+1 at columns 4L, 4L+1 / 4L+2, 4L+3
-      t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-      t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; ++i) {  // r[4i + c], lane L: rows 4i .. 4i+3 at column 4L + c
-      r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-      r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-      r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-      r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
+    transpose16x16(r, col);
     float* d = kt + static_cast<size_t>(d0) * 16;
-    for (int c = 0; c < 4; ++c) {  // column 4L + c: lane L of r[c], r[4 + c], r[8 + c], r[12 + c]
-      const __m512i x0 = _mm512_shuffle_i32x4(r[c], r[4 + c], _MM_SHUFFLE(2, 0, 2, 0));
-      const __m512i x1 = _mm512_shuffle_i32x4(r[c], r[4 + c], _MM_SHUFFLE(3, 1, 3, 1));
-      const __m512i y0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], _MM_SHUFFLE(2, 0, 2, 0));
-      const __m512i y1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], _MM_SHUFFLE(3, 1, 3, 1));
-      _mm512_storeu_si512(d + 16 * c, _mm512_shuffle_i32x4(x0, y0, _MM_SHUFFLE(2, 0, 2, 0)));
-      _mm512_storeu_si512(d + 16 * (4 + c), _mm512_shuffle_i32x4(x1, y1, _MM_SHUFFLE(2, 0, 2, 0)));
-      _mm512_storeu_si512(d + 16 * (8 + c), _mm512_shuffle_i32x4(x0, y0, _MM_SHUFFLE(3, 1, 3, 1)));
-      _mm512_storeu_si512(d + 16 * (12 + c), _mm512_shuffle_i32x4(x1, y1, _MM_SHUFFLE(3, 1, 3, 1)));
-    }
+    for (int c = 0; c < 16; ++c) _mm512_storeu_si512(d + 16 * c, col[c]);
   }
 }
 
@@ -130,40 +96,11 @@ inline void scores_transposed(const float* q, const float* kt, int hd, float* s)
 
 #endif
 
-// o[i] = fma(w[j], v[j][i], o[i]) for i < hd, for each j in order (from o = 0, the weighted values).
-template <typename E>
-void add_weighted_values(const float* w, const E* const* v, int n, int hd, float* o) {
-  int i0 = 0;
-#if defined(DECODELAB_AVX512)
-  for (; i0 + 64 <= hd; i0 += 64) {
-    __m512 acc[4];
-    for (int c = 0; c < 4; ++c) acc[c] = _mm512_loadu_ps(o + i0 + 16 * c);
-    for (int j = 0; j < n; ++j) {
-      const __m512 wj = _mm512_set1_ps(w[j]);
-      for (int c = 0; c < 4; ++c) acc[c] = _mm512_fmadd_ps(wj, load16(v[j] + i0 + 16 * c), acc[c]);
-    }
-    for (int c = 0; c < 4; ++c) _mm512_storeu_ps(o + i0 + 16 * c, acc[c]);
-  }
-#endif
-#if defined(__AVX2__)
-  for (; i0 + 32 <= hd; i0 += 32) {
-    __m256 acc[4];
-    for (int c = 0; c < 4; ++c) acc[c] = _mm256_loadu_ps(o + i0 + 8 * c);
-    for (int j = 0; j < n; ++j) {
-      const __m256 wj = _mm256_set1_ps(w[j]);
-      for (int c = 0; c < 4; ++c) acc[c] = _mm256_fmadd_ps(wj, load8(v[j] + i0 + 8 * c), acc[c]);
-    }
-    for (int c = 0; c < 4; ++c) _mm256_storeu_ps(o + i0 + 8 * c, acc[c]);
-  }
-#endif
-  for (int j = 0; j < n && i0 < hd; ++j)
-    for (int i = i0; i < hd; ++i) o[i] = fma(w[j], widen(v[j][i]), o[i]);
-}
-
-// add_weighted_values for R rows at once over the same keys (R <= 4): each key's values loaded once
-// for all the rows; each row's sums exactly as add_weighted_values makes them.
-template <typename E, int R>
-void add_weighted_values_rows(const float* const* w, const E* const* v, int n, int hd, float* const* o) {
+// o[r][i] = fma(w[r][j], v[j][i], o[r][i]) for i < hd, for each j in order (from o = 0: the
+// weighted values), for R rows over the same keys (1 <= R <= 4): each key's values loaded once
+// for all the rows.
+template <int R>
+void add_weighted_values(const float* const* w, const float* const* v, int n, int hd, float* const* o) {
   int i0 = 0;
 #if defined(DECODELAB_AVX512)
   for (; i0 + 64 <= hd; i0 += 64) {
@@ -172,7 +109,7 @@ void add_weighted_values_rows(const float* const* w, const E* const* v, int n, i
       for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_loadu_ps(o[r] + i0 + 16 * c);
     for (int j = 0; j < n; ++j) {
       __m512 x[4];
-      for (int c = 0; c < 4; ++c) x[c] = load16(v[j] + i0 + 16 * c);
+      for (int c = 0; c < 4; ++c) x[c] = _mm512_loadu_ps(v[j] + i0 + 16 * c);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const __m512 wj = _mm512_set1_ps(w[r][j]);
@@ -182,14 +119,15 @@ void add_weighted_values_rows(const float* const* w, const E* const* v, int n, i
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < 4; ++c) _mm512_storeu_ps(o[r] + i0 + 16 * c, acc[r][c]);
   }
-#elif defined(__AVX2__)
+#endif
+#if defined(__AVX2__)
   for (; i0 + 32 <= hd; i0 += 32) {
     __m256 acc[R][4];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_loadu_ps(o[r] + i0 + 8 * c);
     for (int j = 0; j < n; ++j) {
       __m256 x[4];
-      for (int c = 0; c < 4; ++c) x[c] = load8(v[j] + i0 + 8 * c);
+      for (int c = 0; c < 4; ++c) x[c] = _mm256_loadu_ps(v[j] + i0 + 8 * c);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const __m256 wj = _mm256_set1_ps(w[r][j]);
@@ -205,7 +143,7 @@ void add_weighted_values_rows(const float* const* w, const E* const* v, int n, i
       const float* wr = w[r];
       float* orow = o[r];
       for (int j = 0; j < n; ++j)
-        for (int i = i0; i < hd; ++i) orow[i] = fma(wr[j], widen(v[j][i]), orow[i]);
+        for (int i = i0; i < hd; ++i) orow[i] = fma(wr[j], v[j][i], orow[i]);
     }
 }
 

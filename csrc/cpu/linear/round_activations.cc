@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "cpu/linear/rounded_rows.h"
+#include "cpu/simd_avx512.h"
 #include "decodelab/parallel.h"
 
 namespace decodelab {
@@ -84,32 +85,11 @@ static void interleave_units(const char* src, size_t row_bytes, int w, int units
 #if defined(DECODELAB_AVX512)
   if (w == 16) {
     for (; u + 16 <= units; u += 16) {
-      __m512i r[16], t[16];
+      __m512i r[16], col[16];
       for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_si512(src + j * row_bytes + 4 * static_cast<size_t>(u));
-      // Per 128-bit lane L: t[2i] = rows 2i, 2i+1 at columns 4L, 4L+1; t[2i+1] at 4L+2, 4L+3.
-      for (int i = 0; i < 8; ++i) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-      }
-      // r[4i + c], lane L: rows 4i .. 4i+3 at column 4L + c.
-      for (int i = 0; i < 4; ++i) {
-        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-      }
-      // Column 4L + c: lane L of r[c], r[4 + c], r[8 + c], r[12 + c] (rows 0-3, 4-7, 8-11, 12-15).
+      transpose16x16(r, col);
       char* d = dst + 64 * static_cast<size_t>(u);
-      for (int c = 0; c < 4; ++c) {
-        const __m512i x0 = _mm512_shuffle_i32x4(r[c], r[4 + c], _MM_SHUFFLE(2, 0, 2, 0));
-        const __m512i x1 = _mm512_shuffle_i32x4(r[c], r[4 + c], _MM_SHUFFLE(3, 1, 3, 1));
-        const __m512i y0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], _MM_SHUFFLE(2, 0, 2, 0));
-        const __m512i y1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], _MM_SHUFFLE(3, 1, 3, 1));
-        _mm512_storeu_si512(d + 64 * c, _mm512_shuffle_i32x4(x0, y0, _MM_SHUFFLE(2, 0, 2, 0)));
-        _mm512_storeu_si512(d + 64 * (4 + c), _mm512_shuffle_i32x4(x1, y1, _MM_SHUFFLE(2, 0, 2, 0)));
-        _mm512_storeu_si512(d + 64 * (8 + c), _mm512_shuffle_i32x4(x0, y0, _MM_SHUFFLE(3, 1, 3, 1)));
-        _mm512_storeu_si512(d + 64 * (12 + c), _mm512_shuffle_i32x4(x1, y1, _MM_SHUFFLE(3, 1, 3, 1)));
-      }
+      for (int c = 0; c < 16; ++c) _mm512_storeu_si512(d + 64 * c, col[c]);
     }
   }
 #endif
