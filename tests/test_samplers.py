@@ -462,7 +462,7 @@ def test_logprobs_raw_and_processed(stories):
         row = raw[len(ids) - 1 + i]
         assert lp.token == g.token_ids[i]
         assert lp.logprob == pytest.approx(row[lp.token], abs=1e-4)
-        assert [t for t, _ in lp.top] == np.argsort(-row)[:3].tolist()
+        assert [t.token for t in lp.top] == np.argsort(-row)[:3].tolist()
     p = stories.generate(ids, max_new_tokens=6, temperature=0.7, top_k=5, seed=3, logprobs=3,
                          logprobs_mode="processed", eos_token_id=[])
     assert p.token_ids == g.token_ids
@@ -473,8 +473,8 @@ def test_logprobs_raw_and_processed(stories):
         logp = z[top5] - np.log(np.exp(z[top5] - z[top5].max()).sum()) - z[top5].max()
         want = dict(zip(top5.tolist(), logp.tolist()))
         assert lp.logprob == pytest.approx(want[lp.token], abs=1e-4)
-        assert [t for t, _ in lp.top] == top5[:3].tolist()
-        assert [v for _, v in lp.top] == pytest.approx(logp[:3].tolist(), abs=1e-4)
+        assert [t.token for t in lp.top] == top5[:3].tolist()
+        assert [t.logprob for t in lp.top] == pytest.approx(logp[:3].tolist(), abs=1e-4)
 
 
 def test_generation_trace(stories):

@@ -190,7 +190,9 @@ def test_tokenize_and_detokenize(stories_server):
     assert bad.status_code == 400 and json.loads(bad.text)["error"]["param"] == "tokens"
 
 
-def test_the_cli_serves_and_stops_on_sigterm():
+def test_the_cli_serves_and_stops_on_sigterm(tmp_path):
+    """decodelab serve with --chat-template FILE: stories260K has no template of its own, so the
+    chat route answers only with the file's."""
     import signal
     import subprocess
     import sys
@@ -198,8 +200,11 @@ def test_the_cli_serves_and_stops_on_sigterm():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    template = tmp_path / "story.jinja"
+    template.write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
     p = subprocess.Popen([sys.executable, "-m", "decodelab", "serve", "stories260K", "--port", str(port),
-                          "--served-model-name", "tiny"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          "--served-model-name", "tiny", "--chat-template", str(template)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         for _ in range(300):
             try:
@@ -209,6 +214,10 @@ def test_the_cli_serves_and_stops_on_sigterm():
                 time.sleep(0.1)
         r = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
         assert [m["id"] for m in r["data"]] == ["tiny"]
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=30,
+                       json={"model": "tiny", "messages": [{"role": "user", "content": "Once upon a time"}],
+                             "max_tokens": 4, "temperature": 0}).json()
+        assert r["usage"] == {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8}, r
     finally:
         p.send_signal(signal.SIGTERM)
         out, err = p.communicate(timeout=30)

@@ -54,8 +54,8 @@ def test_stop_strings_streams_eos_inside_a_draft_and_logprobs(stories, drafts):
             assert got.finish_reason == want.finish_reason and got.stop_reason == want.stop_reason
             if "logprobs" in opts:  # k + 1 rows in one pass: the same ranking, values to float rounding
                 for a, b in zip(got.logprobs, want.logprobs):
-                    assert [t for t, _ in a.top] == [t for t, _ in b.top]
-                    np.testing.assert_allclose([v for _, v in a.top], [v for _, v in b.top], atol=1e-5)
+                    assert [t.token for t in a.top] == [t.token for t in b.top]
+                    np.testing.assert_allclose([t.logprob for t in a.top], [t.logprob for t in b.top], atol=1e-5)
         pieces = list(stories.stream(prompt, **kw, stop=["."]))
         assert "".join(pieces) == stories.generate(prompt, max_new_tokens=50, stop=["."]).text
 

@@ -19,7 +19,7 @@ from .config import ModelConfig
 from . import samplers
 from .model import Model  # before loading, which builds a Model
 from .loading import load
-from .results import GeneratedSequence, Generation, TokenLogprob
+from .results import GeneratedSequence, Generation, TokenLogprob, TopLogprob
 from .trace import StageSummary, StepTrace, Trace
 from .text.tokenizer import HFTokenizer, Llama2cTokenizer, Tokenizer
 from .samplers.grammar import Grammar
@@ -66,6 +66,7 @@ __all__ = [
     "StageSummary",
     "StepTrace",
     "TokenLogprob",
+    "TopLogprob",
     "Trace",
     "samplers",
     "HFTokenizer",

@@ -76,15 +76,41 @@ def _generate(args) -> int:
     return 0
 
 
+def _read_template(path: Optional[str]) -> Optional[str]:
+    """The Jinja text of --chat-template FILE, or None when none is given."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read((1 << 20) + 1)
+    except (OSError, UnicodeDecodeError) as e:
+        raise CliError(f"cannot read the chat template {path}: {e}") from None
+    if len(text) > 1 << 20:
+        raise CliError(f"the chat template {path} is over 1 MiB; a template is a page of Jinja")
+    return text
+
+
+def _load_for_chat(args, model_path: str, template: Optional[str]):
+    """The model, with --chat-template's text as its tokenizer's template when given."""
+    from .loading import load
+
+    model = load(model_path, threads=args.threads, tokenizer=args.tokenizer, dtype=args.dtype)
+    if template is not None:
+        if model.tokenizer is None:
+            raise CliError(f"no tokenizer found beside {model_path} to use --chat-template with; pass --tokenizer PATH")
+        model.tokenizer.chat_template = template
+    return model
+
+
 def _serve(args) -> int:
     """Load the model, then serve it until SIGINT / SIGTERM (uvicorn finishes running requests)."""
     try:
         import uvicorn
     except ImportError:
         raise CliError("serve needs fastapi and uvicorn: pip install fastapi uvicorn") from None
-    from .loading import load
     from .serve import create_app
 
+    template = _read_template(args.chat_template)
     model_path = args.model or args.model_pos or "stories260K"
     name = args.served_model_name or os.path.basename(os.path.normpath(model_path))
 
@@ -95,7 +121,7 @@ def _serve(args) -> int:
         server.should_exit = True
 
     # The server answers at once (/health: 503) while the model loads in the background.
-    app = create_app(lambda: load(model_path, threads=args.threads, tokenizer=args.tokenizer, dtype=args.dtype),
+    app = create_app(lambda: _load_for_chat(args, model_path, template),
                      name, api_key=args.api_key, max_running=args.max_running, max_waiting=args.max_waiting,
                      prefix_cache_mib=args.prefix_cache_mib, on_load_error=failed)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
@@ -109,14 +135,13 @@ def _serve(args) -> int:
 def _chat(args) -> int:
     """An interactive chat: each reply streamed; /reset starts over; Ctrl-C ends the reply, Ctrl-D
     (or /quit) the program."""
-    from .loading import load
-
     model_path = args.model or args.model_pos
     if model_path is None:
         raise CliError("give a model: decodelab chat MODEL (or --model MODEL)")
-    model = load(model_path, threads=args.threads, tokenizer=args.tokenizer, dtype=args.dtype)
+    model = _load_for_chat(args, model_path, _read_template(args.chat_template))
     if model.tokenizer is None or model.tokenizer.chat_template is None:
-        raise CliError(f"{model_path} has no chat template; chat needs an instruct model's tokenizer")
+        raise CliError(f"{model_path} has no chat template; pass --chat-template FILE (a Jinja template), "
+                       "or use an instruct model's file")
     seed = args.seed
     if seed is None and args.temperature > 0:
         seed = int.from_bytes(os.urandom(4), "little")
@@ -147,8 +172,8 @@ def _chat(args) -> int:
         reply = []
         pieces = None
         try:  # Ctrl-C anywhere in the turn, the prompt's prefill included, ends the reply only
-            pieces = model.chat_stream(history, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                                       seed=seed, cache=cache)
+            cap = {} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}
+            pieces = model.chat_stream(history, temperature=args.temperature, seed=seed, cache=cache, **cap)
             for piece in pieces:
                 reply.append(piece)
                 sys.stdout.write(piece)
@@ -220,7 +245,10 @@ def _parser() -> argparse.ArgumentParser:
     ch.add_argument("--model", default=None, help="the model, instead of MODEL")
     ch.add_argument("--tokenizer", default=None, help="tokenizer path (default: the model's own)")
     ch.add_argument("--system", default=None, help="a system message to start every conversation with")
-    ch.add_argument("--max-new-tokens", type=int, default=512)
+    ch.add_argument("--max-new-tokens", type=int, default=None,
+                    help="cap each reply (default: it runs to its end-of-turn token or the context window)")
+    ch.add_argument("--chat-template", dest="chat_template", default=None, metavar="FILE",
+                    help="a Jinja chat template to use instead of the model's own (for files without one)")
     ch.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     ch.add_argument("--seed", type=int, default=None)
     ch.add_argument("--threads", type=int, default=None)
@@ -237,6 +265,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="the id in /v1/models and requests (default: the file or folder name)")
     sv.add_argument("--api-key", dest="api_key", default=None, help="require 'Authorization: Bearer KEY'")
     sv.add_argument("--tokenizer", default=None, help="tokenizer path (default: the model's own)")
+    sv.add_argument("--chat-template", dest="chat_template", default=None, metavar="FILE",
+                    help="a Jinja chat template for /v1/chat/completions instead of the model's own")
     sv.add_argument("--threads", type=int, default=None)
     sv.add_argument("--dtype", default=None, choices=list(_core.WEIGHT_DTYPES),
                     help="weights as load(dtype=...) keeps them (default: load()'s)")

@@ -8,6 +8,7 @@ Examples:
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Iterator, List, Optional, Sequence, Union
 
@@ -20,7 +21,7 @@ from .text import streaming
 from ._native import _core
 from .beam import BeamTree
 from .config import ModelConfig
-from .results import GeneratedSequence, Generation, Speculation, StreamPiece, TokenLogprob
+from .results import GeneratedSequence, Generation, Speculation, StreamPiece, TokenLogprob, token_logprobs
 from .text.tokenizer import Tokenizer
 from .trace import Trace
 
@@ -789,6 +790,7 @@ class Model:
 
     def _stream_setup(self, prompt, kwargs: dict, what: str):
         """The checked (ids, cache, reused, chain, opts) of one stream; raises before it starts."""
+        options.check_keywords(what, kwargs, Model.generate.keywords)
         cache = self._cache(kwargs.pop("cache", None))
         opts = self._options({k: v for k, v in kwargs.items() if k in _RUN_KEYS},
                              {k: v for k, v in kwargs.items() if k not in _RUN_KEYS})
@@ -800,39 +802,57 @@ class Model:
         cache, reused = self._prepare_cache(ids, cache, opts.max_new_tokens)
         return ids, cache, reused, opts.chains[0], opts
 
-    def chat(self, messages, **options) -> Generation:
+    def chat(self, messages, *, tools=None, chat_template: Optional[str] = None, **options) -> Generation:
         """The assistant's reply to ``messages``.
 
-        The tokenizer's chat template is rendered with the generation prompt, then generate() runs
-        with the same ``options``, stopping at the end-of-turn token (the model's EOS).
+        The chat template is rendered with the generation prompt (as transformers'
+        ``apply_chat_template(..., add_generation_prompt=True)`` renders it), then generate() runs with
+        the same ``options``. The reply runs to the end-of-turn token (the model's EOS) or to the end
+        of the context window, as OpenAI's chat API does, unless ``max_new_tokens`` is given.
 
         Args:
             messages: the conversation, ``[{"role": "user", "content": ...}, ...]``, oldest first.
-            **options: ``generate``'s keywords, with their ranges and defaults.
+            tools: JSON-schema function specs for a template that writes tools into the prompt
+                (Qwen2.5's does), as transformers and OpenAI's API take them; default None. Tool calls
+                in the reply are text: decodelab does not parse them.
+            chat_template: a Jinja chat template to use instead of the tokenizer's own (for a file
+                without one); default None.
+            **options: ``generate``'s keywords, with their ranges and defaults, except
+                ``max_new_tokens``, which defaults to what the context window leaves.
 
         Returns:
             The Generation of the reply.
 
         Raises:
-            ValueError: the model has no tokenizer or its tokenizer has no chat template, a message
-                is malformed, or an option is invalid as ``generate`` checks it.
+            ValueError: the model has no tokenizer, there is no chat template (the message says how
+                to pass one), a message is malformed, ``tools`` is not a list of dicts, or an option is
+                invalid as ``generate`` checks it.
 
         Examples:
             >>> model = decodelab.load("stories260K")  # a story model: give it a template to show the call
-            >>> model.tokenizer.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
-            >>> g = model.chat([{"role": "user", "content": "Once upon a time"}], max_new_tokens=10)
+            >>> template = "{% for m in messages %}{{ m.content }}{% endfor %}"
+            >>> g = model.chat([{"role": "user", "content": "Once upon a time"}], chat_template=template,
+            ...                max_new_tokens=10)
             >>> ids = model.tokenizer.encode("Once upon a time")  # BOS first; this template writes none
             >>> g.prompt_token_ids == ids[1:], len(g.token_ids) <= 10
             (True, True)
+            >>> model.chat([{"role": "user", "content": "Hi"}])
+            Traceback (most recent call last):
+            ...
+            ValueError: stories260K.bin has no chat template: pass one as model.chat(messages, chat_template=...) or set model.tokenizer.chat_template (decodelab chat and serve take --chat-template FILE); generate() needs none
         """
-        return self.generate(self._chat_prompt(messages), **options)
+        ids = self._chat_prompt(messages, tools, chat_template)
+        return self.generate(ids, **self._chat_options(ids, options))
 
-    def chat_stream(self, messages, **options) -> Iterator[str]:
+    def chat_stream(self, messages, *, tools=None, chat_template: Optional[str] = None, **options) -> Iterator[str]:
         """chat() as a stream of text pieces, as stream() yields them.
 
         Args:
             messages: the conversation, ``[{"role": "user", "content": ...}, ...]``, oldest first.
-            **options: ``stream``'s keywords (``num_beams`` and ``n`` must be 1).
+            tools: as ``chat`` takes them; default None.
+            chat_template: as ``chat`` takes it; default None: the tokenizer's own.
+            **options: ``stream``'s keywords (``num_beams`` and ``n`` must be 1); ``max_new_tokens``
+                defaults to what the context window leaves.
 
         Returns:
             An iterator of str pieces that join to ``chat(messages, **options).text``.
@@ -847,12 +867,27 @@ class Model:
             >>> "".join(model.chat_stream(msgs, max_new_tokens=10)) == model.chat(msgs, max_new_tokens=10).text
             True
         """
-        return self.stream(self._chat_prompt(messages), **options)
+        ids = self._chat_prompt(messages, tools, chat_template)
+        return self.stream(ids, **self._chat_options(ids, options))
 
-    def _chat_prompt(self, messages) -> List[int]:
+    def _chat_prompt(self, messages, tools, chat_template) -> List[int]:
         if self.tokenizer is None:
-            raise ValueError("chat needs a tokenizer with a chat template")
-        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            raise ValueError(f"{self._name()} has no tokenizer: chat needs one with a chat template")
+        if chat_template is None and self.tokenizer.chat_template is None:
+            raise ValueError(f"{self._name()} has no chat template: pass one as model.chat(messages, chat_template=...) "
+                             "or set model.tokenizer.chat_template (decodelab chat and serve take --chat-template "
+                             "FILE); generate() needs none")
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, tools=tools,
+                                                  chat_template=chat_template)
+
+    def _chat_options(self, ids: List[int], options: dict) -> dict:
+        """A chat reply runs to its end-of-turn token or the context window unless capped."""
+        if "max_new_tokens" not in options:
+            options = dict(options, max_new_tokens=max(0, self.config.max_position_embeddings - len(ids) + 1))
+        return options
+
+    def _name(self) -> str:
+        return os.path.basename(os.path.normpath(self.path)) if self.path else "this model"
 
     # -- option handling ------------------------------------------------------------------
     def _fp32_block_bytes(self) -> int:
@@ -935,6 +970,9 @@ class Model:
         cache.truncate(reused)
         return cache, reused
 
+    def _token_text(self, token: int) -> str:
+        return self.tokenizer.decode([token]) if self.tokenizer is not None else ""
+
     def _decode_text(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(ids) if self.tokenizer is not None else ""
 
@@ -968,8 +1006,7 @@ class Model:
         out = r["token_ids"]
         lp = None
         if opts.logprobs >= 0:
-            lp = [TokenLogprob(token=t, logprob=l, top=list(zip(i, v)))
-                  for t, l, i, v in zip(out, r["logprobs"], r["top_ids"], r["top_logprobs"])]
+            lp = token_logprobs(out, r["logprobs"], r["top_ids"], r["top_logprobs"], self._token_text)
         fr = finish_reason or r["finish_reason"]
         if stop_reason is None and fr == "stop" and out:
             stop_reason = out[-1]
@@ -1037,8 +1074,9 @@ class Model:
                 break
             lps = None
             if piece_logprobs:
-                lps = [TokenLogprob(token=t, logprob=lp, top=list(zip(ti, tv)))
-                       for t, (lp, ti, tv) in zip(seen[sent:n], dec.logprobs(sent))]
+                rows = dec.logprobs(sent)
+                lps = token_logprobs(seen[sent:n], [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
+                                     self._token_text)
             yield StreamPiece(text=text, token_ids=seen[sent:n], logprobs=lps)
             sent = n
         r = dec.result()

@@ -30,7 +30,7 @@ import numpy as np
 from ._native import _core
 
 __all__ = ["RunOptions", "resolve", "integer", "real", "checked_seed", "token_ids", "eos_ids", "memory_budget",
-           "check_budget", "INT32_MAX"]
+           "check_budget", "check_keywords", "suggest_keywords", "INT32_MAX"]
 
 INT32_MAX = 2**31 - 1
 _FLOAT32_MAX = float(np.finfo(np.float32).max)  # larger magnitudes round to inf in float32
@@ -61,14 +61,36 @@ def suggest_keywords(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        for k in kwargs:
-            if k not in sig.parameters:
-                close = difflib.get_close_matches(k, names, n=1)
-                hint = f"did you mean {close[0]}?" if close else f"it takes {', '.join(names)}"
-                raise TypeError(f"{fn.__name__}() got an unexpected keyword argument {k!r}; {hint}")
+        check_keywords(fn.__name__, kwargs, names)
         return fn(*args, **kwargs)
 
+    wrapper.keywords = names
     return wrapper
+
+
+def check_keywords(what: str, kwargs, names) -> None:
+    """Raise TypeError for the first keyword in kwargs that names does not hold, with the closest name.
+
+    Args:
+        what: the function's name, for the message.
+        kwargs: the keywords given.
+        names: the keywords the function takes.
+
+    Raises:
+        TypeError: "what() got an unexpected keyword argument 'k'; did you mean ...?" (or the list
+            of names when none is close).
+
+    Examples:
+        >>> check_keywords("stream", {"top_pp": 0.9}, ["top_p", "top_k"])
+        Traceback (most recent call last):
+        ...
+        TypeError: stream() got an unexpected keyword argument 'top_pp'; did you mean top_p?
+    """
+    for k in kwargs:
+        if k not in names:
+            close = difflib.get_close_matches(k, names, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"it takes {', '.join(names)}"
+            raise TypeError(f"{what}() got an unexpected keyword argument {k!r}; {hint}")
 
 
 def memory_budget() -> int:

@@ -14,12 +14,34 @@ Examples:
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Tuple, Union
+from typing import List, NamedTuple, Optional, Tuple, Union
 
 from .beam import BeamTree
 from .trace import Trace
 
-__all__ = ["Generation", "GeneratedSequence", "TokenLogprob", "StreamPiece", "Speculation", "SpeculationRound"]
+__all__ = ["Generation", "GeneratedSequence", "TokenLogprob", "TopLogprob", "StreamPiece", "Speculation",
+           "SpeculationRound"]
+
+
+class TopLogprob(NamedTuple):
+    """One of the likeliest tokens at a step: its id, natural-log probability and text.
+
+    Examples:
+        >>> from decodelab.results import TopLogprob
+        >>> TopLogprob(token=791, logprob=-0.25, text=" Paris")
+        TopLogprob(token=791, logprob=-0.25, text=' Paris')
+    """
+
+    token: int
+    logprob: float
+    text: str
+
+
+def token_logprobs(tokens, logprobs, top_ids, top_logprobs, decode) -> List["TokenLogprob"]:
+    """TokenLogprob records from the engine's parallel lists; decode(id) writes a token's text."""
+    return [TokenLogprob(token=t, logprob=l, text=decode(t),
+                         top=[TopLogprob(int(i), float(v), decode(int(i))) for i, v in zip(ti, tv)])
+            for t, l, ti, tv in zip(tokens, logprobs, top_ids, top_logprobs)]
 
 
 @dataclasses.dataclass
@@ -32,20 +54,25 @@ class TokenLogprob:
     Attributes:
         token: the generated token id.
         logprob: its natural-log probability at that step (<= 0).
-        top: the N most likely tokens at that step as (token id, logprob) pairs, best first; N is
-            the ``logprobs`` asked for (0: an empty list).
+        top: the N most likely tokens at that step as TopLogprob(token, logprob, text), best
+            first; N is the ``logprobs`` asked for (0: an empty list).
+        text: the token's text, as the tokenizer decodes it alone ("" without a tokenizer); a
+            token that holds part of a multi-byte character decodes to U+FFFD.
 
     Examples:
         >>> model = decodelab.load("stories260K")
         >>> g = model.generate("Once upon a time", max_new_tokens=4, logprobs=3)
         >>> lp = g.logprobs[0]
-        >>> lp.token == g.token_ids[0], len(lp.top), lp.logprob <= 0, lp.top[0][1] >= lp.logprob
+        >>> lp.token == g.token_ids[0], len(lp.top), lp.logprob <= 0, lp.top[0].logprob >= lp.logprob
         (True, 3, True, True)
+        >>> lp.text == model.tokenizer.decode([lp.token]), lp.top[0].text == model.tokenizer.decode([lp.top[0].token])
+        (True, True)
     """
 
     token: int
     logprob: float
-    top: List[Tuple[int, float]]  # (token id, logprob), best first
+    top: List[TopLogprob]  # best first
+    text: str = ""
 
 
 @dataclasses.dataclass

@@ -21,7 +21,7 @@ import numpy as np
 
 from .._native import _core
 from ..text import streaming as text_stream
-from ..results import Generation, StreamPiece, TokenLogprob
+from ..results import Generation, StreamPiece, token_logprobs
 
 QueueFull = _core.QueueFull  # a RuntimeError: submit() found max_waiting requests waiting already
 
@@ -146,7 +146,7 @@ class BatchRequest:
         for k, t in enumerate(tokens):
             if logprobs is not None:
                 lp, ti, tv = logprobs[k]
-                self._logprobs.append(TokenLogprob(token=t, logprob=lp, top=list(zip(ti, tv))))
+                self._logprobs += token_logprobs([t], [lp], [ti], [tv], self.engine.model._token_text)
             piece = self._text.push(t)
             if piece:
                 self._piece(piece)

@@ -415,13 +415,13 @@ def completion_logprobs(seq, tokenizer, prompt_offset: int = 0) -> dict:
         (['text_offset', 'token_logprobs', 'tokens', 'top_logprobs'], 3, 16, [2, 2, 2])
     """
     lps = _shown(seq, tokenizer)
-    pieces = [tokenizer.decode([lp.token]) for lp in lps]
+    pieces = [lp.text for lp in lps]
     offsets, pos = [], prompt_offset
     for p in pieces:
         offsets.append(pos)
         pos += len(p)
     return {"tokens": pieces, "token_logprobs": [lp.logprob for lp in lps],
-            "top_logprobs": [{tokenizer.decode([t]): v for t, v in lp.top} for lp in lps], "text_offset": offsets}
+            "top_logprobs": [{top.text: top.logprob for top in lp.top} for lp in lps], "text_offset": offsets}
 
 
 def chat_logprobs(seq, tokenizer) -> dict:
@@ -445,10 +445,9 @@ def chat_logprobs(seq, tokenizer) -> dict:
         >>> len(lp["content"]), sorted(lp["content"][0]), len(lp["content"][0]["top_logprobs"])
         (3, ['bytes', 'logprob', 'token', 'top_logprobs'], 2)
     """
-    def entry(t, v):
-        s = tokenizer.decode([t])
-        return {"token": s, "logprob": v, "bytes": list(s.encode("utf-8"))}
-    return {"content": [dict(entry(lp.token, lp.logprob), top_logprobs=[entry(t, v) for t, v in lp.top])
+    def entry(text, v):
+        return {"token": text, "logprob": v, "bytes": list(text.encode("utf-8"))}
+    return {"content": [dict(entry(lp.text, lp.logprob), top_logprobs=[entry(t.text, t.logprob) for t in lp.top])
                         for lp in _shown(seq, tokenizer)], "refusal": None}
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
-__all__ = ["render", "MAX_RENDERED_CHARS"]
+__all__ = ["render", "check_tools", "MAX_RENDERED_CHARS"]
 
 # Rendered text longer than this is refused: a template is untrusted input and a loop in it could
 # otherwise produce text without bound.
@@ -26,6 +26,9 @@ MAX_RENDERED_CHARS = 1 << 24
 
 def check_messages(messages) -> List[Dict[str, Any]]:
     """The messages, checked: a list of {"role": str, "content": str, ...} dicts.
+
+    An assistant message that calls tools (it has ``tool_calls``) may have ``content`` None, as
+    OpenAI's API writes it.
 
     Args:
         messages: the messages (a list or other sequence of dicts; other keys pass through).
@@ -45,10 +48,51 @@ def check_messages(messages) -> List[Dict[str, Any]]:
         raise ValueError(f"messages must be a list of {{'role': ..., 'content': ...}} dicts, got {messages!r:.80}")
     out = []
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+        content_ok = isinstance(m, dict) and (isinstance(m.get("content"), str) or
+                                              (m.get("content") is None and bool(m.get("tool_calls"))))
+        if not content_ok or not isinstance(m.get("role"), str):
             raise ValueError(f"messages[{i}] must be a dict with str 'role' and 'content', got {m!r:.80}")
         out.append(m)
     return out
+
+
+def check_tools(tools) -> Optional[List[Dict[str, Any]]]:
+    """The tools a template is given, checked: None, or a list of JSON-schema function specs.
+
+    Each spec is a dict that JSON can write, as OpenAI's API and transformers' apply_chat_template
+    take them: ``{"type": "function", "function": {"name": ..., "description": ..., "parameters":
+    {...}}}``. The template decides how they appear in the prompt.
+
+    Args:
+        tools: None (no tools), or a list of dicts.
+
+    Returns:
+        None, or the tools as a list.
+
+    Raises:
+        ValueError: tools is not a list of dicts, or a spec holds a value JSON cannot write.
+
+    Examples:
+        >>> from decodelab.text.chat_template import check_tools
+        >>> check_tools([{"type": "function", "function": {"name": "now", "parameters": {"type": "object"}}}])
+        [{'type': 'function', 'function': {'name': 'now', 'parameters': {'type': 'object'}}}]
+        >>> check_tools("now")
+        Traceback (most recent call last):
+        ...
+        ValueError: tools must be a list of JSON-schema function specs (dicts), got 'now'
+    """
+    if tools is None:
+        return None
+    if isinstance(tools, (str, bytes, dict)) or not isinstance(tools, Sequence):
+        raise ValueError(f"tools must be a list of JSON-schema function specs (dicts), got {tools!r:.80}")
+    for i, t in enumerate(tools):
+        if not isinstance(t, dict):
+            raise ValueError(f"tools[{i}] must be a dict (a JSON-schema function spec), got {t!r:.80}")
+        try:
+            json.dumps(t)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"tools[{i}] cannot be written as JSON: {e}") from None
+    return list(tools)
 
 
 def render(template: str, messages, *, add_generation_prompt: bool = False, **variables) -> str:
@@ -92,6 +136,10 @@ def render(template: str, messages, *, add_generation_prompt: bool = False, **va
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     messages = check_messages(messages)
+    if not isinstance(template, str):
+        raise ValueError(f"a chat template is Jinja text (str), got {type(template).__name__}")
+    if "tools" in variables:
+        variables["tools"] = check_tools(variables["tools"])
     if not isinstance(add_generation_prompt, bool):
         raise ValueError(f"add_generation_prompt must be True or False, got {add_generation_prompt!r}")
 

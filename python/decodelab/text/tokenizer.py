@@ -104,8 +104,8 @@ class Tokenizer:
     # The model's Jinja chat template (GGUF tokenizer.chat_template, or tokenizer_config.json), or None.
     chat_template: Optional[str] = None
 
-    def apply_chat_template(self, messages, add_generation_prompt: bool = False, tokenize: bool = False,
-                            **variables):
+    def apply_chat_template(self, messages, add_generation_prompt: bool = False, tokenize: bool = False, *,
+                            tools=None, chat_template: Optional[str] = None, **variables):
         """The chat template rendered over messages: the text, or with ``tokenize=True`` its token ids.
 
         Rendering is ``decodelab.text.chat_template.render``'s, as transformers renders it. With
@@ -116,15 +116,19 @@ class Tokenizer:
             messages: a list of ``{"role": str, "content": str, ...}`` dicts, oldest first.
             add_generation_prompt: end with the template's opening of an assistant turn; default False.
             tokenize: return token ids instead of text; default False.
-            **variables: extra variables for the template (``tools``, ``date_string``, ...); ``bos_token``
-                and ``eos_token`` are set from the tokenizer unless given here.
+            tools: JSON-schema function specs the template writes into the prompt (a list of dicts,
+                as transformers and OpenAI's API take them); default None: no tools.
+            chat_template: a Jinja template to render instead of the tokenizer's own; default None.
+            **variables: extra variables for the template (``date_string``, ...); ``bos_token`` and
+                ``eos_token`` are set from the tokenizer unless given here.
 
         Returns:
             The rendered text (str), or with ``tokenize=True`` its token ids (list of int).
 
         Raises:
-            ValueError: if the tokenizer has no chat template (``chat_template`` is None), a message is not a
-                dict with str ``role`` and ``content``, or the template fails or calls raise_exception().
+            ValueError: if there is no template (neither ``chat_template`` nor the tokenizer's own), a
+                message is not a dict with str ``role`` and ``content``, ``tools`` is not a list of
+                dicts, or the template fails or calls raise_exception().
 
         Examples:
             >>> from decodelab.testing import write_checkpoint
@@ -135,15 +139,20 @@ class Tokenizer:
             '<user>Hi<|endoftext|>'
             >>> tok.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=True)
             [60, 117, 115, 101, 114, 62, 72, 105, 256]
+            >>> tok.apply_chat_template([{"role": "user", "content": "Hi"}], chat_template="{{ messages[0].content }}!")
+            'Hi!'
         """
         from . import chat_template as chat
 
-        if self.chat_template is None:
-            raise ValueError("this tokenizer has no chat template (none in the GGUF metadata or tokenizer_config.json)")
+        template = self.chat_template if chat_template is None else chat_template
+        if template is None:
+            raise ValueError("this tokenizer has no chat template (none in the GGUF metadata or tokenizer_config.json); "
+                             "pass one as chat_template='...'")
         names = {k: self.id_to_piece(i) for k, i in (("bos_token", self.bos_token_id), ("eos_token", self.eos_token_id))
                  if i is not None}
-        text = chat.render(self.chat_template, messages, add_generation_prompt=add_generation_prompt,
-                           **{**names, **variables})
+        if tools is not None:
+            variables["tools"] = tools
+        text = chat.render(template, messages, add_generation_prompt=add_generation_prompt, **{**names, **variables})
         return self.encode(text, add_special_tokens=False) if tokenize else text
 
 

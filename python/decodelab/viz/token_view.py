@@ -103,11 +103,11 @@ class TokenView:
                                           alternatives=alts))
         elif generation.logprobs:
             for i, lp in enumerate(generation.logprobs):
-                top = [t for t, _ in lp.top]
+                top = [t.token for t in lp.top]
                 rank = top.index(lp.token) + 1 if lp.token in top else len(top) + 1
                 self.rows.append(TokenRow(step=i, token=lp.token, text=piece(lp.token), prob=math.exp(lp.logprob),
-                                          rank=rank, alternatives=[(piece(t), math.exp(v)) for t, v in
-                                                                   lp.top[:alternatives]]))
+                                          rank=rank, alternatives=[(t.text, math.exp(t.logprob))
+                                                                   for t in lp.top[:alternatives]]))
         else:
             raise ValueError("TokenView needs a Generation made with trace=True or logprobs=N")
 
