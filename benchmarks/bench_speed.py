@@ -3,6 +3,7 @@ plain-C baseline on the same checkpoints, thread count and precision, with the m
 bound of decoding.
 
     python benchmarks/bench_speed.py [--models gpt2-124m llama-110m stories260K smollm2-q4_1] [--rounds 2] [--json bench_speed.json]
+    python benchmarks/bench_speed.py --models qwen2.5-coder-0.5b gemma-3-270m qwen2.5-coder-1.5b --engines decodelab llama.cpp
 
 Each (engine, model, weight precision, KV-cache precision) runs in its own process so that peak
 RSS is its own; the KV column says what each engine keeps its cache in. Per row:
@@ -27,7 +28,9 @@ decodelab (its default for the file: int4, the file's own 4-bit values) and by l
 file as it is, "q4_1"); the other engines do not read GGUF and are left out for it. Its bound
 counts the bytes each engine's step reads: decodelab's as its op profile counts them (Model.profile:
 the file's 4 bits with a half step and minimum per 32 weights, and its Q8_0 head as int8 with an fp32
-step per 32), or the file's Q4_1 and Q8_0 blocks.
+step per 32), or the file's Q4_1 and Q8_0 blocks. qwen2.5-coder-0.5b, gemma-3-270m and
+qwen2.5-coder-1.5b are the Q4_K_M files ../shared/models/fetch downloads (--large for the 1.5B),
+run the same way (llama.cpp's row "q4_k_m": the file as it is).
 """
 import argparse
 import hashlib
@@ -48,6 +51,13 @@ MODELS = os.environ.get("DECODELAB_MODELS", os.path.join(ROOT, "..", "shared", "
 # --- checkpoints -------------------------------------------------------------------------------------
 
 GGUF_MODELS = {"smollm2-q4_1": os.path.join(MODELS, "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+# The real files ../shared/models/fetch downloads (decodelab.testing.FETCHED), each Q4_K_M.
+FETCHED_MODELS = ("qwen2.5-coder-0.5b", "gemma-3-270m", "qwen2.5-coder-1.5b")
+
+
+def gguf_label(name):
+    """The llama.cpp row's dtype for a GGUF model: the file's own quantization, run as it is."""
+    return "q4_1" if name == "smollm2-q4_1" else "q4_k_m"
 
 
 def model_cfg(folder):
@@ -80,6 +90,12 @@ def prepare(name, tmp):
 
     if name in GGUF_MODELS:
         return GGUF_MODELS[name]
+    if name in FETCHED_MODELS:
+        path = testing.fetched_model(name)
+        if path is None:
+            raise SystemExit(f"{name} is not fetched: run ../shared/models/fetch"
+                             + (" --large" if name.endswith("1.5b") else ""))
+        return path
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     out = os.path.join(tmp, name)
@@ -450,15 +466,15 @@ CONFIGS = [("decodelab", "float32", "float32"), ("decodelab", "float32", "bfloat
            ("transformers", "float32", "float32"), ("transformers", "bfloat16", "bfloat16"),
            ("ctranslate2", "float32", "float32"), ("ctranslate2", "int8", "float32"),
            ("llama.cpp", "float32", "float16"), ("llama.cpp", "float16", "float16"), ("llama.cpp", "q8_0", "float16"),
-           ("llama.cpp", "q8_0", "q8_0"), ("llama.cpp", "q4_1", "float16"),
+           ("llama.cpp", "q8_0", "q8_0"), ("llama.cpp", "q4_1", "float16"), ("llama.cpp", "q4_k_m", "float16"),
            ("plain-C", "float32", "float32")]
 # Precision classes for the ratios: each of ours against every peer format of the same width.
 # w8a8 (int8 weights, 7-bit activations) is set against the same 8-bit peers; CTranslate2's int8
 # also rounds activations (to 8 bits, one scale per row).
 CLASSES = {"float32": ["float32"], "bfloat16": ["bfloat16", "float16"], "int8": ["int8", "q8_0"],
-           "w8a8": ["int8", "q8_0"], "int4": ["q4_1"]}
-# What runs on a shared GGUF file: decodelab at its native int4 and llama.cpp on the file itself.
-GGUF_ROWS = {("decodelab", "int4"), ("llama.cpp", "q4_1")}
+           "w8a8": ["int8", "q8_0"], "int4": ["q4_1", "q4_k_m"]}
+# What runs on a GGUF file: decodelab at its native int4 and llama.cpp on the file itself.
+GGUF_ROWS = {("decodelab", "int4"), ("llama.cpp", "q4_1"), ("llama.cpp", "q4_k_m")}
 
 
 def main():
@@ -512,7 +528,10 @@ def main():
         for engine, dtype, kv in [c for c in CONFIGS if c[0] in a.engines and f"{c[0]}:{c[1]}" not in a.skip]:
             if engine == "plain-C" and arch != "llama":
                 continue
-            if folder.endswith(".gguf") and (engine, dtype) not in GGUF_ROWS:
+            if folder.endswith(".gguf") and ((engine, dtype) not in GGUF_ROWS or
+                                             (engine == "llama.cpp" and dtype != gguf_label(name))):
+                continue
+            if not folder.endswith(".gguf") and dtype == "q4_k_m":
                 continue
             plan.append((name, folder, prompt, engine, dtype, kv))
     # Rounds go over every row in turn, so a slow spell of this shared host lands on all engines
