@@ -360,6 +360,6 @@ def test_pre_tokenizers_cut_where_llama_cpp_cuts(tmp_path, pre, pieces):
 
 
 def test_an_unknown_pre_tokenizer_is_named(tmp_path):
-    with GGUFFile(_bpe_gguf(tmp_path, "deepseek-llm")) as g:
-        with pytest.raises(ValueError, match="GGUF pre-tokenizer 'deepseek-llm' is not supported yet"):
+    with GGUFFile(_bpe_gguf(tmp_path, "kimi-k2")) as g:
+        with pytest.raises(ValueError, match="GGUF pre-tokenizer 'kimi-k2' is not supported yet"):
             decodelab.formats.gguf.tokenizer.tokenizer_from_gguf(g)

@@ -20,7 +20,7 @@ import heapq
 import os
 import re
 import struct
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 __all__ = ["Tokenizer", "HFTokenizer", "Llama2cTokenizer", "find_tokenizer", "load_tokenizer"]
 
@@ -179,8 +179,21 @@ class HFTokenizer(Tokenizer):
         (512, 256, None)
     """
 
+    # A text longer than twice this many characters is cut into pieces of about this size at line
+    # starts (where line_cuts allows) and the pieces encoded together, on the library's threads.
+    CHUNK_CHARS = 8192
+
     def __init__(self, tok, eos_token: Optional[str] = None, bos_token: Optional[str] = None):
         self._tok = tok
+        # True where the pre-tokenizer never joins a newline to the text after it (llama.cpp's GGUF
+        # byte-level BPE and Gemma 4 lists) and no added token holds a newline: cutting there gives
+        # the same ids, and long texts encode in linear time.
+        self.line_cuts = False
+        # For a pipeline that marks the start of a text (SentencePiece's "▁" prefix): the ids that
+        # mark gives before a newline; pieces after the first then start with their newline and
+        # lose those ids.
+        self.start_mark = None
+        self._ends = None
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
         self.eos_token_id = tok.token_to_id(eos_token) if eos_token else None
         self.bos_token_id = tok.token_to_id(bos_token) if bos_token else None
@@ -292,7 +305,25 @@ class HFTokenizer(Tokenizer):
             >>> tok.encode("é<|endoftext|>")
             [195, 169, 256]
         """
-        return self._tok.encode(_text(text), add_special_tokens=add_special_tokens).ids
+        text = _text(text)
+        if not self.line_cuts or len(text) <= 2 * self.CHUNK_CHARS:
+            return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        mark = self.start_mark
+        pieces = _line_pieces(text, self.CHUNK_CHARS, before=mark is not None)
+        encoded = [e.ids for e in self._tok.encode_batch(pieces, add_special_tokens=False)]
+        if mark:
+            for k in range(1, len(encoded)):
+                if encoded[k][:len(mark)] != mark:  # not cut as planned: encode it whole
+                    return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+                encoded[k] = encoded[k][len(mark):]
+        ids = [i for e in encoded for i in e]
+        if not add_special_tokens:
+            return ids
+        if self._ends is None:  # the post-processor's tokens before and after a text
+            e = self._tok.encode("a", add_special_tokens=True)
+            own = [k for k, m in enumerate(e.special_tokens_mask) if not m]
+            self._ends = (e.ids[:own[0]], e.ids[own[-1] + 1:]) if own else (e.ids, [])
+        return self._ends[0] + ids + self._ends[1]
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of token ids, special tokens left out.
@@ -563,6 +594,24 @@ class Llama2cTokenizer(Tokenizer):
         return self.pieces[token_id].decode("utf-8", errors="replace")
 
 
+_LINE_START = re.compile(r"(?<=[!-~]\n)(?=[!-~])")  # a newline between two printable ASCII characters
+
+
+def _line_pieces(text: str, size: int, before: bool = False) -> List[str]:
+    """text cut into pieces of at least ``size`` characters, each cut just after (or ``before``) a
+    newline that has a printable ASCII character on each side (none inside a run of whitespace)."""
+    pieces, start = [], 0
+    while len(text) - start > 2 * size:
+        m = _LINE_START.search(text, start + size)
+        if m is None:
+            break
+        cut = m.start() - 1 if before else m.start()
+        pieces.append(text[start:cut])
+        start = cut
+    pieces.append(text[start:])
+    return pieces
+
+
 def _folder_chat_template(folder: str) -> Optional[str]:
     """A Hugging Face folder's chat template: chat_template.jinja, else tokenizer_config.json's
     "chat_template" (a string, or a list of named templates, of which "default")."""
@@ -627,13 +676,14 @@ def find_tokenizer(folder: str, vocab_size: int) -> Optional[Tokenizer]:
 
 
 def load_tokenizer(path: str, vocab_size: int) -> Tokenizer:
-    """A tokenizer from an explicit path: a folder, tokenizer.json, or a llama2.c .bin.
+    """A tokenizer from an explicit path: a folder, tokenizer.json, a GGUF file, or a llama2.c .bin.
 
     A folder is searched as ``find_tokenizer`` does; a file ending in .json is read as tokenizer.json,
-    any other file as a llama2.c tokenizer.bin.
+    a GGUF file (with or without tensors, such as llama.cpp's vocabulary-only ggml-vocab-*.gguf)
+    for its tokenizer metadata, any other file as a llama2.c tokenizer.bin.
 
     Args:
-        path: a model folder, a tokenizer.json file or a llama2.c tokenizer .bin file.
+        path: a model folder, a tokenizer.json file, a GGUF file or a llama2.c tokenizer .bin file.
         vocab_size: the model's vocabulary size: how many tokens a llama2.c .bin holds (unused for the others).
 
     Returns:
@@ -662,4 +712,13 @@ def load_tokenizer(path: str, vocab_size: int) -> Tokenizer:
         raise FileNotFoundError(f"tokenizer file {path} does not exist")
     if path.endswith(".json"):
         return HFTokenizer.from_file(path)
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic in FILE_READERS:
+        return FILE_READERS[magic](path)
     return Llama2cTokenizer(path, vocab_size)
+
+
+# File magic -> a function that reads the file's tokenizer: filled in by the format modules above
+# this layer (decodelab.formats.gguf registers b"GGUF"), so that this module does not import them.
+FILE_READERS: Dict[bytes, Callable[[str], "Tokenizer"]] = {}

@@ -128,7 +128,7 @@ def _add_tokenizer(w, folder, vocab_size):
         if len(tokens) != vocab_size:
             raise ValueError(f"{vj} has {len(tokens)} tokens but the model's vocabulary is {vocab_size}")
         w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre("gpt2")
+        w.add_tokenizer_pre("gpt-2")  # llama.cpp's name for GPT-2's pre-tokenizer
         w.add_token_list(tokens)
         w.add_token_types([3 if t == "<|endoftext|>" else 1 for t in tokens])
         w.add_token_merges(merges)

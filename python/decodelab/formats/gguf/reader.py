@@ -284,9 +284,10 @@ class GGUFFile:
             offset = self._scalar("<Q", f"tensor {name!r} offset")
             entries.append((name, dims, type_id, offset))
         data_start = -(-self._pos // self.alignment) * self.alignment
-        if data_start > self.size:
+        # A file without tensors (llama.cpp's vocab-only files) may end before the alignment padding.
+        if data_start > self.size and entries:
             raise ValueError(f"{self.path}: the tensor data would start at {data_start}, past the end of the file")
-        self.data_start = data_start
+        self.data_start = min(data_start, self.size)
         self.tensors: Dict[str, TensorInfo] = {}
         for name, dims, type_id, offset in entries:
             self.tensors[name] = self._tensor(name, dims, type_id, offset)

@@ -1,11 +1,15 @@
 """A GGUF file's tokenizer as a Hugging Face `tokenizers` object that cuts text where llama.cpp
-cuts it: `gpt2`-type byte-level BPE with its merges and `tokenizer.ggml.pre` pre-tokenizer, and
-`llama`-type SentencePiece BPE with scores and byte fallback. Special tokens and the add-BOS/EOS
-rule come from the metadata, with llama.cpp's defaults (llama-vocab.cpp) where a key is absent.
+cuts it: `gpt2`-type byte-level BPE with its merges and the `tokenizer.ggml.pre` pre-tokenizer
+(llama.cpp's regex list for that name), `llama`-type SentencePiece BPE with scores and byte
+fallback, and `gemma4`-type BPE over characters. Special tokens and the add-BOS/EOS rule come from
+the metadata, with llama.cpp's defaults (llama-vocab.cpp) where a key is absent. Vocabulary-only
+files (llama.cpp's ggml-vocab-*.gguf) load as tokenizers with ``decodelab.text.load_tokenizer``.
 
 Examples:
-    >>> MODELS, PRE_TOKENIZERS
-    (('gpt2', 'llama'), ('gpt2', 'smollm', 'llama-bpe', 'llama3', 'qwen2'))
+    >>> MODELS
+    ('gpt2', 'llama', 'gemma4')
+    >>> "gpt-2" in PRE_TOKENIZERS and "qwen2" in PRE_TOKENIZERS and "deepseek-llm" in PRE_TOKENIZERS
+    True
 """
 from __future__ import annotations
 
@@ -15,25 +19,57 @@ import numpy as np
 
 from .reader import GGUFFile
 
-__all__ = ["MODELS", "PRE_TOKENIZERS", "tokenizer_from_gguf"]
+__all__ = ["MODELS", "PRE_TOKENIZERS", "tokenizer_from_gguf", "read_vocabulary"]
 
 # llama.cpp's token types (llama-vocab.h): the ones matched as whole tokens in text.
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 _SPECIAL_TYPES = (UNKNOWN, CONTROL)  # matched whole in text, left out of decoded text
 SPIECE_SPACE = "\u2581"  # SentencePiece's visible space, "▁"
 
-# llama.cpp's pre-tokenizer regexes (llama-vocab.cpp) for the names that are not GPT-2's own: the
-# text is split by the pattern, then mapped to byte-level symbols without GPT-2's regex. Llama 3
-# ("llama-bpe") keeps up to three digits together, Qwen2 one.
-_LLAMA3_SPLIT = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
-                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-SPLIT_PRE_TOKENIZERS = {"llama-bpe": _LLAMA3_SPLIT, "llama3": _LLAMA3_SPLIT,
-                        "qwen2": _LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")}
-PRE_TOKENIZERS = ("gpt2", "smollm", *SPLIT_PRE_TOKENIZERS)
+# llama.cpp's pre-tokenizers (llama-vocab.cpp): the text is split by each regex of the list in turn,
+# every piece by the next one, matches and the text between them kept ("isolated"), then mapped
+# to byte-level symbols. GPT-2's own regex is ByteLevel(use_regex=True)'s.
+_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+_LLAMA3 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+           r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2 = _LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+# Qwen 3.5: a letter run takes the combining marks after it, and a symbol run leaves them out.
+_QWEN35 = _QWEN2.replace(r"?\p{L}+", r"?[\p{L}\p{M}]+").replace(r"[^\s\p{L}\p{N}]", r"[^\s\p{L}\p{M}\p{N}]")
+_CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+# DeepSeek LLM's cased letters (Unicode Lu, Ll and Lt in the scripts it lists), as code points:
+# written as characters, several would be changed by Unicode normalisation in an editor.
+_DEEPSEEK_LETTERS = (
+    "A-Za-z\xb5\xc0-\xd6\xd8-\xf6\xf8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af\u0370-\u0373\u0376\u0377"
+    "\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5\u03f7-\u0481\u048a-\u052f"
+    "\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77"
+    "\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d"
+    "\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb"
+    "\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc\u2102\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128"
+    "\u212a-\u212d\u212f-\u2134\u2139\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4"
+    "\u2ceb-\u2cee\u2cf2\u2cf3\ua640-\ua66d\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf"
+    "\ufb00-\ufb06\ufb13-\ufb17\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3"
+    "\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2\U000118a0-\U000118df\U0001e900-\U0001e943")
+_DIGITS_THEN_GPT2 = [r"\p{N}", _GPT2]
+# Pre-tokenizer name -> its regex list; None: GPT-2's regex through ByteLevel itself.
+SPLITS = {
+    "gpt-2": None, "gpt2": None, "phi-2": None, "mpt": None, "olmo": None,
+    "llama-bpe": [_LLAMA3], "llama3": [_LLAMA3], "llama-v3": [_LLAMA3], "dbrx": [_LLAMA3], "smaug-bpe": [_LLAMA3],
+    "qwen2": [_QWEN2], "deepseek-r1-qwen": [_QWEN2], "stablelm2": [_QWEN2], "megrez": [_QWEN2],
+    "qwen35": [_QWEN35],
+    "smollm": _DIGITS_THEN_GPT2, "starcoder": _DIGITS_THEN_GPT2, "refact": _DIGITS_THEN_GPT2,
+    "command-r": _DIGITS_THEN_GPT2,
+    "falcon": [r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, "[0-9][0-9][0-9]"],
+    "deepseek-llm": ["[\r\n]", rf"\s?[{_DEEPSEEK_LETTERS}]+", "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+",
+                     r"\s+$", _CJK, r"\p{N}+"],
+    "deepseek-coder": ["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK, r"\p{N}"],
+    # A file without a pre-tokenizer name: llama.cpp's default list.
+    "default": [r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]"],
+}
+PRE_TOKENIZERS = tuple(SPLITS)
 # Pre-tokenizers for which llama.cpp adds BOS by default and takes a word found whole in the
 # vocabulary without merging (its ignore_merges).
-_LLAMA3_STYLE = ("llama-bpe", "llama3")
-MODELS = ("gpt2", "llama")
+_LLAMA3_STYLE = ("llama-bpe", "llama3", "llama-v3")
+MODELS = ("gpt2", "llama", "gemma4")
 
 
 def _array(g: GGUFFile, key: str, n: int, kind: str):
@@ -76,35 +112,48 @@ def _vocab(tokens: List[str]) -> Dict[str, int]:
     return vocab
 
 
-def _gpt2_model(g: GGUFFile, tokens: List[str], _types):
-    """Byte-level BPE with the file's merges, pre-tokenized as `tokenizer.ggml.pre` says."""
-    from tokenizers import Regex, decoders, models, pre_tokenizers
-
-    pre = g.metadata.get("tokenizer.ggml.pre", "gpt2")
-    # llama.cpp's pre-tokenizers: smollm splits every digit, then GPT-2's regex.
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if pre == "gpt2":
-        pre_tok = byte_level
-    elif pre == "smollm":
-        pre_tok = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-    elif pre in SPLIT_PRE_TOKENIZERS:
-        pre_tok = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(SPLIT_PRE_TOKENIZERS[pre]), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    else:
-        names = ", ".join(repr(n) for n in PRE_TOKENIZERS)
-        raise ValueError(f"{g.path}: GGUF pre-tokenizer {pre!r} is not supported yet (supported: {names})")
-    vocab = _vocab(tokens)
+def _merges(g: GGUFFile, vocab: Dict[str, int]) -> List[tuple]:
+    """The file's merges as (left, right) pairs, each checked: `tokenizers` raises a bare Exception,
+    or panics, on a merge outside the vocabulary."""
     merges = []
-    # Checked here: `tokenizers` raises a bare Exception, or panics, on a merge outside the vocabulary.
     for i, m in enumerate(_array(g, "tokenizer.ggml.merges", -1, "str") or []):
         a, sep, b = m.partition(" ")
         if not sep or a not in vocab or b not in vocab or a + b not in vocab:
             raise ValueError(f"{g.path}: GGUF merge {i} ({m[:64]!r}) is not two vocabulary tokens, separated "
                              "by a space, whose joined text is a token too")
         merges.append((a, b))
-    model = models.BPE(vocab=vocab, merges=merges, fuse_unk=False, ignore_merges=pre in _LLAMA3_STYLE)
+    return merges
+
+
+def _gpt2_model(g: GGUFFile, tokens: List[str], _types):
+    """Byte-level BPE with the file's merges, pre-tokenized as `tokenizer.ggml.pre` says."""
+    from tokenizers import Regex, decoders, models, pre_tokenizers
+
+    pre = g.metadata.get("tokenizer.ggml.pre") or "default"  # absent or empty: llama.cpp's default
+    if pre not in SPLITS:
+        names = ", ".join(repr(n) for n in PRE_TOKENIZERS)
+        raise ValueError(f"{g.path}: GGUF pre-tokenizer {pre!r} is not supported yet (supported: {names})")
+    if SPLITS[pre] is None:
+        pre_tok = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:
+        pre_tok = pre_tokenizers.Sequence(
+            [pre_tokenizers.Split(Regex(r), behavior="isolated", invert=False) for r in SPLITS[pre]]
+            + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    vocab = _vocab(tokens)
+    model = models.BPE(vocab=vocab, merges=_merges(g, vocab), fuse_unk=False, ignore_merges=pre in _LLAMA3_STYLE)
     return model, None, pre_tok, decoders.ByteLevel(), pre in _LLAMA3_STYLE, False
+
+
+def _gemma4_model(g: GGUFFile, tokens: List[str], _types):
+    """Gemma 4: BPE over the text's own characters (no byte-level map) with spaces as "▁", split
+    into runs of newlines and runs of other characters, and <0xNN> byte tokens for the rest."""
+    from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers
+
+    vocab = _vocab(tokens)
+    model = models.BPE(vocab=vocab, merges=_merges(g, vocab), fuse_unk=False, byte_fallback=True)
+    decoder = decoders.Sequence([decoders.Replace(SPIECE_SPACE, " "), decoders.ByteFallback(), decoders.Fuse()])
+    pre_tok = pre_tokenizers.Split(Regex(r"[^\n]+|[\n]+"), behavior="isolated", invert=False)
+    return model, normalizers.Replace(" ", SPIECE_SPACE), pre_tok, decoder, True, False
 
 
 def _spm_merges(tokens: List[str], vocab: Dict[str, int], scores: np.ndarray, types: Optional[np.ndarray]):
@@ -149,9 +198,10 @@ def tokenizer_from_gguf(g: GGUFFile):
     """The file's tokenizer as a decodelab HFTokenizer, cutting text where llama.cpp cuts it.
 
     ``tokenizer.ggml.model`` picks the kind: ``gpt2`` (byte-level BPE with the file's merges,
-    pre-tokenized as ``tokenizer.ggml.pre`` says, one of PRE_TOKENIZERS) or ``llama``
-    (SentencePiece BPE with scores, a "▁" space prefix unless ``add_space_prefix`` is false, and
-    byte fallback). Control and unknown tokens are special (matched whole in text, left out of
+    pre-tokenized as ``tokenizer.ggml.pre`` says, one of PRE_TOKENIZERS, llama.cpp's default list
+    when the key is absent), ``llama`` (SentencePiece BPE with scores, a "▁" space prefix unless
+    ``add_space_prefix`` is false, and byte fallback) or ``gemma4`` (BPE over characters with
+    spaces as "▁", newline runs apart, byte fallback and BOS always added, as llama.cpp runs it). Control and unknown tokens are special (matched whole in text, left out of
     decoded text); user-defined ones (Gemma's newline and indent runs, Qwen's ``<tool_call>``) are
     matched whole in text too but decode as the text they hold, as llama.cpp and transformers
     render them. BOS and EOS are added as ``add_bos_token`` and ``add_eos_token``
@@ -193,7 +243,7 @@ def tokenizer_from_gguf(g: GGUFFile):
         ...     tokenizer_from_gguf(g)
         Traceback (most recent call last):
         ...
-        ValueError: bert.gguf: GGUF tokenizer model 'bert' is not supported yet (supported: 'gpt2', 'llama')
+        ValueError: bert.gguf: GGUF tokenizer model 'bert' is not supported yet (supported: 'gpt2', 'llama', 'gemma4')
     """
     from tokenizers import AddedToken, Tokenizer, processors
 
@@ -209,7 +259,7 @@ def tokenizer_from_gguf(g: GGUFFile):
     if not tokens:
         raise ValueError(f"{g.path}: GGUF tokenizer {kind!r} has no 'tokenizer.ggml.tokens'")
     types = _array(g, "tokenizer.ggml.token_type", len(tokens), "int")
-    build = _gpt2_model if kind == "gpt2" else _llama_model
+    build = {"gpt2": _gpt2_model, "llama": _llama_model, "gemma4": _gemma4_model}[kind]
     # Each returns (model, normalizer, pre-tokenizer, decoder, add-BOS default, add-EOS default).
     model, normalizer, pre_tok, decoder, add_bos_default, add_eos_default = build(g, tokens, types)
     tok = Tokenizer(model)
@@ -226,6 +276,8 @@ def tokenizer_from_gguf(g: GGUFFile):
     bos, eos = _token_id(g, "bos", len(tokens)), _token_id(g, "eos", len(tokens))
     # A default applies only where the token exists; a key that asks for a missing token is an error.
     add_bos = _flag(g, "tokenizer.ggml.add_bos_token", add_bos_default and bos is not None)
+    if kind == "gemma4" and bos is not None:
+        add_bos = True  # as llama.cpp does, whatever the file says
     add_eos = _flag(g, "tokenizer.ggml.add_eos_token", add_eos_default and eos is not None)
     for flag, tid, name in ((add_bos, bos, "bos"), (add_eos, eos, "eos")):
         if flag and tid is None:
@@ -239,9 +291,57 @@ def tokenizer_from_gguf(g: GGUFFile):
             single=f"{first}$A{last}", pair=f"{first}$A{last} $B{last}", special_tokens=ends)
     out = HFTokenizer(tok, eos_token=tokens[eos] if eos is not None else None,
                       bos_token=tokens[bos] if bos is not None else None)
+    added = tok.get_added_tokens_decoder().values()
+    out.line_cuts = kind in ("gpt2", "gemma4") and not any("\n" in t.content for t in added)
+    space_prefix = _flag(g, "tokenizer.ggml.add_space_prefix", True)
+    if kind == "llama" and space_prefix and not any("\n" in t for t in tokens):
+        # SentencePiece merges never join a newline here (no token holds one): cut before newlines;
+        # each later piece then starts "▁\n", and the "▁" ids are dropped.
+        mark = tok.encode("\n", add_special_tokens=False).ids[:-1]
+        nl = tok.encode("a\n", add_special_tokens=False).ids[-1:]
+        if mark and tok.encode("\n", add_special_tokens=False).ids[-1:] == nl:
+            out.line_cuts, out.start_mark = True, mark
     template = g.metadata.get("tokenizer.chat_template")
     if template is not None:
         if not isinstance(template, str):
             raise ValueError(f"{g.path}: GGUF metadata 'tokenizer.chat_template' must be a string")
         out.chat_template = template
     return out
+
+
+def read_vocabulary(path: str):
+    """The tokenizer of a GGUF file, with or without tensors (llama.cpp's ggml-vocab-*.gguf): what
+    ``decodelab.text.load_tokenizer`` reads for a file that starts with the GGUF magic.
+
+    Args:
+        path: the GGUF file.
+
+    Returns:
+        A decodelab.HFTokenizer.
+
+    Raises:
+        ValueError: the file is not valid GGUF, its tokenizer metadata is malformed or not supported
+            yet, or it holds no vocabulary.
+
+    Examples:
+        >>> from decodelab.testing import write_checkpoint
+        >>> from decodelab.formats.gguf.export import export
+        >>> read_vocabulary(export(write_checkpoint("ckpt", "llama-tiny"), "m.gguf"))
+        Traceback (most recent call last):
+        ...
+        ValueError: m.gguf holds no vocabulary (tokenizer.ggml.model is absent or 'none')
+    """
+    with GGUFFile(path) as g:
+        tok = tokenizer_from_gguf(g)
+    if tok is None:
+        raise ValueError(f"{path} holds no vocabulary (tokenizer.ggml.model is absent or 'none')")
+    return tok
+
+
+def _register() -> None:
+    from ...text import tokenizer as text_tokenizer
+
+    text_tokenizer.FILE_READERS[b"GGUF"] = read_vocabulary
+
+
+_register()
