@@ -12,7 +12,8 @@ off), time to first token, peak RSS, and batched decode throughput (greedy, batc
 --batch-steps tokens each). The bound column is the bandwidth probe (GB/s, measured in the same
 run, the larger of probes just before and after the row, as this shared host's bandwidth drifts)
 divided by the bytes of weights one decode step reads; bound+KV adds the cache a step reads at
-the mean decode position. decode@1 (decodelab rows) is the same decode after a one-token prompt,
+the mean decode position. Where those bytes fit in the last-level cache (sysfs), the bound columns
+say "in cache" and no share of the bound is given: such a model can run above it. decode@1 (decodelab rows) is the same decode after a one-token prompt,
 llama-bench's "tg" setting, where a step reads little besides the weights: the ratio lines hold
 it against the bound too. The probe reads 256 MiB, past what a process gets of a shared last-level
 cache here (read rates: 55 GB/s over 16-32 MiB, 44 over 64, 32 from 96 up, on a host with 260 MiB
@@ -435,7 +436,24 @@ def host_info():
     except OSError:
         pass
     return {"cpu": model, "extensions": sorted(flags), "cpus_available": len(os.sched_getaffinity(0)),
-            "bf16_matmul_native": _core.bf16_matmul_native()}
+            "bf16_matmul_native": _core.bf16_matmul_native(), "last_level_cache_bytes": last_level_cache_bytes()}
+
+
+def last_level_cache_bytes():
+    """The largest CPU cache's size (Linux sysfs), or 0 when it cannot be read."""
+    best = 0
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for index in os.listdir(base):
+            if not index.startswith("index"):
+                continue
+            with open(os.path.join(base, index, "size")) as f:
+                text = f.read().strip()
+            unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            best = max(best, int(text.rstrip("KMG")) * unit)
+    except (OSError, ValueError):
+        return 0
+    return best
 
 
 def peak_rss_mib():
@@ -516,6 +534,7 @@ def main():
     from decodelab import _core
 
     bw = _core.read_bandwidth(256 << 20, a.threads, 5)
+    llc = last_level_cache_bytes()
     rows = []
     tmp_ctx = tempfile.TemporaryDirectory() if a.tmp is None else None
     tmp = a.tmp or tmp_ctx.name
@@ -581,6 +600,9 @@ def main():
         wb = row.get("weight_bytes_per_step") or weight_bytes_per_step(folder, dtype)
         kv_long, kv_short = kv_bytes_per_step(folder, kv, prompt + a.decode // 2), kv_bytes_per_step(
             folder, kv, 1 + a.decode // 2)
+        # A step that reads less than the last-level cache holds can run from the cache: the DRAM
+        # bound says nothing there, so it is not reported.
+        row["fits_in_cache"] = bool(llc) and wb + kv_long <= llc
         row["decode_bound_tok_s"] = bw_row / wb
         # The same with the cache a step reads at the mean decode position added.
         row["decode_bound_with_kv_tok_s"] = bw_row / (wb + kv_long)
@@ -616,6 +638,9 @@ def main():
             if r.get(key) is None:  # the plain-C baseline has no batched decode
                 line += f"{'-':>14}"
                 continue
+            if r.get("fits_in_cache") and key.startswith("decode_bound"):
+                line += f"{'in cache':>14}"
+                continue
             v = r[key] * 1e3 if key == "ttft_s" else r[key] / 1e9 if key == "read_bandwidth_bytes_s" else r[key]
             line += f"{fmt.format(v):>14}"
         print(line)
@@ -645,6 +670,10 @@ def main():
                 parts.append(f"peak RSS {ours['peak_rss_mib']:.0f} MiB vs {min(rss_peers):.0f}")
             if own and ours is not own:
                 parts.append(f"own fp32 {ours['decode_tok_s'] / own['decode_tok_s']:.2f}x")
+            if ours.get("fits_in_cache"):
+                print(f"  {name:<12} {ours['dtype']:<9} KV {ours['kv_cache']:<9} " + ", ".join(parts)
+                      + f"; a step reads less than the {llc >> 20} MiB last-level cache holds: no DRAM bound")
+                continue
             short = ""
             if ours.get("decode_short_bound_share") is not None:
                 short = (f"; after a 1-token prompt {ours['decode_short_tok_s'] / ours['decode_bound_tok_s']:.0%}, "

@@ -14,7 +14,7 @@ PKG = os.path.dirname(os.path.abspath(decodelab.__file__))
 # The first matching prefix gives a module's layer.
 LAYERS = [
     (0, ["decodelab._native", "decodelab._core", "decodelab._compat", "decodelab.options", "decodelab.rope",
-         "decodelab.config"]),
+         "decodelab.config", "decodelab.kernel_choice"]),
     (1, ["decodelab.text", "decodelab.samplers", "decodelab.results", "decodelab.trace", "decodelab.beam",
          "decodelab.profiling", "decodelab.eval"]),
     (2, ["decodelab.formats"]),

@@ -111,8 +111,8 @@ def test_reduced_weights_cost_and_accuracy_on_stories260k(stories_bin):
 
 
 def test_bf16_matmul_rounds_the_inputs_of_long_prompts_only(tmp_path):
-    """load(bf16_matmul=True), the default with bfloat16, on a CPU with native bf16 products: a
-    linear layer over gemm_min_rows rows or more rounds its input to bf16 (the prompt's logits move
+    """load(bf16_matmul=True) (bfloat16's default where it measures faster) on a CPU with native
+    bf16 products: a linear layer over gemm_min_rows rows or more rounds its input to bf16 (the prompt's logits move
     by about that rounding); fewer rows give the same bits as bf16_matmul=False, which stays fp32
     arithmetic on the rounded weights at every length. Without native bf16 the option changes
     nothing (oneDNN's emulated bf16 products are slower than the fp32 matmul)."""
@@ -121,7 +121,8 @@ def test_bf16_matmul_rounds_the_inputs_of_long_prompts_only(tmp_path):
     src = testing.write_hf_folder(str(tmp_path / "src"), cfg, tensors)
     rounded = {n: _bf16_round(t) if any(k in n for k in LINEAR) and t.ndim == 2 else t for n, t in tensors.items()}
     ref = decodelab.load(testing.write_hf_folder(str(tmp_path / "ref"), cfg, rounded))
-    on, off = decodelab.load(src, dtype="bfloat16"), decodelab.load(src, dtype="bfloat16", bf16_matmul=False)
+    on, off = (decodelab.load(src, dtype="bfloat16", bf16_matmul=True),
+               decodelab.load(src, dtype="bfloat16", bf16_matmul=False))
     assert on.bf16_matmul == _core.bf16_matmul_native() and not off.bf16_matmul and not ref.bf16_matmul
     n = _core.gemm_min_rows("bfloat16")
     ids = np.random.default_rng(2).integers(0, cfg["vocab_size"], size=n + 20).tolist()

@@ -46,17 +46,20 @@ def cpu_info() -> dict:
         A dict: ``detected`` (the CPU features that decide it), ``supported`` (the kernel variants
         this CPU runs), ``compiled`` (those this build holds: generic, avx2, avx512, avx512_vnni in a
         portable build, one in a DECODELAB_NATIVE_ARCH build), ``cap`` (the DECODELAB_ISA
-        environment variable, read at import; None when unset), ``chosen`` (the variant in use) and
-        ``portable`` (True for a portable build).
+        environment variable, read at import; None when unset), ``chosen`` (the variant in use),
+        ``portable`` (True for a portable build) and ``choices`` (kernel choices measured on this
+        CPU so far, ``decodelab.kernel_choice.choices()``).
 
     Examples:
         >>> info = decodelab.cpu_info()
         >>> sorted(info)
-        ['cap', 'chosen', 'compiled', 'detected', 'portable', 'supported']
+        ['cap', 'choices', 'chosen', 'compiled', 'detected', 'portable', 'supported']
         >>> info["chosen"] in info["supported"], info["chosen"] in info["compiled"]
         (True, True)
     """
-    return _core.cpu_info()
+    from . import kernel_choice
+
+    return dict(_core.cpu_info(), choices=kernel_choice.choices())
 
 
 __all__ = [

@@ -19,7 +19,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from . import options
+from . import kernel_choice, options
 from .formats import hf, llama2c
 from .formats.gguf import model as gguf_model
 from .formats.gguf import reader as gguf_file
@@ -235,8 +235,10 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
             waste less memory per sequence (at most kv_block_size - 1 positions) and copy less when
             a fork first writes to a shared block. The logits are the same bit for bit at every
             block size.
-        bf16_matmul: None (the default) means True for bfloat16 weights and False for int8, whose
-            logits then stay the same bits on every path and CPU. True, on bfloat16 and int8
+        bf16_matmul: None (the default) means False for int8, whose logits then stay the same bits
+            on every path and CPU, and for bfloat16 weights whichever path a short measurement on
+            this CPU finds faster (``decodelab.kernel_choice``; shown in
+            ``decodelab.cpu_info()["choices"]``). True, on bfloat16 and int8
             weights, on a CPU with native bf16
             products (AVX512_BF16, ``decodelab._core.bf16_matmul_native()``): a linear layer over 80
             or more rows at once (long prompts, very large batches) rounds its input to bf16 and runs
@@ -309,7 +311,7 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
     if dtype is None:  # a block-quantized file keeps its precision, and its size in memory
         dtype = native or "float32"
     if bf16_matmul is None:  # int8 keeps one kernel at every row count: the same bits on every path
-        bf16_matmul = dtype == "bfloat16"
+        bf16_matmul = dtype == "bfloat16" and kernel_choice.bf16_matmul()
     try:
         engine = _core.Engine(core_config, files, tensors, n_threads, dtype, zero_copy, int(kv_block_size),
                               bf16_matmul)
