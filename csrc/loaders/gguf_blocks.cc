@@ -162,6 +162,22 @@ void q4_sub_blocks(const BlockFormat& f, const uint8_t* src, size_t n, uint8_t* 
   }
 }
 
+void q4k_codes(const uint8_t* src, size_t n, uint8_t* sc, uint8_t* m, uint16_t* d, uint16_t* neg_dmin) {
+  for (size_t i = 0; i < n / 256; ++i, src += 144) {
+    uint16_t dh, mh;
+    std::memcpy(&dh, src, 2);
+    std::memcpy(&mh, src + 2, 2);
+    *d++ = dh;
+    *neg_dmin++ = static_cast<uint16_t>(mh ^ 0x8000u);  // -dmin: the sign bit flipped, exactly
+    for (int j = 0; j < 8; ++j) {
+      int s, mn;
+      scale_min_k4(j, src + 4, &s, &mn);
+      *sc++ = static_cast<uint8_t>(s);
+      *m++ = static_cast<uint8_t>(mn);
+    }
+  }
+}
+
 int q8_group(const BlockFormat& f) { return f.type == BlockType::Q6_K ? 16 : 32; }
 
 bool q8_has_min(const BlockFormat& f) {

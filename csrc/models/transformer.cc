@@ -47,7 +47,7 @@ double read_bytes(const Linear& x) {
     case WeightType::BF16: return 2 * n;
     case WeightType::I8:
     case WeightType::I8A8: return n + 4.0 * x.out;
-    case WeightType::I4: return n / 2 + (x.steps16 ? 4 : 8) * blocks;
+    case WeightType::I4: return n / 2 + (x.k_sc ? 2 + 4.0 / 8 : x.steps16 ? 4 : 8) * blocks;
     case WeightType::I8Blocks: return n + 4 * blocks * (x.i8b_groups + (x.mins ? 1 : 0));
   }
   return 0;
@@ -419,7 +419,8 @@ uint64_t Transformer::owned_bytes() const { return weights_->owned_bytes() + f32
 
 uint64_t Transformer::quantized_bytes() const {
   uint64_t n = 0;
-  for (const auto& q : quantized_) n += q.bytes + q.scales.size() * 4 + q.wsums.size() * 4 + q.halves.size() * 2;
+  for (const auto& q : quantized_)
+    n += q.bytes + q.scales.size() * 4 + q.wsums.size() * 4 + q.halves.size() * 2 + q.codes.size();
   return n;
 }
 

@@ -75,19 +75,52 @@ void quantize_q8_blocks(const float* x, int T, int in, Q8Blocks& out) {
 
 namespace {
 
-// A panel's 16 steps (or minima) of one block, as fp32 or as halves (Linear::steps16).
-template <bool Half>
-struct PanelScales {
-  using Elem = std::conditional_t<Half, uint16_t, float>;
-  const Elem* p;
-  float at(size_t i) const {
-    if constexpr (Half) return f16_to_f32(p[i]);
-    else return p[i];
+// How a layer keeps its steps and minima: fp32, halves (Linear::steps16), or Q4_K's codes
+// (Linear::k_sc: step = d sc, minimum = -dmin m, products exact in fp32, so the same values).
+enum class Steps { F32, Half, Q4K };
+
+// A panel's 16 steps and minima of block b (rows r, or 8 rows h * 8 .. h * 8 + 7 at once).
+template <Steps K>
+struct PanelSteps {
+  const float *st = nullptr, *mn = nullptr;       // F32
+  const uint16_t *st16 = nullptr, *mn16 = nullptr;  // Half
+  const uint8_t *sc = nullptr, *m = nullptr;       // Q4K: per block and row
+  const uint16_t *d = nullptr, *nd = nullptr;      // Q4K: per super-block and row
+
+  PanelSteps(const Linear& L, int p, int nb) {
+    const size_t s0 = static_cast<size_t>(p) * nb * kPanel;
+    if constexpr (K == Steps::F32) st = L.scales + s0, mn = L.mins + s0;
+    if constexpr (K == Steps::Half) st16 = L.steps16 + s0, mn16 = L.mins16 + s0;
+    if constexpr (K == Steps::Q4K) sc = L.k_sc + s0, m = L.k_m + s0, d = L.k_d + s0 / 8, nd = L.k_dmin + s0 / 8;
+  }
+  float step(int b, int r) const {
+    const size_t i = static_cast<size_t>(b) * kPanel + r;
+    if constexpr (K == Steps::F32) return st[i];
+    if constexpr (K == Steps::Half) return f16_to_f32(st16[i]);
+    return f16_to_f32(d[static_cast<size_t>(b / 8) * kPanel + r]) * static_cast<float>(sc[i]);
+  }
+  float min(int b, int r) const {
+    const size_t i = static_cast<size_t>(b) * kPanel + r;
+    if constexpr (K == Steps::F32) return mn[i];
+    if constexpr (K == Steps::Half) return f16_to_f32(mn16[i]);
+    return f16_to_f32(nd[static_cast<size_t>(b / 8) * kPanel + r]) * static_cast<float>(m[i]);
   }
 #if defined(__AVX2__) && defined(__FMA__)
-  __m256 load8(size_t i) const {  // values i .. i + 7
-    if constexpr (Half) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i)));
-    else return _mm256_loadu_ps(p + i);
+  static __m256 halves8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static __m256 codes8(const uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  __m256 step8(int b, int h) const {
+    const size_t i = static_cast<size_t>(b) * kPanel + 8 * h;
+    if constexpr (K == Steps::F32) return _mm256_loadu_ps(st + i);
+    if constexpr (K == Steps::Half) return halves8(st16 + i);
+    return _mm256_mul_ps(halves8(d + static_cast<size_t>(b / 8) * kPanel + 8 * h), codes8(sc + i));
+  }
+  __m256 min8(int b, int h) const {
+    const size_t i = static_cast<size_t>(b) * kPanel + 8 * h;
+    if constexpr (K == Steps::F32) return _mm256_loadu_ps(mn + i);
+    if constexpr (K == Steps::Half) return halves8(mn16 + i);
+    return _mm256_mul_ps(halves8(nd + static_cast<size_t>(b / 8) * kPanel + 8 * h), codes8(m + i));
   }
 #endif
 };
@@ -109,14 +142,11 @@ struct BlockSums {
 #endif
 
 // f[t][r] (panel rows r = 0..15) for activation rows [t0, t0 + NT) over all blocks, then y.
-template <int NT, bool Half>
+template <int NT, Steps K>
 void i4_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
   const int nb = xb.blocks;
   const uint8_t* w = L.w_i4 + static_cast<size_t>(p) * nb * kI4BlockBytes;
-  const size_t s0 = static_cast<size_t>(p) * nb * kPanel;
-  PanelScales<Half> steps, mins;
-  if constexpr (Half) steps.p = L.steps16 + s0, mins.p = L.mins16 + s0;
-  else steps.p = L.scales + s0, mins.p = L.mins + s0;
+  const PanelSteps<K> steps(L, p, nb);
   alignas(32) float f[NT][kPanel];
 #if defined(__AVX2__) && defined(__FMA__)
   const __m256i low = _mm256_set1_epi8(0x0F);
@@ -142,8 +172,7 @@ void i4_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
         s[t][1] = BlockSums::add(s[t][1], hi, xv);
       }
     }
-    const size_t sb = static_cast<size_t>(b) * kPanel;
-    const __m256 st[2] = {steps.load8(sb), steps.load8(sb + 8)}, mn[2] = {mins.load8(sb), mins.load8(sb + 8)};
+    const __m256 st[2] = {steps.step8(b, 0), steps.step8(b, 1)}, mn[2] = {steps.min8(b, 0), steps.min8(b, 1)};
     for (int t = 0; t < NT; ++t) {
       const size_t xi = static_cast<size_t>(t0 + t) * nb + b;
       const __m256 dx = _mm256_set1_ps(xb.d[xi]), sx = _mm256_set1_ps(xb.s[xi]);
@@ -168,9 +197,9 @@ void i4_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
       for (int r = 0; r < kPanel; ++r) {
         int32_t s = 0;
         for (int j = 0; j < kI4Block; ++j) s += ((wb[i4_byte(r, j)] >> i4_shift(r)) & 0x0F) * xq[j];
-        const float stdx = steps.at(static_cast<size_t>(b) * kPanel + r) * xb.d[xi];
+        const float stdx = steps.step(b, r) * xb.d[xi];
         f[t][r] = std::fma(static_cast<float>(s), stdx, f[t][r]);
-        f[t][r] = std::fma(mins.at(static_cast<size_t>(b) * kPanel + r), xb.s[xi], f[t][r]);
+        f[t][r] = std::fma(steps.min(b, r), xb.s[xi], f[t][r]);
       }
     }
   }
@@ -182,8 +211,9 @@ void i4_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
 
 void i4_panel_rows(const Q8Blocks& xb, int t_lo, int t_hi, const Linear& L, int p, float* y) {
   for_each_tile(t_lo, t_hi, [&](auto nt, int t0) {
-    if (L.steps16) i4_tile<decltype(nt)::value, true>(xb, t0, L, p, y);
-    else i4_tile<decltype(nt)::value, false>(xb, t0, L, p, y);
+    if (L.k_sc) i4_tile<decltype(nt)::value, Steps::Q4K>(xb, t0, L, p, y);
+    else if (L.steps16) i4_tile<decltype(nt)::value, Steps::Half>(xb, t0, L, p, y);
+    else i4_tile<decltype(nt)::value, Steps::F32>(xb, t0, L, p, y);
   });
 }
 

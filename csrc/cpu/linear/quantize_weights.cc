@@ -52,6 +52,41 @@ static void keep_halves(Linear& L, QuantizedWeights& q, size_t per, bool round) 
   std::vector<float>().swap(q.scales);
 }
 
+// A Q4_K layer's steps and minima as the file's codes (Linear::k_sc and the rest): per panel,
+// block and row the 6-bit codes, per panel, super-block and row the halves d and -dmin. Kept only
+// where d sc and -dmin m give exactly q.scales' values, as they do by construction.
+static void keep_q4k_codes(Linear& L, QuantizedWeights& q, const uint8_t* src, size_t row_bytes, size_t per) {
+  const int in = L.in, out = L.out, nb = i4_blocks(in), ns = nb / 8;
+  const size_t per_super = per / 8;
+  q.codes.assign(2 * per, 0);
+  q.halves.assign(2 * per_super, 0);
+  uint8_t *sc = q.codes.data(), *m = sc + per;
+  uint16_t *d = q.halves.data(), *nd = d + per_super;
+  std::vector<uint8_t> rsc(nb), rm(nb);
+  std::vector<uint16_t> rd(ns), rnd(ns);
+  bool same = true;
+  for (int o = 0; o < out && same; ++o) {
+    q4k_codes(src + static_cast<size_t>(o) * row_bytes, static_cast<size_t>(in), rsc.data(), rm.data(), rd.data(),
+              rnd.data());
+    const int p = o / kPanel, r = o % kPanel;
+    for (int b = 0; b < nb; ++b) {
+      const size_t k = (static_cast<size_t>(p) * nb + b) * kPanel + r;
+      const size_t ks = (static_cast<size_t>(p) * ns + b / 8) * kPanel + r;
+      sc[k] = rsc[b], m[k] = rm[b], d[ks] = rd[b / 8], nd[ks] = rnd[b / 8];
+      same = same && f16_to_f32(d[ks]) * static_cast<float>(sc[k]) == L.scales[k] &&
+             f16_to_f32(nd[ks]) * static_cast<float>(m[k]) == L.mins[k];
+    }
+  }
+  if (!same) {  // not expected: keep the fp32 steps
+    std::vector<uint8_t>().swap(q.codes);
+    std::vector<uint16_t>().swap(q.halves);
+    return;
+  }
+  L.k_sc = sc, L.k_m = m, L.k_d = d, L.k_dmin = nd;
+  L.scales = L.mins = nullptr;
+  std::vector<float>().swap(q.scales);
+}
+
 size_t quantized_size(const Linear& L, WeightType type) {
   switch (type) {
     case WeightType::BF16: return (L.out + 3) / 4 * bf16_group_elems(L) * sizeof(uint16_t);
@@ -79,7 +114,12 @@ bool linear_row_view(const Linear& L, int first, int count, Linear* view) {
   if (L.type == WeightType::I4) {  // steps and minima per panel and block
     const size_t per_panel = static_cast<size_t>(i4_blocks(L.in)) * kPanel;
     view->w_i4 = L.w_i4 + static_cast<size_t>(first / kPanel) * i4_panel_bytes(L.in);
-    if (L.steps16) {
+    if (L.k_sc) {
+      view->k_sc = L.k_sc + first / kPanel * per_panel;
+      view->k_m = L.k_m + first / kPanel * per_panel;
+      view->k_d = L.k_d + first / kPanel * (per_panel / 8);
+      view->k_dmin = L.k_dmin + first / kPanel * (per_panel / 8);
+    } else if (L.steps16) {
       view->steps16 = L.steps16 + first / kPanel * per_panel;
       view->mins16 = L.mins16 + first / kPanel * per_panel;
     } else {
@@ -246,9 +286,12 @@ void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
   L.w_i4 = dst;
   L.scales = steps;
   L.mins = mins;
-  // A file's steps and minima as they are: halves where all of them are (always for Q4_0 and Q4_1;
-  // Q4_K's products of a half and a 6-bit scale mostly not).
-  keep_halves(L, q, per, false);
+  if (f.type == BlockType::Q4_K && nb % 8 == 0) {
+    keep_q4k_codes(L, q, src, row_bytes, per);
+  } else {
+    // A file's steps and minima as they are: halves where all of them are (always for Q4_0 and Q4_1).
+    keep_halves(L, q, per, false);
+  }
   L.type = WeightType::I4;
   L.in_major = false;
   L.w = nullptr;

@@ -36,6 +36,11 @@ void dequantize_blocks(const BlockFormat& f, const uint8_t* src, size_t n, float
 // Q4_K (d scale, -dmin min of each sub-block, products in fp32 as ggml forms them).
 void q4_sub_blocks(const BlockFormat& f, const uint8_t* src, size_t n, uint8_t* q, float* step, float* min);
 
+// Q4_K's own scale codes for n values (a whole number of 256-value blocks): per 32 values the 6-bit
+// step code sc and minimum code m, per 256 the half bits of d and of -dmin; q4_sub_blocks' step and
+// minimum are d sc and -dmin m of these, exactly.
+void q4k_codes(const uint8_t* src, size_t n, uint8_t* sc, uint8_t* m, uint16_t* d, uint16_t* neg_dmin);
+
 // Any format's blocks holding n values as int8 codes q and per group of q8_group(f) values a step
 // (and, where q8_has_min(f), a minimum per 32 values) with value = step q + min: the exact values,
 // in the form the engine's 8-bit block kernel keeps (cpu/linear/layout.h). Q8_0 (q, d), Q5_0

@@ -44,6 +44,14 @@ struct Linear {
   // half bits, laid out as scales and mins (both null then), a sixth fewer bytes per decode step.
   const uint16_t* steps16 = nullptr;
   const uint16_t* mins16 = nullptr;
+  // I4 from Q4_K: the file's own scale codes instead (scales, mins and the halves above null): the
+  // 6-bit step and minimum codes per panel, block and row (k_sc, k_m), and the half d and -dmin per
+  // panel, super-block of 8 blocks and row (k_d, k_dmin); step = d sc and minimum = -dmin m, the
+  // same fp32 values in 4.625 bits a weight instead of 6.
+  const uint8_t* k_sc = nullptr;
+  const uint8_t* k_m = nullptr;
+  const uint16_t* k_d = nullptr;
+  const uint16_t* k_dmin = nullptr;
   const int8_t* w_i8b = nullptr;  // I8Blocks: in panels of 16 rows per block of 32 inputs; mins may be null
   int i8b_groups = 1;             // I8Blocks: steps per block of 32 inputs (Q6_K: 2)
   // BF16 and I8: from gemm_min_rows rows the matmul rounds its input to bf16 and multiplies bf16 by
@@ -58,7 +66,8 @@ struct QuantizedWeights {
   size_t bytes = 0;  // of the converted weights, wherever they are
   std::vector<float> scales;
   std::vector<int32_t> wsums;
-  std::vector<uint16_t> halves;  // I4's steps then minima as halves (Linear::steps16)
+  std::vector<uint16_t> halves;  // I4's steps then minima as halves (Linear::steps16), or Q4_K's d then -dmin
+  std::vector<uint8_t> codes;    // I4 from Q4_K: the step codes, then the minimum codes
 };
 // Bytes of the converted weights of `layer` as `type` (bf16 rows or int8 panels; 0 for F32).
 size_t quantized_size(const Linear& layer, WeightType type);
