@@ -11,19 +11,63 @@
 
 #include "cpu/linear/block_tiles.h"
 #include "cpu/linear/kernels.h"
+#include "decodelab/f16.h"
 
 namespace decodelab {
 namespace DECODELAB_ISA {
 
 namespace {
 
-template <int NT, int G>
+// How a layer keeps its steps: fp32, halves (Linear::steps16, minima likewise), or Q6_K's codes
+// (Linear::k_sc8, step = d sc, an exact product in fp32, so the same values).
+enum class Steps { F32, Half, Q6K };
+
+// Steps of group g of block b (rows h * 8 .. h * 8 + 7, or row r) and minima of block b.
+template <Steps K, int G>
+struct GroupSteps {
+  const float *st = nullptr, *mn = nullptr;
+  const uint16_t *st16 = nullptr, *mn16 = nullptr, *d = nullptr;
+  const int8_t* sc = nullptr;
+
+  GroupSteps(const Linear& L, int p, int nb) {
+    const size_t s0 = static_cast<size_t>(p) * nb * kPanel;
+    if constexpr (K == Steps::F32) st = L.scales + s0 * G, mn = L.mins ? L.mins + s0 : nullptr;
+    if constexpr (K == Steps::Half) st16 = L.steps16 + s0 * G, mn16 = L.mins16 ? L.mins16 + s0 : nullptr;
+    if constexpr (K == Steps::Q6K) sc = L.k_sc8 + s0 * G, d = L.k_d + s0 / 8;
+  }
+  bool has_min() const { return mn != nullptr || mn16 != nullptr; }
+  float step(int b, int g, int r) const {
+    const size_t i = (static_cast<size_t>(b) * G + g) * kPanel + r;
+    if constexpr (K == Steps::F32) return st[i];
+    if constexpr (K == Steps::Half) return f16_to_f32(st16[i]);
+    return f16_to_f32(d[static_cast<size_t>(b / 8) * kPanel + r]) * static_cast<float>(sc[i]);
+  }
+  float min(int b, int r) const {
+    const size_t i = static_cast<size_t>(b) * kPanel + r;
+    return mn ? mn[i] : f16_to_f32(mn16[i]);
+  }
+#if defined(__AVX2__) && defined(__FMA__)
+  static __m256 halves8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  __m256 step8(int b, int g, int h) const {
+    const size_t i = (static_cast<size_t>(b) * G + g) * kPanel + 8 * h;
+    if constexpr (K == Steps::F32) return _mm256_loadu_ps(st + i);
+    if constexpr (K == Steps::Half) return halves8(st16 + i);
+    const __m256 codes = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + i))));
+    return _mm256_mul_ps(halves8(d + static_cast<size_t>(b / 8) * kPanel + 8 * h), codes);
+  }
+  __m256 min8(int b, int h) const {
+    const size_t i = static_cast<size_t>(b) * kPanel + 8 * h;
+    return mn ? _mm256_loadu_ps(mn + i) : halves8(mn16 + i);
+  }
+#endif
+};
+
+template <int NT, int G, Steps K>
 void i8b_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
-  constexpr int kSteps = kI4Block / 4 / G;  // steps of 4 inputs per group
   const int nb = xb.blocks;
   const int8_t* w = L.w_i8b + static_cast<size_t>(p) * nb * kI8BlockBytes;
-  const float* steps = L.scales + static_cast<size_t>(p) * nb * G * kPanel;
-  const float* mins = L.mins ? L.mins + static_cast<size_t>(p) * nb * kPanel : nullptr;
+  const GroupSteps<K, G> steps(L, p, nb);
+  const bool mins = steps.has_min();
   alignas(32) float f[NT][kPanel];
 #if defined(__AVX2__) && defined(__FMA__)
   __m256 acc[NT][2];
@@ -35,6 +79,7 @@ void i8b_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
     for (int g = 0; g < G; ++g) {
       __m256i s[NT][2];
       for (int t = 0; t < NT; ++t) s[t][0] = s[t][1] = _mm256_setzero_si256();
+      constexpr int kSteps = kI4Block / 4 / G;  // steps of 4 inputs per group
       for (int k = g * kSteps; k < (g + 1) * kSteps; ++k) {
         // The products take unsigned bytes on their left: |w| there and x with w's sign on the
         // right (a pmaddubsw pair at most 2 x 128 x 127), summed in int32 per step.
@@ -49,19 +94,18 @@ void i8b_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
           s[t][1] = add_quad_products(s[t][1], a1, _mm256_sign_epi8(xv, w1));
         }
       }
-      const float* st = steps + (static_cast<size_t>(b) * G + g) * kPanel;
+      const __m256 st[2] = {steps.step8(b, g, 0), steps.step8(b, g, 1)};
       for (int t = 0; t < NT; ++t) {
         const __m256 dx = _mm256_set1_ps(xb.d[static_cast<size_t>(t0 + t) * nb + b]);
         for (int h = 0; h < 2; ++h)
-          acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t][h]), _mm256_mul_ps(_mm256_loadu_ps(st + 8 * h), dx),
-                                      acc[t][h]);
+          acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t][h]), _mm256_mul_ps(st[h], dx), acc[t][h]);
       }
     }
     if (mins) {
-      const float* mn = mins + static_cast<size_t>(b) * kPanel;
+      const __m256 mn[2] = {steps.min8(b, 0), steps.min8(b, 1)};
       for (int t = 0; t < NT; ++t) {
         const __m256 sx = _mm256_set1_ps(xb.s[static_cast<size_t>(t0 + t) * nb + b]);
-        for (int h = 0; h < 2; ++h) acc[t][h] = _mm256_fmadd_ps(_mm256_loadu_ps(mn + 8 * h), sx, acc[t][h]);
+        for (int h = 0; h < 2; ++h) acc[t][h] = _mm256_fmadd_ps(mn[h], sx, acc[t][h]);
       }
     }
   }
@@ -80,10 +124,10 @@ void i8b_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
         for (int g = 0; g < G; ++g) {
           int32_t s = 0;
           for (int j = g * kI4Block / G; j < (g + 1) * kI4Block / G; ++j) s += wb[i8b_byte(r, j)] * xq[j];
-          const float stdx = steps[(static_cast<size_t>(b) * G + g) * kPanel + r] * xb.d[xi];
+          const float stdx = steps.step(b, g, r) * xb.d[xi];
           f[t][r] = std::fma(static_cast<float>(s), stdx, f[t][r]);
         }
-        if (mins) f[t][r] = std::fma(mins[static_cast<size_t>(b) * kPanel + r], xb.s[xi], f[t][r]);
+        if (mins) f[t][r] = std::fma(steps.min(b, r), xb.s[xi], f[t][r]);
       }
     }
   }
@@ -95,8 +139,15 @@ void i8b_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
 
 void i8b_panel_rows(const Q8Blocks& xb, int t_lo, int t_hi, const Linear& L, int p, float* y) {
   for_each_tile(t_lo, t_hi, [&](auto nt, int t0) {
-    if (L.i8b_groups == 2) i8b_tile<decltype(nt)::value, 2>(xb, t0, L, p, y);
-    else i8b_tile<decltype(nt)::value, 1>(xb, t0, L, p, y);
+    constexpr int NT = decltype(nt)::value;
+    if (L.i8b_groups == 2) {
+      if (L.k_sc8) i8b_tile<NT, 2, Steps::Q6K>(xb, t0, L, p, y);
+      else if (L.steps16) i8b_tile<NT, 2, Steps::Half>(xb, t0, L, p, y);
+      else i8b_tile<NT, 2, Steps::F32>(xb, t0, L, p, y);
+    } else {
+      if (L.steps16) i8b_tile<NT, 1, Steps::Half>(xb, t0, L, p, y);
+      else i8b_tile<NT, 1, Steps::F32>(xb, t0, L, p, y);
+    }
   });
 }
 

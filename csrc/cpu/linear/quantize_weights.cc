@@ -87,6 +87,59 @@ static void keep_q4k_codes(Linear& L, QuantizedWeights& q, const uint8_t* src, s
   std::vector<float>().swap(q.scales);
 }
 
+// An I8Blocks layer's steps (n_steps) and minima (n_mins) as halves where every one of them is a
+// half as it is (Q8_0, Q5_0, Q5_1 always), in half the bytes; otherwise they stay fp32.
+static void keep_i8b_halves(Linear& L, QuantizedWeights& q, size_t n_steps, size_t n_mins) {
+  q.halves.resize(n_steps + n_mins);
+  for (size_t i = 0; i < n_steps + n_mins; ++i) {
+    const float x = q.scales[i];
+    const uint16_t h = f32_to_f16(x);
+    if (((h >> 10) & 0x1fu) == 0x1f || f16_to_f32(h) != x) {
+      std::vector<uint16_t>().swap(q.halves);
+      return;
+    }
+    q.halves[i] = h;
+  }
+  L.steps16 = q.halves.data();
+  L.mins16 = n_mins ? q.halves.data() + n_steps : nullptr;
+  L.scales = L.mins = nullptr;
+  std::vector<float>().swap(q.scales);
+}
+
+// A Q6_K layer's steps as the file's signed 8-bit scales per panel, block, group of 16 and row
+// and its half d per panel, super-block and row; kept where d sc gives exactly q.scales' values.
+static void keep_q6k_codes(Linear& L, QuantizedWeights& q, const uint8_t* src, size_t row_bytes, size_t per) {
+  const int in = L.in, out = L.out, nb = i4_blocks(in), ns = nb / 8;
+  q.codes.assign(2 * per, 0);  // two groups of 16 per block of 32
+  q.halves.assign(per / 8, 0);
+  int8_t* sc = reinterpret_cast<int8_t*>(q.codes.data());
+  uint16_t* d = q.halves.data();
+  bool same = true;
+  for (int o = 0; o < out && same; ++o) {
+    const uint8_t* row = src + static_cast<size_t>(o) * row_bytes;
+    const int p = o / kPanel, r = o % kPanel;
+    for (int s = 0; s < ns; ++s) {
+      const uint8_t* blk = row + static_cast<size_t>(s) * 210;  // Q6_K: ql[128] qh[64] sc[16] d
+      uint16_t dh;
+      std::memcpy(&dh, blk + 208, 2);
+      d[(static_cast<size_t>(p) * ns + s) * kPanel + r] = dh;
+      for (int g = 0; g < 16; ++g) {  // group g of 16: block s * 8 + g / 2, its group g % 2
+        const size_t k = ((static_cast<size_t>(p) * nb + s * 8 + g / 2) * 2 + g % 2) * kPanel + r;
+        sc[k] = static_cast<int8_t>(blk[192 + g]);
+        same = same && f16_to_f32(dh) * static_cast<float>(sc[k]) == L.scales[k];
+      }
+    }
+  }
+  if (!same) {  // not expected: keep the fp32 steps
+    std::vector<uint8_t>().swap(q.codes);
+    std::vector<uint16_t>().swap(q.halves);
+    return;
+  }
+  L.k_sc8 = sc, L.k_d = d;
+  L.scales = nullptr;
+  std::vector<float>().swap(q.scales);
+}
+
 size_t quantized_size(const Linear& L, WeightType type) {
   switch (type) {
     case WeightType::BF16: return (L.out + 3) / 4 * bf16_group_elems(L) * sizeof(uint16_t);
@@ -129,8 +182,17 @@ bool linear_row_view(const Linear& L, int first, int count, Linear* view) {
   } else if (L.type == WeightType::I8Blocks) {  // steps per panel, block and group; minima per panel and block
     const size_t per_panel = static_cast<size_t>(i4_blocks(L.in)) * kPanel;
     view->w_i8b = L.w_i8b + static_cast<size_t>(first / kPanel) * i4_blocks(L.in) * kI8BlockBytes;
-    view->scales = L.scales + first / kPanel * per_panel * L.i8b_groups;
-    if (L.mins) view->mins = L.mins + first / kPanel * per_panel;
+    const size_t panel = first / kPanel;
+    if (L.k_sc8) {
+      view->k_sc8 = L.k_sc8 + panel * per_panel * L.i8b_groups;
+      view->k_d = L.k_d + panel * (per_panel / 8);
+    } else if (L.steps16) {
+      view->steps16 = L.steps16 + panel * per_panel * L.i8b_groups;
+      if (L.mins16) view->mins16 = L.mins16 + panel * per_panel;
+    } else {
+      view->scales = L.scales + panel * per_panel * L.i8b_groups;
+      if (L.mins) view->mins = L.mins + panel * per_panel;
+    }
   } else if (L.scales) {
     view->scales = L.scales + first;
   }
@@ -328,6 +390,8 @@ void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
   L.scales = steps;
   L.mins = mins;
   L.i8b_groups = G;
+  if (f.type == BlockType::Q6_K && nb % 8 == 0) keep_q6k_codes(L, q, src, row_bytes, per);
+  else keep_i8b_halves(L, q, per * G, with_min ? per : 0);
   L.type = WeightType::I8Blocks;
   L.in_major = false;
   L.w = nullptr;

@@ -52,6 +52,11 @@ struct Linear {
   const uint8_t* k_m = nullptr;
   const uint16_t* k_d = nullptr;
   const uint16_t* k_dmin = nullptr;
+  // I8Blocks keeps its steps (and minima) like I4: fp32 in scales and mins; or as halves in steps16
+  // and mins16 where the file's are halves (Q8_0, Q5_0, Q5_1); or, for Q6_K, the file's signed
+  // 8-bit scale per panel, block, group and row (k_sc8) and half d per panel, super-block and row
+  // (k_d): step = d sc, exact in fp32.
+  const int8_t* k_sc8 = nullptr;
   const int8_t* w_i8b = nullptr;  // I8Blocks: in panels of 16 rows per block of 32 inputs; mins may be null
   int i8b_groups = 1;             // I8Blocks: steps per block of 32 inputs (Q6_K: 2)
   // BF16 and I8: from gemm_min_rows rows the matmul rounds its input to bf16 and multiplies bf16 by
