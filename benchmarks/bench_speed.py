@@ -26,10 +26,9 @@ llama-cpp-python (PyPI has only its source: `pip install llama-cpp-python gguf` 
 about 11 minutes on 2 cores); the GGUF files come from decodelab/gguf_export.py and llama.cpp's
 own quantizer. smollm2-q4_1 is the shared SmolLM2-135M-Instruct Q4_1 GGUF file itself, run by
 decodelab (its default for the file: int4, the file's own 4-bit values) and by llama.cpp (the
-file as it is, "q4_1"); the other engines do not read GGUF and are left out for it. Its bound
-counts the bytes each engine's step reads: decodelab's as its op profile counts them (Model.profile:
-the file's 4 bits with a half step and minimum per 32 weights, and its Q8_0 head as int8 with an fp32
-step per 32), or the file's Q4_1 and Q8_0 blocks. qwen2.5-coder-0.5b, gemma-3-270m and
+file as it is, "q4_1"); the other engines do not read GGUF and are left out for it. A GGUF
+file's bound counts the bytes of the file's matrices that one step reads (layers and head), for
+every engine: a layout that reads more bytes than the file holds does not make it easier to reach. qwen2.5-coder-0.5b, gemma-3-270m and
 qwen2.5-coder-1.5b are the Q4_K_M files ../shared/models/fetch downloads (--large for the 1.5B),
 run the same way (llama.cpp's row "q4_k_m": the file as it is).
 """
@@ -597,7 +596,10 @@ def main():
             else:
                 row[key] = min(vals) if key == "ttft_s" else max(vals)
         bw_row = row["read_bandwidth_bytes_s"]
-        wb = row.get("weight_bytes_per_step") or weight_bytes_per_step(folder, dtype)
+        # A GGUF file's bound counts the file's bytes for every engine: a layout that reads more
+        # than the file holds must not make the bound easier to reach.
+        wb = (gguf_step_bytes(folder) if folder.endswith(".gguf")
+              else row.get("weight_bytes_per_step") or weight_bytes_per_step(folder, dtype))
         kv_long, kv_short = kv_bytes_per_step(folder, kv, prompt + a.decode // 2), kv_bytes_per_step(
             folder, kv, 1 + a.decode // 2)
         # A step that reads less than the last-level cache holds can run from the cache: the DRAM
