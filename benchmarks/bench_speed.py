@@ -119,10 +119,10 @@ def prepare(name, tmp):
 def weight_bytes_per_step(folder, dtype):
     """Bytes of weights one batch-1 decode step reads: every linear layer and the head, once. The
     other engines' bound; decodelab rows use the bytes its own profile counts (weight_bytes_per_step
-    from the worker), which knows the head a file keeps in its own blocks."""
-    cfg = model_cfg(folder)
-    if folder.endswith(".gguf") and dtype.startswith("q"):  # llama.cpp reads the file's blocks
+    from the worker). A GGUF file: the file's own matrices, for every engine (see main)."""
+    if folder.endswith(".gguf"):
         return gguf_step_bytes(folder)
+    cfg = model_cfg(folder)
     # q8_0 stores a 2-byte scale per 32 weights, q4_1 two.
     per = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "q8_0": 34 / 32, "q4_1": 20 / 32}[dtype]
     head_per = {"q4_1": 34 / 32}.get(dtype, per)
@@ -598,7 +598,7 @@ def main():
         bw_row = row["read_bandwidth_bytes_s"]
         # A GGUF file's bound counts the file's bytes for every engine: a layout that reads more
         # than the file holds must not make the bound easier to reach.
-        wb = (gguf_step_bytes(folder) if folder.endswith(".gguf")
+        wb = (weight_bytes_per_step(folder, dtype) if folder.endswith(".gguf")
               else row.get("weight_bytes_per_step") or weight_bytes_per_step(folder, dtype))
         kv_long, kv_short = kv_bytes_per_step(folder, kv, prompt + a.decode // 2), kv_bytes_per_step(
             folder, kv, 1 + a.decode // 2)

@@ -14,7 +14,6 @@ neither runs); the summary goes to benchmarks/results/llama_cpp_vocab.json. Enco
 100k characters of mixed text per file (best of 3).
 """
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -58,10 +57,13 @@ def vocab_path(name):
 
 
 def vocab_digest(path):
+    """llama_cpp_tokens.py's short hash of the file's vocabulary, which the fixture records."""
+    from llama_cpp_tokens import vocab_digest as digest
+
     from decodelab.formats.gguf.reader import GGUFFile
 
     with GGUFFile(path) as g:
-        return hashlib.sha256("\n".join(g.metadata["tokenizer.ggml.tokens"]).encode("utf-8")).hexdigest()[:16]
+        return digest(g.metadata["tokenizer.ggml.tokens"])
 
 
 def llama_cpp_ids(path):
@@ -96,6 +98,7 @@ def encode_seconds(tok, n_chars):
 
 def main():
     sys.path.insert(0, os.path.join(ROOT, "python"))
+    sys.path.insert(0, HERE)
     import llama_cpp
     import transformers
 

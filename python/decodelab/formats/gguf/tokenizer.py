@@ -297,10 +297,9 @@ def tokenizer_from_gguf(g: GGUFFile):
     if kind == "llama" and space_prefix and not any("\n" in t for t in tokens):
         # SentencePiece merges never join a newline here (no token holds one): cut before newlines;
         # each later piece then starts "▁\n", and the "▁" ids are dropped.
-        mark = tok.encode("\n", add_special_tokens=False).ids[:-1]
-        nl = tok.encode("a\n", add_special_tokens=False).ids[-1:]
-        if mark and tok.encode("\n", add_special_tokens=False).ids[-1:] == nl:
-            out.line_cuts, out.start_mark = True, mark
+        alone = tok.encode("\n", add_special_tokens=False).ids  # the mark's ids, then the newline's
+        if len(alone) > 1 and alone[-1:] == tok.encode("a\n", add_special_tokens=False).ids[-1:]:
+            out.line_cuts, out.start_mark = True, alone[:-1]
     template = g.metadata.get("tokenizer.chat_template")
     if template is not None:
         if not isinstance(template, str):
