@@ -17,6 +17,7 @@ void register_scheduler(py::module_& m);
 void register_device(py::module_& m);
 void register_bench(py::module_& m);
 void register_profile(py::module_& m);
+void register_vocabulary(py::module_& m);
 }  // namespace decodelab
 
 PYBIND11_MODULE(_core, m) {
@@ -34,4 +35,5 @@ PYBIND11_MODULE(_core, m) {
   decodelab::register_device(m);
   decodelab::register_bench(m);
   decodelab::register_profile(m);
+  decodelab::register_vocabulary(m);
 }

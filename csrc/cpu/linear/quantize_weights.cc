@@ -17,14 +17,21 @@ static size_t packed_size(int out, int in, int G) {
   return static_cast<size_t>(panel_count(out)) * kPanel * panel_steps(in, G) * G;
 }
 
-// Where a conversion of `bytes` goes: dst, or the store's own buffer; zeroed (padding stays zero).
+// Where a conversion of `bytes` goes: dst, or the store's own buffer; zeroed (padding stays zero)
+// by all threads, so that the first touch of fresh pages, the costly part, is shared.
 static uint8_t* destination(QuantizedWeights& q, size_t bytes, uint8_t* dst) {
   q.bytes = bytes;
   if (!dst) {
     q.own.resize(bytes);
     dst = q.own.data();
   }
-  std::memset(dst, 0, bytes);
+  constexpr size_t kChunk = size_t(1) << 20;
+  const long chunks = static_cast<long>((bytes + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (long c = 0; c < chunks; ++c) {
+    const size_t at = static_cast<size_t>(c) * kChunk;
+    std::memset(dst + at, 0, std::min(kChunk, bytes - at));
+  }
   return dst;
 }
 
@@ -62,19 +69,23 @@ static void keep_q4k_codes(Linear& L, QuantizedWeights& q, const uint8_t* src, s
   q.halves.assign(2 * per_super, 0);
   uint8_t *sc = q.codes.data(), *m = sc + per;
   uint16_t *d = q.halves.data(), *nd = d + per_super;
-  std::vector<uint8_t> rsc(nb), rm(nb);
-  std::vector<uint16_t> rd(ns), rnd(ns);
   bool same = true;
-  for (int o = 0; o < out && same; ++o) {
-    q4k_codes(src + static_cast<size_t>(o) * row_bytes, static_cast<size_t>(in), rsc.data(), rm.data(), rd.data(),
-              rnd.data());
-    const int p = o / kPanel, r = o % kPanel;
-    for (int b = 0; b < nb; ++b) {
-      const size_t k = (static_cast<size_t>(p) * nb + b) * kPanel + r;
-      const size_t ks = (static_cast<size_t>(p) * ns + b / 8) * kPanel + r;
-      sc[k] = rsc[b], m[k] = rm[b], d[ks] = rd[b / 8], nd[ks] = rnd[b / 8];
-      same = same && f16_to_f32(d[ks]) * static_cast<float>(sc[k]) == L.scales[k] &&
-             f16_to_f32(nd[ks]) * static_cast<float>(m[k]) == L.mins[k];
+#pragma omp parallel reduction(&& : same)
+  {
+    std::vector<uint8_t> rsc(nb), rm(nb);
+    std::vector<uint16_t> rd(ns), rnd(ns);
+#pragma omp for schedule(static)
+    for (int o = 0; o < out; ++o) {
+      q4k_codes(src + static_cast<size_t>(o) * row_bytes, static_cast<size_t>(in), rsc.data(), rm.data(), rd.data(),
+                rnd.data());
+      const int p = o / kPanel, r = o % kPanel;
+      for (int b = 0; b < nb; ++b) {
+        const size_t k = (static_cast<size_t>(p) * nb + b) * kPanel + r;
+        const size_t ks = (static_cast<size_t>(p) * ns + b / 8) * kPanel + r;
+        sc[k] = rsc[b], m[k] = rm[b], d[ks] = rd[b / 8], nd[ks] = rnd[b / 8];
+        same = same && f16_to_f32(d[ks]) * static_cast<float>(sc[k]) == L.scales[k] &&
+               f16_to_f32(nd[ks]) * static_cast<float>(m[k]) == L.mins[k];
+      }
     }
   }
   if (!same) {  // not expected: keep the fp32 steps
@@ -115,7 +126,8 @@ static void keep_q6k_codes(Linear& L, QuantizedWeights& q, const uint8_t* src, s
   int8_t* sc = reinterpret_cast<int8_t*>(q.codes.data());
   uint16_t* d = q.halves.data();
   bool same = true;
-  for (int o = 0; o < out && same; ++o) {
+#pragma omp parallel for schedule(static) reduction(&& : same)
+  for (int o = 0; o < out; ++o) {
     const uint8_t* row = src + static_cast<size_t>(o) * row_bytes;
     const int p = o / kPanel, r = o % kPanel;
     for (int s = 0; s < ns; ++s) {
@@ -327,21 +339,33 @@ void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
   float* steps = q.scales.data();
   float* mins = steps + per;
   const size_t row_bytes = static_cast<size_t>(in) / f.elems * f.bytes;
+  static_assert(kPanel == 16, "rows r and r + 8 of a panel share each byte");
 #pragma omp parallel
   {
-    std::vector<uint8_t> values(in);
-    std::vector<float> st(nb), mn(nb);
+    std::vector<uint8_t> lo(in), hi(in);  // rows r and r + 8 (zeros past the last row)
+    std::vector<float> st(2 * nb), mn(2 * nb);
 #pragma omp for schedule(static)
     for (int p = 0; p < panels; ++p)
-      for (int r = 0; r < kPanel && p * kPanel + r < out; ++r) {
-        q4_sub_blocks(f, src + static_cast<size_t>(p * kPanel + r) * row_bytes, in, values.data(), st.data(), mn.data());
+      for (int r = 0; r < kPanel / 2; ++r) {
+        for (int h = 0; h < 2; ++h) {
+          const int o = p * kPanel + r + 8 * h;
+          uint8_t* v = h ? hi.data() : lo.data();
+          if (o < out) {
+            q4_sub_blocks(f, src + static_cast<size_t>(o) * row_bytes, in, v, st.data() + h * nb, mn.data() + h * nb);
+          } else {
+            std::fill(v, v + in, uint8_t(0));
+            std::fill(st.begin() + h * nb, st.begin() + (h + 1) * nb, 0.0f);
+            std::fill(mn.begin() + h * nb, mn.begin() + (h + 1) * nb, 0.0f);
+          }
+        }
         for (int b = 0; b < nb; ++b) {
           const size_t k = (static_cast<size_t>(p) * nb + b) * kPanel + r;
-          steps[k] = st[b];
-          mins[k] = mn[b];
+          steps[k] = st[b], mins[k] = mn[b];
+          steps[k + 8] = st[nb + b], mins[k + 8] = mn[nb + b];
           uint8_t* blk = dst + (static_cast<size_t>(p) * nb + b) * kI4BlockBytes;
-          for (int j = 0; j < kI4Block; ++j)
-            blk[i4_byte(r, j)] |= static_cast<uint8_t>(values[b * kI4Block + j] << i4_shift(r));
+          const uint8_t* a = lo.data() + b * kI4Block;
+          const uint8_t* c = hi.data() + b * kI4Block;
+          for (int j = 0; j < kI4Block; ++j) blk[i4_byte(r, j)] = static_cast<uint8_t>(a[j] | c[j] << 4);
         }
       }
   }

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <new>
+#include <utility>
 #include <vector>
 
 namespace decodelab {
@@ -48,6 +49,17 @@ struct HugePageAllocator {
   HugePageAllocator(const HugePageAllocator<U>&) {}
   T* allocate(std::size_t n) { return static_cast<T*>(huge_alloc(n * sizeof(T))); }
   void deallocate(T* p, std::size_t n) { huge_free(p, n * sizeof(T)); }
+  // resize() leaves new elements default-initialised, not zeroed: a gigabyte of weights is then
+  // first touched by the threads that write it, not by one thread zeroing it (fresh pages of 2 MiB
+  // or more read as zero). Every user writes its elements before reading them.
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
   template <typename U>
   bool operator==(const HugePageAllocator<U>&) const { return true; }
   template <typename U>
