@@ -169,14 +169,16 @@ def timed(fn):
 def work_decodelab(folder, dtype, a):
     import decodelab
 
+    t0 = time.perf_counter()
     m = decodelab.load(folder, dtype=dtype, threads=a.threads)
+    load_s = time.perf_counter() - t0
     V = m.config.vocab_size
     rng = np.random.default_rng(0)
     prompt = rng.integers(3, V, size=a.prompt).tolist()
     m.generate(prompt[:8], max_new_tokens=4, eos_token_id=[], cache=m.new_cache(dtype=a.kv))  # warm-up
     g = m.generate(prompt, max_new_tokens=a.decode, eos_token_id=[], cache=m.new_cache(dtype=a.kv))
     res = {"prefill_tok_s": a.prompt / g.prefill_seconds, "decode_tok_s": g.decode_tokens_per_second,
-           "ttft_s": g.time_to_first_token}
+           "ttft_s": g.time_to_first_token, "load_s": load_s}
     # The same decode after a one-token prompt (llama-bench's "tg" setting): nearly all of a step's
     # bytes are then weights, so this is the figure to hold against the weight-read bound.
     g = m.generate(prompt[:1], max_new_tokens=a.decode, eos_token_id=[], cache=m.new_cache(dtype=a.kv))
@@ -293,7 +295,9 @@ def work_llamacpp(folder, dtype, a):
     # type"); in llama-cpp-python 0.3.36 that path segfaults at the first llama_decode here, at any
     # prompt length, so q8_0 runs on llama.cpp's ordinary CPU kernels. Other types keep the default.
     mp.use_extra_bufts = dtype != "q8_0"
-    model = lc.llama_model_load_from_file(path.encode(), mp)
+    t0 = time.perf_counter()
+    model = lc.llama_model_load_from_file(path.encode(), mp)  # weights and vocabulary
+    load_s = time.perf_counter() - t0
     if not model:
         raise RuntimeError("llama.cpp could not load " + path)
     cfg = model_cfg(folder)
@@ -350,7 +354,8 @@ def work_llamacpp(folder, dtype, a):
     for k in range(a.decode - 1):
         tok = submit(ctx, [(0, [tok], a.prompt + k)])[0]
     tn = time.perf_counter()
-    res = {"prefill_tok_s": a.prompt / (t1 - t0), "decode_tok_s": (a.decode - 1) / (tn - t1), "ttft_s": t1 - t0}
+    res = {"prefill_tok_s": a.prompt / (t1 - t0), "decode_tok_s": (a.decode - 1) / (tn - t1), "ttft_s": t1 - t0,
+           "load_s": load_s}
     # The same decode after a one-token prompt, as decodelab's decode@1.
     lc.llama_memory_clear(mem, True)
     tok = submit(ctx, [(0, prompt[:1], 0)])[0]
@@ -587,14 +592,14 @@ def main():
             row["read_bandwidth_bytes_s"] = max(r["read_bandwidth_bytes_s"] for r in runs)
             rows.append(row)
             continue
-        # Best of the rounds per figure: throughputs their maximum, time to first token its minimum;
+        # Best of the rounds per figure: throughputs their maximum, time to first token and load their minimum;
         # peak memory and the bandwidth probe their maximum (the larger probe is the stricter bound).
         for key in ok[0]:
             vals = [r[key] for r in ok if r.get(key) is not None]
             if not vals or not isinstance(vals[0], (int, float)):
                 row[key] = ok[0][key]
             else:
-                row[key] = min(vals) if key == "ttft_s" else max(vals)
+                row[key] = min(vals) if key in ("ttft_s", "load_s") else max(vals)
         bw_row = row["read_bandwidth_bytes_s"]
         # A GGUF file's bound counts the file's bytes for every engine: a layout that reads more
         # than the file holds must not make the bound easier to reach.
@@ -622,7 +627,7 @@ def main():
             ("decode@1", "decode_short_tok_s", "{:.1f}"),
             ("probe GB/s", "read_bandwidth_bytes_s", "{:.1f}"),
             ("ttft ms", "ttft_s", "{:.1f}"),
-            ("RSS MiB", "peak_rss_mib", "{:.0f}"), ("b1 tok/s", "batch1_tok_s", "{:.1f}"),
+            ("RSS MiB", "peak_rss_mib", "{:.0f}"), ("load s", "load_s", "{:.2f}"), ("b1 tok/s", "batch1_tok_s", "{:.1f}"),
             ("b4 tok/s", "batch4_tok_s", "{:.1f}"), ("b16 tok/s", "batch16_tok_s", "{:.1f}")]
     print(f"read bandwidth probe: {bw / 1e9:.1f} GB/s at the start ({a.threads} threads, 256 MiB); each row's bound "
           "uses the largest of the probes taken just before and after it (probe column)")
@@ -670,6 +675,9 @@ def main():
             rss_peers = [r["peak_rss_mib"] for r in peers if r.get("peak_rss_mib")]
             if rss_peers and ours.get("peak_rss_mib"):
                 parts.append(f"peak RSS {ours['peak_rss_mib']:.0f} MiB vs {min(rss_peers):.0f}")
+            load_peers = [r["load_s"] for r in peers if r.get("load_s")]
+            if load_peers and ours.get("load_s"):
+                parts.append(f"load {ours['load_s']:.2f} s vs {min(load_peers):.2f}")
             if own and ours is not own:
                 parts.append(f"own fp32 {ours['decode_tok_s'] / own['decode_tok_s']:.2f}x")
             if ours.get("fits_in_cache"):

@@ -10,6 +10,10 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <vector>
 
 namespace decodelab {
@@ -72,8 +76,7 @@ py::list spm_merges(const py::list& tokens, const py::array_t<double, py::array:
   for (size_t i = 0; i < n; ++i) id.emplace(text[i], static_cast<int32_t>(i));  // keeps the first
   struct Merge {
     double neg_score;
-    int32_t token, left;
-    uint32_t cut;  // bytes of the left piece
+    int32_t token, left, right;
   };
   std::vector<Merge> ranked;
   const double* sc = scores.data();
@@ -84,8 +87,10 @@ py::list spm_merges(const py::list& tokens, const py::array_t<double, py::array:
     for (size_t k = 1; k < t.size(); ++k) {
       if ((static_cast<uint8_t>(t[k]) & 0xC0) == 0x80) continue;  // inside a character
       const auto a = id.find(t.substr(0, k));
-      if (a == id.end() || !id.count(t.substr(k))) continue;
-      ranked.push_back({-sc[i], static_cast<int32_t>(i), a->second, static_cast<uint32_t>(k)});
+      if (a == id.end()) continue;
+      const auto b = id.find(t.substr(k));
+      if (b == id.end()) continue;
+      ranked.push_back({-sc[i], static_cast<int32_t>(i), a->second, b->second});
     }
   }
   std::sort(ranked.begin(), ranked.end(), [](const Merge& x, const Merge& y) {
@@ -93,19 +98,28 @@ py::list spm_merges(const py::list& tokens, const py::array_t<double, py::array:
     if (x.token != y.token) return x.token < y.token;
     return x.left < y.left;
   });
+  // Each piece is a vocabulary token: the pair holds the tokens' own str objects, not copies
+  // (Gemma 3: 40 MiB of tuples rather than 125 MiB with a new str for every piece).
   py::list out(ranked.size());
   for (size_t j = 0; j < ranked.size(); ++j) {
-    const std::string_view t = text[ranked[j].token];
-    const size_t k = ranked[j].cut;
-    py::str a(t.data(), k), b(t.data() + k, t.size() - k);
-    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(j), py::make_tuple(a, b).release().ptr());
+    py::tuple pair = py::make_tuple(tokens[ranked[j].left], tokens[ranked[j].right]);
+    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(j), pair.release().ptr());
   }
   return out;
+}
+
+// Hands the C heap's free pages back to the system: building a tokenizer frees about as much
+// as it keeps (48 MiB for Gemma 3's), which glibc would otherwise hold for the process's life.
+void trim_heap() {
+#ifdef __GLIBC__
+  ::malloc_trim(0);
+#endif
 }
 
 }  // namespace
 
 void register_vocabulary(py::module_& m) {
+  m.def("trim_heap", &trim_heap, "return the C heap's free pages to the system (glibc's malloc_trim)");
   m.def("gguf_strings", &gguf_strings, py::arg("buffer"), py::arg("pos"), py::arg("count"), py::arg("limit"),
         "count GGUF strings from buffer[pos:]: (list of str, offset after them); ValueError names the element");
   m.def("spm_merges", &spm_merges, py::arg("tokens"), py::arg("scores"), py::arg("eligible"),

@@ -312,6 +312,7 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
         dtype = native or "float32"
     if bf16_matmul is None:  # int8 keeps one kernel at every row count: the same bits on every path
         bf16_matmul = dtype == "bfloat16" and kernel_choice.bf16_matmul()
+    _core.trim_heap()  # what reading the files freed (a GGUF vocabulary's lists) goes back before the weights come
     try:
         engine = _core.Engine(core_config, files, tensors, n_threads, dtype, zero_copy, int(kv_block_size),
                               bf16_matmul)
@@ -328,4 +329,5 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
             tok = load_tokenizer(os.fspath(tokenizer), config.vocab_size)
     except _MALFORMED as e:
         raise ValueError(f"malformed tokenizer beside {path} ({type(e).__name__}: {e})") from None
+    _core.trim_heap()
     return Model(engine, config, tok, path)
