@@ -30,7 +30,10 @@ file as it is, "q4_1"); the other engines do not read GGUF and are left out for 
 file's bound counts the bytes of the file's matrices that one step reads (layers and head), for
 every engine: a layout that reads more bytes than the file holds does not make it easier to reach. qwen2.5-coder-0.5b, gemma-3-270m and
 qwen2.5-coder-1.5b are the Q4_K_M files ../shared/models/fetch downloads (--large for the 1.5B),
-run the same way (llama.cpp's row "q4_k_m": the file as it is).
+run the same way (llama.cpp's row "q4_k_m": the file as it is). SHAPE:TYPE names a random
+checkpoint of a decodelab.testing shape as a GGUF file (llama-3.2-1b:q4_0, qwen2.5-3b:q8_0,
+llama-3.2-1b:q4_k_m): written and exported one tensor at a time into --tmp (keep it with --tmp
+DIR to reuse the files), Q4_K_M by llama.cpp's quantizer.
 """
 import argparse
 import hashlib
@@ -55,9 +58,50 @@ GGUF_MODELS = {"smollm2-q4_1": os.path.join(MODELS, "smollm2-135m-instruct", "Sm
 FETCHED_MODELS = ("qwen2.5-coder-0.5b", "gemma-3-270m", "qwen2.5-coder-1.5b")
 
 
+# Random checkpoints of real shapes as GGUF files, named SHAPE:TYPE (llama-3.2-1b:q4_k_m): the
+# fp32 folder written and exported one tensor at a time, Q4_0 and Q8_0 by decodelab's exporter and
+# Q4_K_M by llama.cpp's own quantizer (from an fp32 GGUF, removed afterwards).
+SYNTHETIC_TYPES = {"q4_0": "Q4_0", "q8_0": "Q8_0", "q4_k_m": None}
+
+
 def gguf_label(name):
     """The llama.cpp row's dtype for a GGUF model: the file's own quantization, run as it is."""
+    if ":" in name:
+        return name.split(":", 1)[1]
     return "q4_1" if name == "smollm2-q4_1" else "q4_k_m"
+
+
+def synthetic_gguf(name, tmp):
+    """The GGUF file of SHAPE:TYPE (see SYNTHETIC_TYPES), written into tmp unless it is there."""
+    from decodelab import testing
+    from decodelab.formats.gguf import export as gguf_export
+
+    shape, kind = name.split(":", 1)
+    if shape not in testing.SHAPES or kind not in SYNTHETIC_TYPES:
+        raise SystemExit(f"{name}: expected SHAPE:TYPE with SHAPE from decodelab.testing.SHAPES and TYPE one of "
+                         f"{', '.join(SYNTHETIC_TYPES)}")
+    path = os.path.join(tmp, f"{shape}.{kind}.gguf")
+    if os.path.exists(path):
+        return path
+    folder = os.path.join(tmp, shape)
+    if not os.path.exists(os.path.join(folder, "model.safetensors")):
+        testing.write_checkpoint(folder, shape, progress=True)
+    if SYNTHETIC_TYPES[kind]:
+        return gguf_export.export(folder, path, SYNTHETIC_TYPES[kind])
+    import ctypes
+
+    import llama_cpp as lc
+
+    f32 = gguf_export.export(folder, os.path.join(tmp, f"{shape}.f32.gguf"))
+    qp = lc.llama_model_quantize_default_params()
+    qp.nthread = len(os.sched_getaffinity(0))
+    qp.ftype = lc.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    try:
+        if lc.llama_model_quantize(f32.encode(), path.encode(), ctypes.byref(qp)) != 0:
+            raise RuntimeError(f"llama_model_quantize failed on {f32}")
+    finally:
+        os.unlink(f32)
+    return path
 
 
 def model_cfg(folder):
@@ -90,6 +134,8 @@ def prepare(name, tmp):
 
     if name in GGUF_MODELS:
         return GGUF_MODELS[name]
+    if ":" in name:
+        return synthetic_gguf(name, tmp)
     if name in FETCHED_MODELS:
         path = testing.fetched_model(name)
         if path is None:
@@ -380,10 +426,10 @@ def work_llamacpp(folder, dtype, a):
 def llama2c_export(folder, out):
     """A Hugging Face Llama folder as a llama2.c "v0" checkpoint (interleaved RoPE rows)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from decodelab.formats.gguf.export import _tensors, _unpermute
+    from decodelab.formats.gguf.export import _Folder, _unpermute
 
     cfg = model_cfg(folder)
-    t = _tensors(folder)
+    t = _Folder(folder)
     D, L, V = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     tied = cfg.get("tie_word_embeddings", False)
@@ -488,15 +534,27 @@ CONFIGS = [("decodelab", "float32", "float32"), ("decodelab", "float32", "bfloat
            ("transformers", "float32", "float32"), ("transformers", "bfloat16", "bfloat16"),
            ("ctranslate2", "float32", "float32"), ("ctranslate2", "int8", "float32"),
            ("llama.cpp", "float32", "float16"), ("llama.cpp", "float16", "float16"), ("llama.cpp", "q8_0", "float16"),
-           ("llama.cpp", "q8_0", "q8_0"), ("llama.cpp", "q4_1", "float16"), ("llama.cpp", "q4_k_m", "float16"),
+           ("llama.cpp", "q8_0", "q8_0"), ("llama.cpp", "q4_0", "float16"), ("llama.cpp", "q4_1", "float16"),
+           ("llama.cpp", "q4_k_m", "float16"),
            ("plain-C", "float32", "float32")]
 # Precision classes for the ratios: each of ours against every peer format of the same width.
 # w8a8 (int8 weights, 7-bit activations) is set against the same 8-bit peers; CTranslate2's int8
 # also rounds activations (to 8 bits, one scale per row).
 CLASSES = {"float32": ["float32"], "bfloat16": ["bfloat16", "float16"], "int8": ["int8", "q8_0"],
-           "w8a8": ["int8", "q8_0"], "int4": ["q4_1", "q4_k_m"]}
-# What runs on a GGUF file: decodelab at its native int4 and llama.cpp on the file itself.
-GGUF_ROWS = {("decodelab", "int4"), ("llama.cpp", "q4_1"), ("llama.cpp", "q4_k_m")}
+           "w8a8": ["int8", "q8_0"], "int4": ["q4_0", "q4_1", "q4_k_m"]}
+# What runs on a GGUF file: decodelab at the file's native dtype (int4, or int8 for Q8_0) with an
+# fp32 cache, and llama.cpp on the file itself with its default f16 cache.
+GGUF_ROWS = {("decodelab", "int4", "float32"), ("decodelab", "int8", "float32")} | {
+    ("llama.cpp", d, "float16") for d in ("q4_0", "q4_1", "q4_k_m", "q8_0")}
+
+
+def gguf_native(path):
+    """decodelab's dtype for a GGUF file when load() is given none."""
+    from decodelab.formats.gguf.model import native_dtype
+    from decodelab.formats.gguf.reader import GGUFFile
+
+    with GGUFFile(path) as g:
+        return native_dtype(g)
 
 
 def main():
@@ -551,10 +609,11 @@ def main():
         for engine, dtype, kv in [c for c in CONFIGS if c[0] in a.engines and f"{c[0]}:{c[1]}" not in a.skip]:
             if engine == "plain-C" and arch != "llama":
                 continue
-            if folder.endswith(".gguf") and ((engine, dtype) not in GGUF_ROWS or
-                                             (engine == "llama.cpp" and dtype != gguf_label(name))):
+            if folder.endswith(".gguf") and ((engine, dtype, kv) not in GGUF_ROWS or
+                                             (engine == "llama.cpp" and dtype != gguf_label(name)) or
+                                             (engine == "decodelab" and dtype != gguf_native(folder))):
                 continue
-            if not folder.endswith(".gguf") and dtype == "q4_k_m":
+            if not folder.endswith(".gguf") and dtype in ("q4_k_m", "q4_0"):
                 continue
             plan.append((name, folder, prompt, engine, dtype, kv))
     # Rounds go over every row in turn, so a slow spell of this shared host lands on all engines

@@ -267,6 +267,53 @@ def test_exported_files_load_and_match_the_source(tmp_path, tensor_type):
     np.testing.assert_allclose(ours.forward(ids), ref.forward(ids), atol=tol, rtol=0)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_checkpoints_are_written_a_tensor_at_a_time_with_the_same_values(tmp_path, dtype):
+    from safetensors import safe_open
+
+    from decodelab import testing
+    from decodelab.formats.gguf import export as gguf_export
+    shape = dict(testing.SHAPES["llama-tiny"], num_hidden_layers=3)
+    folder = testing.write_checkpoint(str(tmp_path / "hf"), shape, dtype=dtype)
+    _, want = testing.random_weights(shape)
+    with safe_open(os.path.join(folder, "model.safetensors"), "numpy") as f:
+        assert sorted(f.keys()) == sorted(want)  # the safetensors package reads the header
+    raw = gguf_export._Folder(folder)  # the exporter's reader: BF16 widened to fp32
+    for name, w in want.items():
+        got = raw[name]
+        if dtype == "bfloat16":
+            assert np.all(np.abs(got - w) <= np.abs(w) * 2**-8), name
+        else:
+            assert np.array_equal(got, w.astype(dtype).astype(np.float32)), name
+    assert decodelab.load(folder).forward([1, 2, 3]).shape == (3, 512)
+
+
+@pytest.mark.parametrize("tensor_type", ["F32", "Q8_0"])
+def test_export_holds_one_tensor_at_a_time(tmp_path, tensor_type):
+    """The exporter streams an fp32 folder: its Python-side peak (numpy's buffers are traced) stays
+    near the largest tensor's size, far below the model's; reading the whole folder first, as it
+    once did, held all of it."""
+    import tracemalloc
+
+    from decodelab import testing
+    from decodelab.formats.gguf import export as gguf_export
+    shape = dict(testing.SHAPES["llama-tiny"], hidden_size=128, intermediate_size=384, num_hidden_layers=16,
+                 vocab_size=1024)
+    folder = testing.write_checkpoint(str(tmp_path / "hf"), shape)
+    total = os.path.getsize(os.path.join(folder, "model.safetensors"))
+    largest = 1024 * 128 * 4
+    tracemalloc.start()
+    try:
+        out = gguf_export.export(folder, str(tmp_path / "m.gguf"), tensor_type)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 6 * largest < total / 3, (peak, largest, total)
+    ids = list(range(3, 30))
+    np.testing.assert_allclose(decodelab.load(out, dtype="float32").forward(ids), decodelab.load(folder).forward(ids),
+                               atol=1e-4 if tensor_type == "F32" else 2e-2, rtol=0)
+
+
 def test_q4_k_blocks_decode_as_gguf_decodes_them_within_a_step():
     """Our Q4_K encoder: gguf's dequantizer and ours give the same values; each value is within one
     step of its sub-block's range (the 6-bit scales cost up to half a step more than Q4_1's exact

@@ -237,3 +237,34 @@ def test_random_tokenizer_metadata_gives_a_tokenizer_or_a_value_error(tmp_path):
             tok.decode(tok.encode(text))
         built += 1
     assert 0 < built < 300
+
+
+def _spm_merges_reference(tokens, scores, types):
+    """SentencePiece BPE's merges as a plain loop: every split at a character into two vocabulary
+    tokens, ranked by (-score, token id, left piece's first id)."""
+    first = {}
+    for i, t in enumerate(tokens):
+        first.setdefault(t, i)
+    ranked = []
+    for i, t in enumerate(tokens):
+        if types is not None and types[i] not in (gguf_tokenizer.NORMAL, gguf_tokenizer.USER_DEFINED):
+            continue
+        for k in range(1, len(t)):
+            if t[:k] in first and t[k:] in first:
+                ranked.append((-float(scores[i]), i, first[t[:k]], t[:k], t[k:]))
+    ranked.sort(key=lambda r: r[:3])
+    return [(a, b) for *_, a, b in ranked]
+
+
+def test_sentencepiece_merges_equal_a_plain_loop():
+    rng = np.random.default_rng(3)
+    chars = list("ab▁é日\U0001f600")  # 1- to 4-byte characters: splits fall between characters only
+    tokens = chars + ["".join(rng.choice(chars, rng.integers(2, 6))) for _ in range(400)]
+    tokens += tokens[10:20]  # repeats: a piece's id is its first position
+    scores = rng.integers(-20, 5, len(tokens)).astype(np.float32)  # ties, ranked by id
+    types = rng.choice([gguf_tokenizer.NORMAL, gguf_tokenizer.CONTROL, gguf_tokenizer.USER_DEFINED,
+                        gguf_tokenizer.BYTE], len(tokens))
+    for t in (types, None):
+        got = gguf_tokenizer._spm_merges(tokens, scores, t)
+        want = _spm_merges_reference(tokens, scores, t)
+        assert len(want) > 100 and got == want

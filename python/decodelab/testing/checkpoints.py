@@ -1,12 +1,14 @@
 """Checkpoints for tests and benchmarks.
 
 ``write_checkpoint`` writes deterministic random-initialised Hugging Face checkpoints of any
-shape (the compute cost and numerics of a shape do not depend on training), and
+shape (the compute cost and numerics of a shape do not depend on training), one tensor at a time
+(a 3B fp32 checkpoint is 12 GB; only one of its tensors is in memory at once), and
 ``convert_llama2c`` turns a llama2.c checkpoint into a Hugging Face Llama folder, permuting the
 q/k rows from Meta's interleaved RoPE order to Hugging Face's rotate_half order.
 
 ``SHAPES`` names the shapes: published widths (gpt2-124m, llama-110m, qwen2.5-0.5b, qwen3-0.6b,
-llama-3.2-1b, mistral-7b, phi-3-mini, pythia-160m, gemma-2-2b, gemma-3-1b) and tiny ones for fast
+llama-3.2-1b, qwen2.5-3b, llama-3-8b, mistral-7b, phi-3-mini, pythia-160m, gemma-2-2b, gemma-3-1b)
+and tiny ones for fast
 tests (gpt2-tiny, llama-tiny, llama-tiny-tied, qwen2-tiny, qwen3-tiny, mistral-tiny, phi3-tiny,
 pythia-tiny, gemma2-tiny, gemma3-tiny, llama3-tiny). Each is a dict of config.json keys plus
 "arch" ("gpt2", "llama" or "gpt_neox") and, for the Llama family, "family" ("llama", "qwen2",
@@ -64,6 +66,13 @@ SHAPES: Dict[str, dict] = {
                          max_position_embeddings=131072, rope_theta=500000.0, tie_word_embeddings=True,
                          rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+    "qwen2.5-3b": dict(arch="llama", family="qwen2", hidden_size=2048, intermediate_size=11008,
+                       num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=2, vocab_size=151936,
+                       max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                       tie_word_embeddings=True),
+    "llama-3-8b": dict(arch="llama", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                       num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                       max_position_embeddings=8192, rope_theta=500000.0, tie_word_embeddings=False),
     "mistral-7b": dict(arch="llama", family="mistral", hidden_size=4096, intermediate_size=14336,
                        num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
                        max_position_embeddings=32768, sliding_window=4096, tie_word_embeddings=False),
@@ -326,19 +335,60 @@ def random_weights(shape, seed: int = 0, progress: bool = False):
         >>> all(np.array_equal(tensors[k], again[k]) for k in tensors)
         True
     """
+    cfg, shapes = _spec(shape)
+    return cfg, dict(_random_tensors(shapes, seed, progress))
+
+
+def _spec(shape):
+    """(config, {name: shape}) of a SHAPES name or a dict in the same form."""
     if isinstance(shape, str) and shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
-    spec = SHAPES[shape] if isinstance(shape, str) else shape
-    cfg, shapes = _config_and_shapes(spec)
+    return _config_and_shapes(SHAPES[shape] if isinstance(shape, str) else shape)
+
+
+def _random_tensors(shapes: Dict[str, tuple], seed: int, progress: bool):
+    """(name, fp32 array) for each of ``shapes`` in order, from one generator: norms around 1,
+    the rest 0.02 x N(0, 1)."""
     rng = np.random.default_rng(seed)
-    tensors = {}
     for name, shp in tqdm(shapes.items(), desc="random weights", unit="tensor", disable=not progress):
         if name.endswith(("norm.weight", "ln_1.weight", "ln_2.weight", "ln_f.weight", "layernorm.weight")):
             t = 1.0 + 0.1 * rng.standard_normal(shp, dtype=np.float32)
         else:
             t = 0.02 * rng.standard_normal(shp, dtype=np.float32)
-        tensors[name] = t.astype(np.float32)
-    return cfg, tensors
+        yield name, t.astype(np.float32)
+
+
+_ST_DTYPES = {"float32": ("F32", 4), "float16": ("F16", 2), "bfloat16": ("BF16", 2)}
+
+
+def _stored(t: np.ndarray, dtype: str) -> np.ndarray:
+    """An fp32 array as safetensors stores ``dtype``: bfloat16 rounded to nearest even, as uint16."""
+    if dtype == "float32":
+        return np.ascontiguousarray(t, np.float32)
+    if dtype == "float16":
+        return t.astype(np.float16)
+    u = np.ascontiguousarray(t, np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _stream_safetensors(path: str, shapes: Dict[str, tuple], tensors, dtype: str) -> None:
+    """One safetensors file written a tensor at a time: the header from ``shapes``, then each
+    array of the ``tensors`` iterator ((name, fp32 array) in the same order) in ``dtype``."""
+    code, size = _ST_DTYPES[dtype]
+    header, at = {}, 0
+    for name, shp in shapes.items():
+        n = int(np.prod(shp, dtype=np.int64)) * size
+        header[name] = {"dtype": code, "shape": list(shp), "data_offsets": [at, at + n]}
+        at += n
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the data starts on 8 bytes, as safetensors writes it
+    with open(path, "wb") as f:
+        f.write(len(raw).to_bytes(8, "little"))
+        f.write(raw)
+        for name, t in tensors:
+            if tuple(t.shape) != tuple(shapes[name]):
+                raise ValueError(f"{name}: shape {t.shape} differs from the header's {shapes[name]}")
+            _stored(t, dtype).tofile(f)
 
 
 def write_checkpoint(out_dir: str, shape="llama-tiny", *, seed: int = 0, dtype: str = "float32", shards: int = 1,
@@ -379,10 +429,15 @@ def write_checkpoint(out_dir: str, shape="llama-tiny", *, seed: int = 0, dtype: 
         ...
         ValueError: unknown shape 'llama-huge'; known: gpt2-124m, gpt2-tiny, ...
     """
-    if isinstance(shape, str) and shape not in SHAPES:
-        raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
-    cfg, tensors = random_weights(shape, seed, progress=progress)
-    write_hf_folder(out_dir, cfg, tensors, dtype=dtype, shards=shards)
+    cfg, shapes = _spec(shape)
+    if shards == 1 and dtype in _ST_DTYPES:  # streamed: one tensor in memory at a time
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "config.json"), "w") as f:
+            json.dump(dict(cfg, dtype=dtype), f, indent=2)
+        _stream_safetensors(os.path.join(out_dir, "model.safetensors"), shapes,
+                            _random_tensors(shapes, seed, progress), dtype)
+    else:
+        write_hf_folder(out_dir, cfg, dict(_random_tensors(shapes, seed, progress)), dtype=dtype, shards=shards)
     if tokenizer_dir:
         for name in ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.bin"):
             src = os.path.join(tokenizer_dir, name)

@@ -29,10 +29,11 @@ Examples:
     ('F32', 'F16', 'Q8_0', 'Q5_1', 'Q5_0', 'Q4_1', 'Q4_0', 'Q4_K')
 """
 import json
+import mmap
 import os
+from collections.abc import Mapping
 
 import numpy as np
-from safetensors.numpy import load_file
 
 from .quantize import quantize_q4_k
 
@@ -46,12 +47,64 @@ def _unpermute(w, n_heads):
     return w.reshape(n_heads, 2, hd // 2, dim).transpose(0, 2, 1, 3).reshape(out, dim)
 
 
+class _Folder(Mapping):
+    """A folder's safetensors tensors by name as float32. F32 tensors are views of the files'
+    memory maps, read only when written out (an fp32 folder of any size streams through, one
+    tensor resident at a time: see release); others are converted on access."""
+
+    def __init__(self, folder):
+        self._maps, self._where = [], {}
+        for f in sorted(f for f in os.listdir(folder) if f.endswith(".safetensors")):
+            with open(os.path.join(folder, f), "rb") as fh:
+                m = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            n = int.from_bytes(m[:8], "little")
+            header = json.loads(m[8:8 + n])
+            header.pop("__metadata__", None)
+            for name, h in header.items():
+                self._where[name] = (m, h["dtype"], tuple(h["shape"]), 8 + n + h["data_offsets"][0],
+                                     h["data_offsets"][1] - h["data_offsets"][0])
+            self._maps.append(m)
+
+    def __getitem__(self, name):
+        m, dtype, shape, at, nbytes = self._where[name]
+        kind = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}.get(dtype)
+        if kind is None:
+            raise ValueError(f"tensor {name!r} has dtype {dtype}; the exporter reads F32, F16 and BF16")
+        a = np.frombuffer(m, kind, nbytes // np.dtype(kind).itemsize, at).reshape(shape)
+        if dtype == "F16":
+            return a.astype(np.float32)
+        if dtype == "BF16":
+            return (a.astype(np.uint32) << 16).view(np.float32)
+        return a
+
+    def __iter__(self):
+        return iter(self._where)
+
+    def __len__(self):
+        return len(self._where)
+
+    def release(self):
+        """Drops the pages read so far from this process's resident set (they stay in the page
+        cache): called after each tensor is written."""
+        for m in self._maps:
+            if hasattr(m, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+                m.madvise(mmap.MADV_DONTNEED)
+
+
 def _tensors(folder):
-    files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
-    t = {}
-    for f in files:
-        t.update(load_file(os.path.join(folder, f)))
-    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in t.items()}
+    """A folder's tensors by name, as float32 (a _Folder: F32 ones read when used)."""
+    return _Folder(folder)
+
+
+class _Later:
+    """A tensor computed when it is written (a permuted copy), so that the copies of all layers
+    are not held at once."""
+
+    def __init__(self, fn, *args):
+        self.fn, self.args = fn, args
+
+    def __call__(self):
+        return self.fn(*self.args)
 
 
 # Layer counts llama.cpp takes for the 27B models, whose scores it scales by (hidden / heads)^-0.5.
@@ -193,7 +246,7 @@ def export(folder, out, tensor_type="F32"):
 
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
         cfg = json.load(f)
-    t = _tensors(folder)
+    t = _Folder(folder)
     if cfg["model_type"] == "gpt2":
         arch = "gpt2"
         D, L = cfg["n_embd"], cfg["n_layer"]
@@ -232,7 +285,7 @@ def export(folder, out, tensor_type="F32"):
         arch = {"qwen2": "qwen2", "qwen3": "qwen3"}.get(cfg["model_type"], "llama")
         L, nh, nkv = model.n_layers, model.n_heads, model.n_kv_heads
         hd = model.head_dim
-        permute = _unpermute if arch == "llama" else (lambda x, n: x)
+        permute = (lambda x, n: _Later(_unpermute, x, n)) if arch == "llama" else (lambda x, n: x)
         w = _writer(out, arch, model)
         w.add_key_length(hd)
         w.add_value_length(hd)
@@ -256,8 +309,8 @@ def export(folder, out, tensor_type="F32"):
             for x, n in (("q", nh), ("k", nkv), ("v", 0), ("o", 0)):
                 b = t.get(h + f"self_attn.{x}_proj.bias")
                 if b is not None:
-                    names[f"blk.{i}.attn_{'output' if x == 'o' else x}.bias"] = permute(b[:, None], n)[:, 0] \
-                        if n else b
+                    names[f"blk.{i}.attn_{'output' if x == 'o' else x}.bias"] = \
+                        (_unpermute(b[:, None], n)[:, 0] if arch == "llama" else b) if n else b
             if model.qk_norm:
                 names[f"blk.{i}.attn_q_norm.weight"] = t[h + "self_attn.q_norm.weight"]
                 names[f"blk.{i}.attn_k_norm.weight"] = t[h + "self_attn.k_norm.weight"]
@@ -384,19 +437,43 @@ def export(folder, out, tensor_type="F32"):
                      "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "Q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_S}[tensor_type])
     _add_tokenizer(w, folder, cfg["vocab_size"])
     w.add_vocab_size(cfg["vocab_size"])
+    # Streamed: every tensor's type and size first (the header lists them), then each tensor
+    # computed, stored and written in turn, its source pages released.
+    def stored_type(shape):
+        if len(shape) < 2 or tensor_type == "F32":
+            return gguf.GGMLQuantizationType.F32
+        if tensor_type == "F16":
+            return gguf.GGMLQuantizationType.F16
+        # Q4_K rows of another width: Q5_0, as llama.cpp falls back
+        return gguf.GGMLQuantizationType["Q5_0" if tensor_type == "Q4_K" and shape[-1] % 256 else tensor_type]
+
+    def shape_of(arr):
+        return tuple(arr.args[0].shape) if isinstance(arr, _Later) else tuple(arr.shape)
+
     for name, arr in names.items():
-        if arr.ndim < 2 or tensor_type == "F32":
-            w.add_tensor(name, arr)
-        elif tensor_type == "F16":
-            w.add_tensor(name, arr.astype(np.float16))
-        elif tensor_type == "Q4_K" and arr.shape[-1] % 256 == 0:
-            w.add_tensor(name, quantize_q4_k(arr), raw_dtype=gguf.GGMLQuantizationType.Q4_K)
-        else:  # Q4_K rows of another width: Q5_0, as llama.cpp falls back
-            qtype = gguf.GGMLQuantizationType["Q5_0" if tensor_type == "Q4_K" else tensor_type]
-            w.add_tensor(name, gguf.quants.quantize(arr, qtype), raw_dtype=qtype)
+        shape, qtype = shape_of(arr), stored_type(shape_of(arr))
+        if qtype in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
+            item = 4 if qtype == gguf.GGMLQuantizationType.F32 else 2
+            w.add_tensor_info(name, shape, np.dtype(np.float32 if item == 4 else np.float16),
+                              int(np.prod(shape)) * item)
+        else:
+            raw = gguf.quant_shape_to_byte_shape(shape, qtype)
+            w.add_tensor_info(name, raw, np.dtype(np.uint8), int(np.prod(raw)), raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
-    w.write_tensors_to_file()
+    w.write_ti_data_to_file()
+    for name, arr in names.items():
+        qtype = stored_type(shape_of(arr))
+        a = np.ascontiguousarray(arr() if isinstance(arr, _Later) else arr, dtype=np.float32)
+        if qtype == gguf.GGMLQuantizationType.F32:
+            w.write_tensor_data(a)
+        elif qtype == gguf.GGMLQuantizationType.F16:
+            w.write_tensor_data(a.astype(np.float16))
+        elif qtype == gguf.GGMLQuantizationType.Q4_K:
+            w.write_tensor_data(quantize_q4_k(a))
+        else:
+            w.write_tensor_data(gguf.quants.quantize(a, qtype))
+        t.release()
     w.close()
     return out
 
