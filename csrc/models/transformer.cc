@@ -305,16 +305,17 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     all.insert(all.begin(), &lm_head_);
     // Every layer's converted weights in one block of huge pages (see HugePageAllocator), each at a
     // 64-byte boundary: a decode step streams them all, and most layers are smaller than one page.
-    // With 4-bit layers the output head keeps 8 bits, as 4-bit GGUF files keep theirs (its logits
-    // are what every token is chosen from), and so do layers a file stores in 5 to 8 bits (the
-    // Q6_K and Q8_0 layers of a Q4_K_M file): 4 bits would throw away what the file kept. Where
-    // those come as a file's blocks they keep its codes and steps as they are (I8Blocks).
+    // With 4-bit layers, layers a file stores in 5 to 8 bits (the Q6_K and Q8_0 layers of a
+    // Q4_K_M file) keep 8 bits: 4 bits would throw away what the file kept; those come as the
+    // file's blocks and keep its codes and steps as they are (I8Blocks). The output head keeps 8
+    // bits (its logits are what every token is chosen from) unless the file itself stores it in
+    // 4 bits: then it keeps the file's own 4-bit values, as every other 4-bit layer does.
     auto type_of = [&](const Linear* x) {
       if (weight_type_ != WeightType::I4) return weight_type_;
       const auto b = blocks_of.find(x);
       const bool blocks = b != blocks_of.end();
-      if (x == &lm_head_ || (blocks && b->second.format->bits > 4)) return blocks ? WeightType::I8Blocks : WeightType::I8;
-      return WeightType::I4;
+      if (blocks) return b->second.format->bits > 4 ? WeightType::I8Blocks : WeightType::I4;
+      return x == &lm_head_ ? WeightType::I8 : WeightType::I4;
     };
     std::vector<size_t> bytes;
     for (const Linear* x : all) bytes.push_back(quantized_size(*x, type_of(x)));

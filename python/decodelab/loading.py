@@ -212,8 +212,9 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
             Q4_1 rule: the same blocks as gguf's quantizer, steps and minima as halves; each layer's
             input rounded to int8 per block of 32, as llama.cpp does; the output head keeps int8).
             A GGUF file's Q4_0, Q4_1 and Q4_K layers become int4 layers with the file's own values,
-            read from its mapping with no fp32 copy; under "int4" its 5- to 8-bit layers (Q5_0 ...
-            Q8_0) keep 8 bits (int8), as does the head. None (the default) means "float32", and for
+            read from its mapping with no fp32 copy, the head too where the file stores it in 4
+            bits; under "int4" its 5- to 8-bit layers (Q5_0 ... Q8_0) keep 8 bits (int8), as does
+            a head stored in more than 4 bits. None (the default) means "float32", and for
             a GGUF file with block-quantized tensors the dtype that keeps its precision: "int4"
             where its layers hold 4-bit blocks, else "int8" (decoded exactly, then rounded per
             output row); "float32" gives exactly the values such a file encodes.

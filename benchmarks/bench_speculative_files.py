@@ -1,0 +1,137 @@
+"""Speculative decoding on real files: Qwen2.5-Coder-0.5B-Instruct drafting for
+Qwen2.5-Coder-1.5B-Instruct (the same 151,936-token vocabulary), both Q4_K_M as
+../shared/models/fetch --large downloads them, at their default dtype (int4), on code tasks.
+
+    python benchmarks/bench_speculative_files.py [--max-tokens 128] [--threads 2] [--k 2 3 4 5 6]
+
+Per task and draft length k: decode tokens/s against the target's own greedy decode (best of
+--repeats runs each, the same tokens checked), acceptance, tokens per round, the draft's cost per
+step against the target's (c), and the standard cost model's prediction for that acceptance:
+tokens per round / (k c + v), with v the target's cost to verify k + 1 tokens in one call against
+one decode step (measured). Prompt lookup (draft="prompt_lookup") runs beside them. Results go to
+benchmarks/results/bench_speculative_files.json.
+"""
+import argparse
+import json
+import os
+import time
+
+import decodelab
+from decodelab import testing
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+SNIPPET = '''def load_scores(path):
+    f = open(path)
+    scores = {}
+    for line in f.readlines():
+        name, score = line.split(",")
+        scores[name] = int(score)
+    return scores
+'''
+PARTIAL = '''import math
+
+
+class Vector:
+    """A 2-D vector."""
+
+    def __init__(self, x: float, y: float):
+        self.x = x
+        self.y = y
+
+    def __add__(self, other: "Vector") -> "Vector":
+        return Vector(self.x + other.x, self.y + other.y)
+
+    def __sub__(self, other: "Vector") -> "Vector":
+'''
+TASKS = {
+    "write": "Write a Python function `merge_intervals(intervals)` that merges overlapping intervals given as "
+             "(start, end) tuples and returns them sorted. Include a docstring and type hints.",
+    "complete": f"Complete this file: finish __sub__, then add length(), dot() and normalized() methods.\n\n"
+                f"```python\n{PARTIAL}```",
+    "edit": f"Edit this function to use a `with` block, skip blank lines, and raise ValueError naming the line "
+            f"number on a malformed line. Return only the code.\n\n```python\n{SNIPPET}```",
+}
+
+
+def chat_ids(model, task):
+    return model.tokenizer.apply_chat_template([{"role": "user", "content": TASKS[task]}],
+                                               add_generation_prompt=True, tokenize=True)
+
+
+def best_rate(model, ids, n, repeats, **kw):
+    best, g = 0.0, None
+    for _ in range(repeats):
+        g = model.generate(ids, max_new_tokens=n, **kw)
+        best = max(best, g.decode_tokens_per_second)
+    return best, g
+
+
+def step_seconds(model, tokens=1, repeats=12):
+    """Seconds of one decode call of `tokens` tokens after a 64-token prompt (best of repeats)."""
+    best = float("inf")
+    for i in range(repeats):
+        cache = model.new_cache()
+        model.prefill(list(range(100, 164)), cache)
+        t0 = time.perf_counter()
+        if tokens == 1:
+            model.decode(200 + i, cache)
+        else:  # k + 1 tokens onto the cache in one call, as a verification step reads the weights once
+            model.prefill(list(range(300, 300 + tokens)), cache)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--k", type=int, nargs="+", default=[2, 3, 4, 5, 6])
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    a = ap.parse_args()
+    paths = {n: testing.fetched_model(n) for n in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")}
+    if not all(paths.values()):
+        raise SystemExit("needs ../shared/models/fetch --large (Qwen2.5-Coder 0.5B and 1.5B)")
+    target = decodelab.load(paths["qwen2.5-coder-1.5b"], threads=a.threads)
+    draft = decodelab.load(paths["qwen2.5-coder-0.5b"], threads=a.threads)
+    target.generate([1, 2, 3], max_new_tokens=4)
+    draft.generate([1, 2, 3], max_new_tokens=4)
+    t1, d1 = step_seconds(target), step_seconds(draft)
+    c = d1 / t1
+    verify = {k: step_seconds(target, k + 1) / t1 for k in a.k}
+    print(f"target step {t1 * 1e3:.1f} ms, draft step {d1 * 1e3:.1f} ms: c = {c:.3f}; verify k+1 tokens / one step: "
+          + ", ".join(f"k={k} {v:.2f}" for k, v in verify.items()), flush=True)
+    rows = []
+    for task in a.tasks:
+        ids = chat_ids(target, task)
+        plain, want = best_rate(target, ids, a.max_tokens, a.repeats)
+        rows.append({"task": task, "draft": None, "k": 0, "decode_tok_s": plain, "speedup": 1.0,
+                     "tokens": len(want.token_ids)})
+        print(f"{task}: plain {plain:.1f} tok/s, {len(want.token_ids)} tokens", flush=True)
+        for k in a.k:
+            rate, g = best_rate(target, ids, a.max_tokens, a.repeats, draft=draft, num_draft_tokens=k)
+            assert g.token_ids == want.token_ids, "speculative greedy must equal plain greedy"
+            s = g.speculation
+            predicted = s.tokens_per_round / (k * c + verify[k])
+            rows.append({"task": task, "draft": "qwen2.5-coder-0.5b", "k": k, "decode_tok_s": rate,
+                         "speedup": rate / plain, "acceptance": s.acceptance_rate,
+                         "tokens_per_round": s.tokens_per_round, "draft_cost": c, "verify_cost": verify[k],
+                         "predicted_speedup": predicted})
+            print(f"  k={k}: {rate:.1f} tok/s, {rate / plain:.2f}x (model {predicted:.2f}x), acceptance "
+                  f"{s.acceptance_rate:.2f}, {s.tokens_per_round:.2f} tokens a round", flush=True)
+        rate, g = best_rate(target, ids, a.max_tokens, a.repeats, draft="prompt_lookup", num_draft_tokens=10)
+        assert g.token_ids == want.token_ids
+        rows.append({"task": task, "draft": "prompt_lookup", "k": 10, "decode_tok_s": rate, "speedup": rate / plain,
+                     "acceptance": g.speculation.acceptance_rate, "tokens_per_round": g.speculation.tokens_per_round})
+        print(f"  prompt lookup: {rate:.1f} tok/s, {rate / plain:.2f}x, {g.speculation.tokens_per_round:.2f} tokens a "
+              "round", flush=True)
+    out = {"target": os.path.basename(paths["qwen2.5-coder-1.5b"]), "draft": os.path.basename(paths["qwen2.5-coder-0.5b"]),
+           "threads": a.threads, "max_tokens": a.max_tokens, "host": decodelab.cpu_info(), "target_step_s": t1,
+           "draft_step_s": d1, "rows": rows}
+    with open(os.path.join(HERE, "results", "bench_speculative_files.json"), "w") as f:
+        json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
