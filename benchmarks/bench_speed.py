@@ -664,6 +664,8 @@ def main():
         # than the file holds must not make the bound easier to reach.
         wb = (weight_bytes_per_step(folder, dtype) if folder.endswith(".gguf")
               else row.get("weight_bytes_per_step") or weight_bytes_per_step(folder, dtype))
+        if folder.endswith(".gguf"):
+            row["file_bytes_per_step"] = wb
         kv_long, kv_short = kv_bytes_per_step(folder, kv, prompt + a.decode // 2), kv_bytes_per_step(
             folder, kv, 1 + a.decode // 2)
         # A step that reads less than the last-level cache holds can run from the cache: the DRAM
@@ -734,6 +736,9 @@ def main():
             rss_peers = [r["peak_rss_mib"] for r in peers if r.get("peak_rss_mib")]
             if rss_peers and ours.get("peak_rss_mib"):
                 parts.append(f"peak RSS {ours['peak_rss_mib']:.0f} MiB vs {min(rss_peers):.0f}")
+            if ours.get("file_bytes_per_step") and ours.get("weight_bytes_per_step"):
+                parts.append(f"reads {ours['weight_bytes_per_step'] / 2**20:.0f} MiB of weights a token against the "
+                             f"file's {ours['file_bytes_per_step'] / 2**20:.0f}")
             load_peers = [r["load_s"] for r in peers if r.get("load_s")]
             if load_peers and ours.get("load_s"):
                 parts.append(f"load {ours['load_s']:.2f} s vs {min(load_peers):.2f}")

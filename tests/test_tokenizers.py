@@ -127,8 +127,9 @@ def test_llama2c_heap_merges_equal_run_c(tok512, text):
 
 
 def test_llama2c_encode_grows_about_linearly(tok512):
-    # run.c's loop took 16 s for 16,000 characters; the heap is O(n log n). Four times the text
-    # may take at most about six times as long (best of five, against timer noise).
+    # run.c's loop took 16 s for 16,000 characters; the heap is O(n log n). Eight times the text
+    # may take at most 24 times as long (a quadratic loop: 64; best of five, against timer noise
+    # on a busy host, where four times the text once took 7.1 times as long).
     import time
 
     words = "Once upon a time there was a little girl named Lily who loved her red ball .".split()
@@ -142,6 +143,6 @@ def test_llama2c_encode_grows_about_linearly(tok512):
             times.append(time.perf_counter() - t0)
         return min(times)
 
-    small, large = best(text), best(text * 4)
-    assert large < 6 * small, (small, large)
+    small, large = best(text), best(text * 8)
+    assert large < 24 * small, (small, large)
     assert large < 10.0
