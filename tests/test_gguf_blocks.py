@@ -191,10 +191,11 @@ def test_a_4_bit_gguf_loads_as_int4_from_its_mapping(tiny_q4k):
     assert decodelab.load(tiny_q4k, dtype="int8").dtype == "int8"
 
 
-@pytest.mark.parametrize("fmt,per_block", [("Q4_1", 4), ("Q4_0", 4), ("Q4_K", 2.5)])
+@pytest.mark.parametrize("fmt,per_block", [("Q4_1", 4), ("Q4_0", 2), ("Q4_K", 2.5)])
 def test_int4_steps_stay_halves_where_the_file_has_halves(tmp_path, fmt, per_block):
     # Q4_0 / Q4_1 steps and minima are halves in the file: kept as halves, a decode step reads 4
-    # bytes of them per 32 weights (the kernel's arithmetic is the same: see the emulation above);
+    # bytes of them per 32 weights (the kernel's arithmetic is the same: see the emulation above),
+    # and Q4_0's minima, all -8 steps, are formed from the steps: 2 bytes, as the file stores them;
     # Q4_K's steps are products of a half and a 6-bit scale: kept as the file's codes, a byte each
     # for step and minimum per 32 weights and two halves per 256 (2.5 bytes; the file: 2).
     from decodelab.formats.gguf import export as gguf_export

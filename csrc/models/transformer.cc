@@ -47,7 +47,7 @@ double read_bytes(const Linear& x) {
     case WeightType::BF16: return 2 * n;
     case WeightType::I8:
     case WeightType::I8A8: return n + 4.0 * x.out;
-    case WeightType::I4: return n / 2 + (x.k_sc ? 2 + 4.0 / 8 : x.steps16 ? 4 : 8) * blocks;
+    case WeightType::I4: return n / 2 + (x.k_sc ? 2 + 4.0 / 8 : x.steps16 ? (x.mins16 ? 4 : 2) : 8) * blocks;
     case WeightType::I8Blocks:
       if (x.k_sc8) return n + blocks * (x.i8b_groups + 2.0 / 8);
       return n + (x.steps16 ? 2 : 4) * blocks * (x.i8b_groups + (x.mins || x.mins16 ? 1 : 0));

@@ -75,9 +75,11 @@ void quantize_q8_blocks(const float* x, int T, int in, Q8Blocks& out) {
 
 namespace {
 
-// How a layer keeps its steps and minima: fp32, halves (Linear::steps16), or Q4_K's codes
-// (Linear::k_sc: step = d sc, minimum = -dmin m, products exact in fp32, so the same values).
-enum class Steps { F32, Half, Q4K };
+// How a layer keeps its steps and minima: fp32, halves (Linear::steps16), halves of the steps
+// alone where every minimum is -8 steps (Q4_0's centred codes: mins16 null, the minimum formed
+// as -8 x step, an exact product, so the same values), or Q4_K's codes (Linear::k_sc: step =
+// d sc, minimum = -dmin m, products exact in fp32, so the same values).
+enum class Steps { F32, Half, Centred, Q4K };
 
 // A panel's 16 steps and minima of block b (rows r, or 8 rows h * 8 .. h * 8 + 7 at once).
 template <Steps K>
@@ -91,18 +93,20 @@ struct PanelSteps {
     const size_t s0 = static_cast<size_t>(p) * nb * kPanel;
     if constexpr (K == Steps::F32) st = L.scales + s0, mn = L.mins + s0;
     if constexpr (K == Steps::Half) st16 = L.steps16 + s0, mn16 = L.mins16 + s0;
+    if constexpr (K == Steps::Centred) st16 = L.steps16 + s0;
     if constexpr (K == Steps::Q4K) sc = L.k_sc + s0, m = L.k_m + s0, d = L.k_d + s0 / 8, nd = L.k_dmin + s0 / 8;
   }
   float step(int b, int r) const {
     const size_t i = static_cast<size_t>(b) * kPanel + r;
     if constexpr (K == Steps::F32) return st[i];
-    if constexpr (K == Steps::Half) return f16_to_f32(st16[i]);
+    if constexpr (K == Steps::Half || K == Steps::Centred) return f16_to_f32(st16[i]);
     return f16_to_f32(d[static_cast<size_t>(b / 8) * kPanel + r]) * static_cast<float>(sc[i]);
   }
   float min(int b, int r) const {
     const size_t i = static_cast<size_t>(b) * kPanel + r;
     if constexpr (K == Steps::F32) return mn[i];
     if constexpr (K == Steps::Half) return f16_to_f32(mn16[i]);
+    if constexpr (K == Steps::Centred) return -8.0f * f16_to_f32(st16[i]);
     return f16_to_f32(nd[static_cast<size_t>(b / 8) * kPanel + r]) * static_cast<float>(m[i]);
   }
 #if defined(__AVX2__) && defined(__FMA__)
@@ -113,13 +117,14 @@ struct PanelSteps {
   __m256 step8(int b, int h) const {
     const size_t i = static_cast<size_t>(b) * kPanel + 8 * h;
     if constexpr (K == Steps::F32) return _mm256_loadu_ps(st + i);
-    if constexpr (K == Steps::Half) return halves8(st16 + i);
+    if constexpr (K == Steps::Half || K == Steps::Centred) return halves8(st16 + i);
     return _mm256_mul_ps(halves8(d + static_cast<size_t>(b / 8) * kPanel + 8 * h), codes8(sc + i));
   }
   __m256 min8(int b, int h) const {
     const size_t i = static_cast<size_t>(b) * kPanel + 8 * h;
     if constexpr (K == Steps::F32) return _mm256_loadu_ps(mn + i);
     if constexpr (K == Steps::Half) return halves8(mn16 + i);
+    if constexpr (K == Steps::Centred) return _mm256_mul_ps(halves8(st16 + i), _mm256_set1_ps(-8.0f));
     return _mm256_mul_ps(halves8(nd + static_cast<size_t>(b / 8) * kPanel + 8 * h), codes8(m + i));
   }
 #endif
@@ -212,6 +217,7 @@ void i4_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
 void i4_panel_rows(const Q8Blocks& xb, int t_lo, int t_hi, const Linear& L, int p, float* y) {
   for_each_tile(t_lo, t_hi, [&](auto nt, int t0) {
     if (L.k_sc) i4_tile<decltype(nt)::value, Steps::Q4K>(xb, t0, L, p, y);
+    else if (L.steps16 && !L.mins16) i4_tile<decltype(nt)::value, Steps::Centred>(xb, t0, L, p, y);
     else if (L.steps16) i4_tile<decltype(nt)::value, Steps::Half>(xb, t0, L, p, y);
     else i4_tile<decltype(nt)::value, Steps::F32>(xb, t0, L, p, y);
   });

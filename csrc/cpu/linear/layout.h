@@ -62,7 +62,8 @@ constexpr int kA8Offset = 64;
 // nibble and of row 8 + l in its high one. One load, a mask and a shift give the step's bytes for
 // rows 0-7 and 8-15, each lane one row's 4 values, against the 4 activations broadcast (pmaddubsw).
 // Each (row, block) has a step and minimum at [(p * blocks + b) * 16 + row % 16] of `scales` and
-// `mins` (fp32), or of `steps16` and `mins16` (halves, where every one of the layer's is a half).
+// `mins` (fp32), or of `steps16` and `mins16` (halves, where every one of the layer's is a half;
+// mins16 null where every minimum is -8 steps, as in Q4_0).
 // Inputs are padded with zero values to whole blocks, outputs with zero rows to panels.
 constexpr int kI4Block = 32;
 constexpr int kI4BlockBytes = kPanel * kI4Block / 2;

@@ -53,8 +53,13 @@ static void keep_halves(Linear& L, QuantizedWeights& q, size_t per, bool round) 
     std::vector<uint16_t>().swap(q.halves);
     return;
   }
+  // Every minimum -8 steps (Q4_0's centred codes): the minima are not kept, the kernels form
+  // them as -8 x step, the same values.
+  bool centred = true;
+  for (size_t i = 0; i < per && centred; ++i) centred = q.scales[per + i] == -8.0f * q.scales[i];
+  if (centred) q.halves.resize(per);
   L.steps16 = q.halves.data();
-  L.mins16 = q.halves.data() + per;
+  L.mins16 = centred ? nullptr : q.halves.data() + per;
   L.scales = L.mins = nullptr;
   std::vector<float>().swap(q.scales);
 }
@@ -186,7 +191,7 @@ bool linear_row_view(const Linear& L, int first, int count, Linear* view) {
       view->k_dmin = L.k_dmin + first / kPanel * (per_panel / 8);
     } else if (L.steps16) {
       view->steps16 = L.steps16 + first / kPanel * per_panel;
-      view->mins16 = L.mins16 + first / kPanel * per_panel;
+      view->mins16 = L.mins16 ? L.mins16 + first / kPanel * per_panel : nullptr;
     } else {
       view->scales = L.scales + first / kPanel * per_panel;
       view->mins = L.mins + first / kPanel * per_panel;

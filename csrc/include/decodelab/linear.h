@@ -41,7 +41,8 @@ struct Linear {
   const uint8_t* w_i4 = nullptr;  // I4: in panels of 16 rows, per block of 32 inputs (cpu/linear/layout.h)
   const float* mins = nullptr;    // I4: per panel, block and row, the minimum; `scales` the step, likewise
   // I4 from a file whose steps and minima are all halves (Q4_0, Q4_1): the same values as IEEE
-  // half bits, laid out as scales and mins (both null then), a sixth fewer bytes per decode step.
+  // half bits, laid out as scales and mins (both null then), a sixth fewer bytes per decode step;
+  // mins16 null too where every minimum is -8 steps (Q4_0): the kernels form it from the step.
   const uint16_t* steps16 = nullptr;
   const uint16_t* mins16 = nullptr;
   // I4 from Q4_K: the file's own scale codes instead (scales, mins and the halves above null): the
