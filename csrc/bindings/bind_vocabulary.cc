@@ -10,11 +10,11 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
-#include <vector>
 
 namespace decodelab {
 
@@ -34,19 +34,21 @@ py::tuple gguf_strings(const py::buffer& buf, uint64_t pos, uint64_t count, uint
                           " need bytes past the end of the file (" + std::to_string(size) + " bytes)");
   py::list out(static_cast<size_t>(count));
   for (uint64_t i = 0; i < count; ++i) {
-    const std::string at = "element " + std::to_string(i) + " at offset " + std::to_string(pos);
-    if (size - pos < 8) throw py::value_error(at + ": its length needs bytes past the end of the file");
+    const uint64_t start = pos;  // the message is built only on an error: this loop runs per token
+    auto fail = [&](const std::string& what) {
+      return py::value_error("element " + std::to_string(i) + " at offset " + std::to_string(start) + ": " + what);
+    };
+    if (size - pos < 8) throw fail("its length needs bytes past the end of the file");
     uint64_t n;
     std::memcpy(&n, data + pos, 8);
     pos += 8;
     if (n > limit)
-      throw py::value_error(at + ": " + std::to_string(n) + " bytes long, more than the limit of " +
-                            std::to_string(limit));
-    if (n > size - pos) throw py::value_error(at + ": " + std::to_string(n) + " bytes, past the end of the file");
+      throw fail(std::to_string(n) + " bytes long, more than the limit of " + std::to_string(limit));
+    if (n > size - pos) throw fail(std::to_string(n) + " bytes, past the end of the file");
     PyObject* s = PyUnicode_DecodeUTF8(reinterpret_cast<const char*>(data + pos), static_cast<Py_ssize_t>(n), nullptr);
     if (!s) {
       PyErr_Clear();
-      throw py::value_error(at + ": not valid UTF-8");
+      throw fail("not valid UTF-8");
     }
     PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), s);  // steals the reference
     pos += n;

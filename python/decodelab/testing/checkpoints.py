@@ -24,6 +24,7 @@ Examples:
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -231,19 +232,6 @@ def _neox_config_and_shapes(s: dict):
     return cfg, shapes
 
 
-def _save(tensors: Dict[str, np.ndarray], path: str, dtype: str) -> None:
-    if dtype == "bfloat16":
-        import torch  # numpy has no bfloat16
-        from safetensors.torch import save_file as save_torch
-
-        save_torch({k: torch.from_numpy(v).to(torch.bfloat16) for k, v in tensors.items()}, path)
-        return
-    from safetensors.numpy import save_file
-
-    np_dtype = {"float32": np.float32, "float16": np.float16}[dtype]
-    save_file({k: np.ascontiguousarray(v, dtype=np_dtype) for k, v in tensors.items()}, path)
-
-
 def write_hf_folder(out_dir: str, config: dict, tensors: Dict[str, np.ndarray], dtype: str = "float32",
                     shards: int = 1) -> str:
     """Write config.json and model.safetensors (or ``shards`` files plus an index) into a folder.
@@ -257,7 +245,7 @@ def write_hf_folder(out_dir: str, config: dict, tensors: Dict[str, np.ndarray], 
         out_dir: the folder, created if needed; files already there are overwritten.
         config: the config.json contents.
         tensors: the weights by name, numpy arrays (float32 from ``random_weights``).
-        dtype: the stored dtype, "float32", "float16" or "bfloat16" (needs torch); default "float32".
+        dtype: the stored dtype, "float32", "float16" or "bfloat16" (rounded to nearest even); default "float32".
         shards: how many safetensors files, >= 1; default 1.
 
     Returns:
@@ -278,29 +266,35 @@ def write_hf_folder(out_dir: str, config: dict, tensors: Dict[str, np.ndarray], 
         >>> decodelab.load("sharded").config.hidden_size
         64
     """
-    if dtype not in ("float32", "float16", "bfloat16"):
+    return _write_folder(out_dir, config, {n: t.shape for n, t in tensors.items()}, tensors.items(), dtype, shards)
+
+
+def _write_folder(out_dir: str, config: dict, shapes: Dict[str, tuple], tensors, dtype: str, shards: int) -> str:
+    """write_hf_folder from ``shapes`` and an iterator of (name, fp32 array) in the same order:
+    each array is written as it comes, so a generator's tensors are never all in memory."""
+    if dtype not in _ST_DTYPES:
         raise ValueError(f"dtype must be float32, float16 or bfloat16, got {dtype!r}")
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
     os.makedirs(out_dir, exist_ok=True)
-    config = dict(config, dtype=dtype)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
+        json.dump(dict(config, dtype=dtype), f, indent=2)
     if shards == 1:
-        _save(tensors, os.path.join(out_dir, "model.safetensors"), dtype)
+        _stream_safetensors(os.path.join(out_dir, "model.safetensors"), shapes, tensors, dtype)
         return out_dir
-    names = list(tensors)
-    total = sum(tensors[n].size for n in names)
+    sizes = {n: int(np.prod(shp, dtype=np.int64)) for n, shp in shapes.items()}
+    total = sum(sizes.values())
     groups, acc, cur = [[] for _ in range(shards)], 0, 0
-    for n in names:
+    for n in shapes:
         groups[min(cur, shards - 1)].append(n)
-        acc += tensors[n].size
+        acc += sizes[n]
         if acc >= total * (cur + 1) / shards:
             cur += 1
-    weight_map = {}
+    weight_map, it = {}, iter(tensors)
     for i, g in enumerate(groups):
         fname = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
-        _save({n: tensors[n] for n in g}, os.path.join(out_dir, fname), dtype)
+        _stream_safetensors(os.path.join(out_dir, fname), {n: shapes[n] for n in g}, itertools.islice(it, len(g)),
+                            dtype)
         weight_map.update({n: fname for n in g})
     with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {}, "weight_map": weight_map}, f, indent=2)
@@ -386,8 +380,8 @@ def _stream_safetensors(path: str, shapes: Dict[str, tuple], tensors, dtype: str
         f.write(len(raw).to_bytes(8, "little"))
         f.write(raw)
         for name, t in tensors:
-            if tuple(t.shape) != tuple(shapes[name]):
-                raise ValueError(f"{name}: shape {t.shape} differs from the header's {shapes[name]}")
+            if name not in shapes or tuple(t.shape) != tuple(shapes[name]):
+                raise ValueError(f"{name}: shape {t.shape} differs from the header's {shapes.get(name)}")
             _stored(t, dtype).tofile(f)
 
 
@@ -430,14 +424,7 @@ def write_checkpoint(out_dir: str, shape="llama-tiny", *, seed: int = 0, dtype: 
         ValueError: unknown shape 'llama-huge'; known: gpt2-124m, gpt2-tiny, ...
     """
     cfg, shapes = _spec(shape)
-    if shards == 1 and dtype in _ST_DTYPES:  # streamed: one tensor in memory at a time
-        os.makedirs(out_dir, exist_ok=True)
-        with open(os.path.join(out_dir, "config.json"), "w") as f:
-            json.dump(dict(cfg, dtype=dtype), f, indent=2)
-        _stream_safetensors(os.path.join(out_dir, "model.safetensors"), shapes,
-                            _random_tensors(shapes, seed, progress), dtype)
-    else:
-        write_hf_folder(out_dir, cfg, dict(_random_tensors(shapes, seed, progress)), dtype=dtype, shards=shards)
+    _write_folder(out_dir, cfg, shapes, _random_tensors(shapes, seed, progress), dtype, shards)  # a tensor at a time
     if tokenizer_dir:
         for name in ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer.bin"):
             src = os.path.join(tokenizer_dir, name)

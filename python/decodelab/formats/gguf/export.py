@@ -91,9 +91,7 @@ class _Folder(Mapping):
                 m.madvise(mmap.MADV_DONTNEED)
 
 
-def _tensors(folder):
-    """A folder's tensors by name, as float32 (a _Folder: F32 ones read when used)."""
-    return _Folder(folder)
+_tensors = _Folder  # the name benchmarks used before the folder was read lazily
 
 
 class _Later:
@@ -451,14 +449,9 @@ def export(folder, out, tensor_type="F32"):
         return tuple(arr.args[0].shape) if isinstance(arr, _Later) else tuple(arr.shape)
 
     for name, arr in names.items():
-        shape, qtype = shape_of(arr), stored_type(shape_of(arr))
-        if qtype in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
-            item = 4 if qtype == gguf.GGMLQuantizationType.F32 else 2
-            w.add_tensor_info(name, shape, np.dtype(np.float32 if item == 4 else np.float16),
-                              int(np.prod(shape)) * item)
-        else:
-            raw = gguf.quant_shape_to_byte_shape(shape, qtype)
-            w.add_tensor_info(name, raw, np.dtype(np.uint8), int(np.prod(raw)), raw_dtype=qtype)
+        qtype = stored_type(shape_of(arr))
+        raw = gguf.quant_shape_to_byte_shape(shape_of(arr), qtype)  # bytes per row of any type, F32 too
+        w.add_tensor_info(name, raw, np.dtype(np.uint8), int(np.prod(raw)), raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
