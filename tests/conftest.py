@@ -40,8 +40,11 @@ def _importorskip_declared(modname, *args, **kwargs):
 pytest.importorskip = _importorskip_declared
 
 
+# The atheris fuzz drivers are run by hand, not collected (pytest-markdown-docs would import them).
+collect_ignore_glob = ["fuzz_*_atheris.py"]
+
 # Markers that keep a test out of the fast loop (`pytest -m "not slow"`) by themselves.
-SLOW_KINDS = ("notebook", "fuzz", "browser")
+SLOW_KINDS = ("notebook", "fuzz", "browser", "docs")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -110,3 +113,31 @@ def sigint():
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, before)
+
+
+@pytest.fixture(scope="session")
+def executed_lessons(tmp_path_factory):
+    """executed_lessons(path) -> the lesson notebook run top to bottom, once per session, shared by
+    the notebook tests and the site build (docs/hooks.py's execute_lesson, as `mkdocs build` runs
+    them); executed_lessons() runs every lesson and returns the folder holding them all."""
+    import importlib.util
+
+    import nbformat
+
+    spec = importlib.util.spec_from_file_location("decodelab_docs_hooks", os.path.join(ROOT, "docs", "hooks.py"))
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    folder = tmp_path_factory.mktemp("lessons")
+    done = {}
+
+    def run(path=None):
+        if path is None:
+            for p in hooks.lesson_paths():
+                run(p)
+            return str(folder)
+        if path not in done:
+            done[path] = hooks.execute_lesson(path)
+            nbformat.write(done[path], str(folder / os.path.basename(path)))
+        return done[path]
+
+    return run

@@ -1,0 +1,290 @@
+"""MkDocs hooks: the pages made at build time. API pages from each public module's __all__, the
+lessons from notebooks/ (executed here, or taken already executed from DECODELAB_DOCS_NOTEBOOKS),
+the benchmarks page from benchmarks/results/, and MathJax copied from jupyter-server-mathjax so
+that the site loads nothing from outside itself."""
+import hashlib
+import importlib
+import io
+import json
+import os
+import pkgutil
+import shutil
+import tempfile
+
+from mkdocs.plugins import event_priority
+from mkdocs.structure.files import File
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOKS = os.path.join(ROOT, "notebooks")
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+
+# ---------------------------------------------------------------------------------------------
+# API reference: one page per top-level module of decodelab; a name is documented once, in the
+# shallowest public module that exports it (decodelab.samplers.TopP, not .warpers.TopP).
+
+
+def public_modules():
+    """Every importable decodelab module without a private part, parents before children."""
+    import decodelab
+
+    names = ["decodelab"] + [m.name for m in pkgutil.walk_packages(decodelab.__path__, "decodelab.")]
+    names = [n for n in names if not any(p.startswith("_") for p in n.split(".")[1:])]
+    # Compatibility aliases (deprecated old paths) are modules whose __name__ is another path.
+    mods = [importlib.import_module(n) for n in names]
+    return [m for m in mods if m.__name__ in names and hasattr(m, "__all__")]
+
+
+def exported_above(module, name):
+    """Whether a parent package exports the same object under the same name."""
+    obj = getattr(module, name)
+    parts = module.__name__.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        parent = importlib.import_module(".".join(parts[:i]))
+        if name in getattr(parent, "__all__", ()) and getattr(parent, name, None) is obj:
+            return True
+    return False
+
+
+def documented_names(module):
+    """The names of module.__all__ that its own page documents (not modules, not re-exports)."""
+    out = []
+    for name in module.__all__:
+        obj = getattr(module, name)
+        if type(obj).__name__ == "module" or exported_above(module, name):
+            continue
+        out.append(name)
+    return out
+
+
+def api_pages():
+    """{page path: markdown} for the API reference, and the nav entries in order."""
+    pages, nav = {}, []
+    groups = {}
+    for m in public_modules():
+        parts = m.__name__.split(".")
+        top = "decodelab" if len(parts) == 1 else ".".join(parts[:2])
+        groups.setdefault(top, []).append(m)
+    for top, mods in groups.items():
+        sections = []
+        for m in mods:
+            # Every module shows its docstring; a module whose names are all re-exported above
+            # shows nothing more.
+            names = documented_names(m)
+            members = "".join(f"\n          - {n}" for n in names) if names else " false"
+            sections.append(f"::: {m.__name__}\n    options:\n      members:{members}\n")
+        path = f"api/{top}.md"
+        pages[path] = f"# {top}\n\n" + "\n".join(sections)
+        nav.append({top: path})
+    index = ["# API reference", "",
+             "Generated from the docstrings of every public module. Each name is documented once, on",
+             "the page of the shallowest module that exports it: `decodelab.samplers.TopP` rather than",
+             "`decodelab.samplers.warpers.TopP`.", ""]
+    index += [f"- [{list(e)[0]}]({list(e.values())[0].split('/', 1)[1]})" for e in nav]
+    pages["api/index.md"] = "\n".join(index) + "\n"
+    return pages, [{"Overview": "api/index.md"}] + nav
+
+
+# ---------------------------------------------------------------------------------------------
+# Lessons: each notebook executed once per process (mkdocs serve rebuilds reuse it).
+
+_executed = {}
+
+
+def lesson_paths():
+    return sorted(os.path.join(NOTEBOOKS, f) for f in os.listdir(NOTEBOOKS) if f.endswith(".ipynb"))
+
+
+def execute_lesson(path):
+    """The notebook at `path` run top to bottom in its own folder, as a nbformat object. Widgets
+    are dropped afterwards, their text kept: a static page cannot run them, and their scripts would
+    come from a CDN."""
+    import nbclient
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": os.path.dirname(path)}}).execute()
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            out.get("data", {}).pop("application/vnd.jupyter.widget-view+json", None)
+    return nb
+
+
+def executed_lessons_dir():
+    """A folder holding every lesson executed: DECODELAB_DOCS_NOTEBOOKS where set (the test
+    suite's notebook run), else a new temporary folder filled here."""
+    given = os.environ.get("DECODELAB_DOCS_NOTEBOOKS")
+    if given:
+        missing = [p for p in lesson_paths() if not os.path.exists(os.path.join(given, os.path.basename(p)))]
+        if missing:
+            raise ValueError(f"DECODELAB_DOCS_NOTEBOOKS={given!r} lacks {', '.join(map(os.path.basename, missing))}")
+        return given
+    import nbformat
+
+    out = tempfile.mkdtemp(prefix="decodelab-lessons-")
+    for p in lesson_paths():
+        with open(p, "rb") as f:
+            key = hashlib.sha256(f.read()).hexdigest()
+        if key not in _executed:
+            _executed[key] = nbformat.writes(execute_lesson(p))
+        with open(os.path.join(out, os.path.basename(p)), "w", encoding="utf-8") as f:
+            f.write(_executed[key])
+    return out
+
+
+def lesson_title(path):
+    with open(path, encoding="utf-8") as f:
+        nb = json.load(f)
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            for line in "".join(cell["source"]).splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
+    return os.path.basename(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Benchmarks page: the latest speed tables and a plot of the ratios against llama.cpp.
+
+SPEED_FILES = [
+    ("bench_speed_fetched.json", "Real GGUF files against llama.cpp"),
+    ("bench_speed_shapes.json", "Random checkpoints of the Llama 3.2 1B and Qwen2.5 3B shapes as GGUF"),
+    ("bench_speed_shapes_q4_0.json", "The Q4_0 shapes, rerun"),
+    ("bench_speed.json", "Small models against every peer"),
+]
+COLUMNS = [("prefill_tok_s", "prompt tok/s"), ("decode_tok_s", "decode tok/s"),
+           ("batch16_tok_s", "16 sequences tok/s"), ("peak_rss_mib", "peak RSS MiB"), ("load_s", "load s")]
+
+
+def _fmt(v):
+    if v is None or v != v:
+        return ""
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+
+def speed_table(data):
+    cols = [c for c in COLUMNS if any(r.get(c[0]) is not None for r in data["rows"])]
+    lines = ["| model | engine | weights | KV cache | " + " | ".join(h for _, h in cols) + " |",
+             "|---|---|---|---|" + "---:|" * len(cols)]
+    for r in data["rows"]:
+        if r.get("error"):
+            continue
+        cells = [r["model"], r["engine"], r["dtype"], r.get("kv_cache", "")] + [_fmt(r.get(k)) for k, _ in cols]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def llama_cpp_ratios(data):
+    """(model, {measure: decodelab / llama.cpp}) for each model with one row of each engine."""
+    out = []
+    by_model = {}
+    for r in data["rows"]:
+        if not r.get("error"):
+            by_model.setdefault(r["model"], {}).setdefault(r["engine"], []).append(r)
+    for model, engines in by_model.items():
+        ours, peer = engines.get("decodelab"), engines.get("llama.cpp")
+        if not ours or not peer or len(ours) != 1 or len(peer) != 1:
+            continue
+        out.append((model, {h: ours[0][k] / peer[0][k] for k, h in COLUMNS[:3] if ours[0].get(k) and peer[0].get(k)}))
+    return out
+
+
+def ratio_svg(ratios):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measures = [h for _, h in COLUMNS[:3]]
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(ratios) + 1.5))
+    h = 0.8 / len(measures)
+    for j, m in enumerate(measures):
+        ys = [i + j * h for i in range(len(ratios))]
+        ax.barh(ys, [r.get(m, 0) for _, r in ratios], height=h, label=m)
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_yticks([i + h for i in range(len(ratios))], [m for m, _ in ratios])
+    ax.invert_yaxis()
+    ax.set_xlabel("decodelab / llama.cpp (higher is faster for decodelab)")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def benchmarks_page():
+    parts = ["# Benchmarks", "",
+             "The latest runs of `benchmarks/bench_speed.py`, read from `benchmarks/results/` when this",
+             "site was built. Each engine ran in its own process on the same host with the same threads;",
+             "compare rows only within one table (one run). How to run them: the",
+             "[performance guide](guide/performance.md).", ""]
+    ratios = []
+    for name, title in SPEED_FILES:
+        path = os.path.join(RESULTS, name)
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        ratios += llama_cpp_ratios(data) if name != "bench_speed.json" else []
+        host = data.get("host", {})
+        parts += [f"## {title}", "",
+                  f"`{name}`: {host.get('cpu', 'unknown CPU')}, {host.get('cpus_available', '?')} cores, "
+                  f"command `python {' '.join(data.get('argv', []))}`.", "", speed_table(data), ""]
+    if ratios:
+        parts[6:6] = ["## Ratios against llama.cpp", "",
+                      "![decodelab against llama.cpp, prompt, decode and 16 sequences](benchmarks-ratios.svg)", ""]
+    return "\n".join(parts) + "\n", (ratio_svg(ratios) if ratios else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# MkDocs events.
+
+_lessons = []
+_lessons_dir = None
+
+
+def on_config(config):
+    global _lessons
+    _lessons = lesson_paths()
+    nav = config["nav"]
+    api_nav = api_pages()[1]
+    at = next(i for i, e in enumerate(nav) if "Benchmarks" in e)
+    nav[at:at] = [{"Lessons": [{lesson_title(p): f"lessons/{os.path.basename(p)}"} for p in _lessons]},
+                  {"API reference": api_nav}]
+    return config
+
+
+@event_priority(100)  # before mkdocs-jupyter's on_files, which turns .ipynb files into pages
+def on_files(files, config):
+    global _lessons_dir
+    pages, _ = api_pages()
+    for path, text in pages.items():
+        files.append(File.generated(config, path, content=text))
+    _lessons_dir = executed_lessons_dir()
+    # mkdocs-jupyter reads notebooks from disk, so the lessons are files in a folder laid out as
+    # docs/ would be: lessons/NAME.ipynb.
+    lessons = os.path.join(_lessons_dir, "lessons")
+    os.makedirs(lessons, exist_ok=True)
+    for p in _lessons:
+        shutil.copyfile(os.path.join(_lessons_dir, os.path.basename(p)), os.path.join(lessons, os.path.basename(p)))
+        files.append(File(f"lessons/{os.path.basename(p)}", _lessons_dir, config["site_dir"], config["use_directory_urls"]))
+    page, svg = benchmarks_page()
+    files.append(File.generated(config, "benchmarks.md", content=page))
+    if svg:
+        files.append(File.generated(config, "benchmarks-ratios.svg", content=svg))
+    return files
+
+
+def on_shutdown():
+    if _lessons_dir and not os.environ.get("DECODELAB_DOCS_NOTEBOOKS"):
+        shutil.rmtree(_lessons_dir, ignore_errors=True)
+
+
+def on_post_build(config):
+    import importlib.util
+
+    # The package's files only: importing it would start loading jupyter_server.
+    src = os.path.join(importlib.util.find_spec("jupyter_server_mathjax").submodule_search_locations[0], "static")
+    shutil.copytree(src, os.path.join(config["site_dir"], "assets", "mathjax"), dirs_exist_ok=True)
