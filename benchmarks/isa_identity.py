@@ -7,7 +7,7 @@ dtype: the evidence for results that do not depend on the CPU.
 Each level the CPU runs is measured in a child process of its own (the variant is chosen at
 import). Per dtype and level: the max |logit difference| against the first level (generic) for
 the prompt path, and within the level between prompt and one-by-one decoding, and between
-one-by-one and batched decoding; and the greedy chat answer to the README's question. FILE
+one-by-one and batched decoding; and the greedy chat answer to the precision guide's question. FILE
 defaults to SmolLM2-135M-Instruct Q4_1 in ../shared/models. Writes
 benchmarks/results/isa_identity.json.
 """

@@ -287,4 +287,14 @@ def on_post_build(config):
 
     # The package's files only: importing it would start loading jupyter_server.
     src = os.path.join(importlib.util.find_spec("jupyter_server_mathjax").submodule_search_locations[0], "static")
-    shutil.copytree(src, os.path.join(config["site_dir"], "assets", "mathjax"), dirs_exist_ok=True)
+    dst = os.path.join(config["site_dir"], "assets", "mathjax")
+    shutil.copytree(src, dst, dirs_exist_ok=True)
+    # The package holds the STIX-Web fonts only; MathJax would otherwise ask for its TeX fonts.
+    os.makedirs(os.path.join(dst, "config", "local"), exist_ok=True)
+    with open(os.path.join(dst, "config", "local", "decodelab.js"), "w", encoding="utf-8") as f:
+        # MathJax_Blank, its measuring font, is a url('about:blank') that Chromium refuses with a
+        # console error; local() names it without a request.
+        f.write('MathJax.Hub.Config({"HTML-CSS": {availableFonts: [], preferredFont: null, webFont: "STIX-Web", '
+                'imageFont: null, styles: {"@font-face": {"font-family": "MathJax_Blank", '
+                'src: "local(\\"MathJax_Blank\\")"}}}});\n'
+                'MathJax.Ajax.loadComplete("[MathJax]/config/local/decodelab.js");\n')

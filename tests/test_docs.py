@@ -82,8 +82,9 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine (apt-get install chromium); the site "
                                             "is still built and its API entries checked")
 def test_site_in_a_browser(site):
-    """Search for top_p, follow the result to the samplers page, see a lesson's figure and an API
-    page; nothing is fetched from outside the site and the console shows no error."""
+    """Search for top_p, follow the result to the samplers page, see a lesson's figure and formula,
+    an API page and the benchmarks plot; nothing is fetched from outside the site and the console
+    shows no error."""
     playwright = pytest.importorskip("playwright.sync_api", reason="playwright is a test extra")
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: _Quiet(*a, directory=str(site)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -110,6 +111,7 @@ def test_site_in_a_browser(site):
             figure = page.locator("img[src^='data:image/png']").first
             figure.wait_for(timeout=30000)
             assert figure.evaluate("img => img.naturalWidth") > 100
+            page.locator(".MathJax_Display").first.wait_for(timeout=30000)  # the formula, typeset
 
             page.goto(base + "api/decodelab.samplers/")
             page.locator("[id='decodelab.samplers.TopP']").wait_for(timeout=30000)

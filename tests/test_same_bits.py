@@ -119,7 +119,7 @@ def test_float_weights_keep_their_tokens_on_every_path(checkpoint, dtype, bf16_m
 
 
 # A child process at one level: logits (as bytes, hex) and greedy tokens of each model and dtype,
-# and the README examples' text.
+# and the precision guide's example answers.
 CHILD = r"""
 import hashlib, json, sys
 import numpy as np
@@ -196,9 +196,9 @@ def test_every_level_gives_smollm2_the_same_bits_and_answers():
     _assert_same(runs)
     readme = {level: got["readme"] for level, got in runs.items()}
     assert all(r == readme["generic"] for r in readme.values()), readme
-    # ... and they are the answers README.md shows under its example.
-    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md"),
-              encoding="utf-8") as f:
+    # ... and they are the answers the precision guide shows under its example.
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "guide",
+                           "precision.md"), encoding="utf-8") as f:
         lines = f.read().split("SmolLM2-135M-Instruct.Q4_1.gguf\")", 1)[1].split("```", 1)[0].splitlines()
     shown = [line.strip()[2:] for line in lines if line.strip().startswith("# ")]
     assert shown[0] == repr(readme["generic"]["generate"])

@@ -235,7 +235,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--order", default=None, choices=["hf", "vllm", "llama.cpp"])
     g.add_argument("--threads", type=int, default=None)
     g.add_argument("--dtype", default=None, choices=list(_core.WEIGHT_DTYPES),
-                   help="weights as load(dtype=...) keeps them (default: float32; int8 for a block-quantized GGUF)")
+                   help="weights as load(dtype=...) keeps them (default: load()'s: float32, or a GGUF file's "
+                        "native dtype, such as int4 for 4-bit blocks)")
     g.add_argument("--cache-dtype", dest="cache_dtype", default="float32", choices=list(_core.KV_DTYPES),
                    help="KV cache, as new_cache(dtype=...) (default float32)")
     g.set_defaults(func=_generate)

@@ -183,9 +183,10 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
     """Load a model: a Hugging Face folder, a GGUF file, a llama2.c checkpoint, or a model by name.
 
     The path may be a Hugging Face folder (config.json + safetensors), or a folder holding one GGUF
-    file and no config.json, a GGUF file (llama or gpt2;
-    F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K tensors, its byte-level BPE
-    tokenizer) or a llama2.c ``.bin`` checkpoint; or the name of a built-in model (``BUILTIN``:
+    file and no config.json, a GGUF file (the architectures of
+    ``decodelab.formats.gguf.model.ARCHITECTURES``; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+    Q4_K, Q5_K and Q6_K tensors; its gpt2-type BPE, llama-type SentencePiece or gemma4 tokenizer)
+    or a llama2.c ``.bin`` checkpoint; or the name of a built-in model (``BUILTIN``:
     "stories260K"), or a Hugging Face repo id ("org/name") fetched through huggingface_hub when it
     is installed and the files are reachable or cached. A name that is also an existing path means
     the path.
@@ -222,8 +223,8 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
             core this process may run on, less those other programs keep busy at the time (looked
             at every 20 ms: a step spread over a core that another program also wants waits for it
             at every parallel region; ``benchmarks/bench_busy.py``); a number fixes the count.
-        tokenizer: a Tokenizer, or the path of a folder, a tokenizer.json or a llama2.c tokenizer
-            .bin, overriding the tokenizer found beside the weights; None (the default) uses the one
+        tokenizer: a Tokenizer, or the path of a folder, a tokenizer.json, a GGUF file or a llama2.c
+            tokenizer .bin (as ``decodelab.text.load_tokenizer`` reads them), overriding the tokenizer found beside the weights; None (the default) uses the one
             found there (a model without one takes token ids only).
         zero_copy: with fp32, the linear layers and the head are by default (False) copied once
             from the file mapping into memory in huge pages, where a decode step reads them 10-20 %

@@ -633,7 +633,7 @@ def _folder_chat_template(folder: str) -> Optional[str]:
     return tpl
 
 
-def find_tokenizer(folder: str, vocab_size: int) -> Optional[Tokenizer]:
+def find_tokenizer(folder: str, vocab_size: Optional[int]) -> Optional[Tokenizer]:
     """The tokenizer of a model folder, or None where it has no tokenizer files.
 
     Looks for tokenizer.json (with the chat template of chat_template.jinja or
@@ -642,13 +642,15 @@ def find_tokenizer(folder: str, vocab_size: int) -> Optional[Tokenizer]:
 
     Args:
         folder: the model folder.
-        vocab_size: the model's vocabulary size: how many tokens a llama2.c .bin holds (unused for the others).
+        vocab_size: the model's vocabulary size: how many tokens a llama2.c .bin holds; needed where
+            the folder's tokenizer is one, unused for the others.
 
     Returns:
         The tokenizer, or None.
 
     Raises:
-        ValueError: if a file is there but cannot be read (the message names the file).
+        ValueError: if a file is there but cannot be read (the message names the file), or the
+            folder's tokenizer is a llama2.c .bin and vocab_size is None.
 
     Examples:
         >>> from decodelab.testing import write_checkpoint
@@ -671,11 +673,18 @@ def find_tokenizer(folder: str, vocab_size: int) -> Optional[Tokenizer]:
     for name in ("tokenizer.bin", f"tok{vocab_size}.bin"):
         p = os.path.join(folder, name)
         if os.path.exists(p):
-            return Llama2cTokenizer(p, vocab_size)
+            return _llama2c(p, vocab_size)
     return None
 
 
-def load_tokenizer(path: str, vocab_size: int) -> Tokenizer:
+def _llama2c(path: str, vocab_size: Optional[int]) -> "Llama2cTokenizer":
+    if vocab_size is None:
+        raise ValueError(f"{path} is read as a llama2.c tokenizer.bin, which needs vocab_size (the model's "
+                         "vocabulary size); got None")
+    return Llama2cTokenizer(path, vocab_size)
+
+
+def load_tokenizer(path: str, vocab_size: Optional[int] = None) -> Tokenizer:
     """A tokenizer from an explicit path: a folder, tokenizer.json, a GGUF file, or a llama2.c .bin.
 
     A folder is searched as ``find_tokenizer`` does; a file ending in .json is read as tokenizer.json,
@@ -684,14 +693,16 @@ def load_tokenizer(path: str, vocab_size: int) -> Tokenizer:
 
     Args:
         path: a model folder, a tokenizer.json file, a GGUF file or a llama2.c tokenizer .bin file.
-        vocab_size: the model's vocabulary size: how many tokens a llama2.c .bin holds (unused for the others).
+        vocab_size: the model's vocabulary size: how many tokens a llama2.c .bin holds; needed for
+            one (a folder holding one included), unused for the others.
 
     Returns:
         The tokenizer.
 
     Raises:
         FileNotFoundError: if the path does not exist, or the folder has no tokenizer files.
-        ValueError: if the file cannot be read as that kind of tokenizer (the message names the file).
+        ValueError: if the file cannot be read as that kind of tokenizer (the message names the file),
+            or a llama2.c .bin is given without vocab_size.
 
     Examples:
         >>> from decodelab.text import load_tokenizer
@@ -716,7 +727,7 @@ def load_tokenizer(path: str, vocab_size: int) -> Tokenizer:
         magic = f.read(4)
     if magic in FILE_READERS:
         return FILE_READERS[magic](path)
-    return Llama2cTokenizer(path, vocab_size)
+    return _llama2c(path, vocab_size)
 
 
 # File magic -> a function that reads the file's tokenizer: filled in by the format modules above
