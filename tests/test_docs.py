@@ -120,5 +120,6 @@ def test_site_in_a_browser(site):
             browser.close()
     finally:
         server.shutdown()
+        server.server_close()
     assert not outside, f"requests outside the site: {outside[:5]}"
     assert not errors, f"console errors: {errors[:5]}"
