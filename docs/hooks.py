@@ -197,7 +197,7 @@ def ratio_svg(ratios):
     import matplotlib.pyplot as plt
 
     measures = [h for _, h in COLUMNS[:3]]
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(ratios) + 1.5))
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(ratios) + 2))
     h = 0.8 / len(measures)
     for j, m in enumerate(measures):
         ys = [i + j * h for i in range(len(ratios))]
@@ -206,7 +206,7 @@ def ratio_svg(ratios):
     ax.set_yticks([i + h for i in range(len(ratios))], [m for m, _ in ratios])
     ax.invert_yaxis()
     ax.set_xlabel("decodelab / llama.cpp (higher is faster for decodelab)")
-    ax.legend(loc="lower right")
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(measures), frameon=False)
     fig.tight_layout()
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata={"Date": None})
@@ -220,22 +220,24 @@ def benchmarks_page():
              "site was built. Each engine ran in its own process on the same host with the same threads;",
              "compare rows only within one table (one run). How to run them: the",
              "[performance guide](guide/performance.md).", ""]
-    ratios = []
+    ratios = {}  # model -> ratios; a later file's rerun of a model replaces the earlier row
     for name, title in SPEED_FILES:
         path = os.path.join(RESULTS, name)
         if not os.path.exists(path):
             continue
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-        ratios += llama_cpp_ratios(data) if name != "bench_speed.json" else []
+        if name != "bench_speed.json":
+            ratios.update(llama_cpp_ratios(data))
         host = data.get("host", {})
         parts += [f"## {title}", "",
                   f"`{name}`: {host.get('cpu', 'unknown CPU')}, {host.get('cpus_available', '?')} cores, "
                   f"command `python {' '.join(data.get('argv', []))}`.", "", speed_table(data), ""]
     if ratios:
-        parts[6:6] = ["## Ratios against llama.cpp", "",
-                      "![decodelab against llama.cpp, prompt, decode and 16 sequences](benchmarks-ratios.svg)", ""]
-    return "\n".join(parts) + "\n", (ratio_svg(ratios) if ratios else None)
+        at = parts.index("") + 1 + parts[parts.index("") + 1:].index("") + 1  # after the opening paragraph
+        parts[at:at] = ["## Ratios against llama.cpp", "",
+                        "![decodelab against llama.cpp, prompt, decode and 16 sequences](benchmarks-ratios.svg)", ""]
+    return "\n".join(parts) + "\n", (ratio_svg(list(ratios.items())) if ratios else None)
 
 
 # ---------------------------------------------------------------------------------------------
