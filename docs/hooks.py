@@ -3,11 +3,9 @@ lessons from notebooks/ (executed here, or taken already executed from DECODELAB
 the benchmarks page from benchmarks/results/, and MathJax copied from jupyter-server-mathjax so
 that the site loads nothing from outside itself."""
 import hashlib
-import importlib
 import io
 import json
 import os
-import pkgutil
 import shutil
 import tempfile
 
@@ -24,33 +22,51 @@ RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
 
 def public_modules():
-    """Every importable decodelab module without a private part, parents before children."""
-    import decodelab
+    """Every decodelab module without a private part, parents first, read statically by griffe (as
+    mkdocstrings reads them): no module is imported, so optional dependencies need not be there."""
+    import griffe
 
-    names = ["decodelab"] + [m.name for m in pkgutil.walk_packages(decodelab.__path__, "decodelab.")]
-    names = [n for n in names if not any(p.startswith("_") for p in n.split(".")[1:])]
-    # Compatibility aliases (deprecated old paths) are modules whose __name__ is another path.
-    mods = [importlib.import_module(n) for n in names]
-    return [m for m in mods if m.__name__ in names and hasattr(m, "__all__")]
+    pkg = griffe.load("decodelab", search_paths=[os.path.join(ROOT, "python")], allow_inspection=False)
+
+    def walk(m):
+        yield m
+        for sub in m.members.values():
+            if not sub.is_alias and sub.is_module:
+                yield from walk(sub)
+
+    mods = [m for m in walk(pkg) if not any(p.startswith("_") for p in m.path.split(".")[1:])]
+    return sorted(mods, key=lambda m: m.path)
 
 
-def exported_above(module, name):
+def _exports(module):
+    return [str(n) for n in (module.exports or [])]
+
+
+def _canonical(member):
+    return member.target_path if member.is_alias else member.path
+
+
+def exported_above(module, name, by_path):
     """Whether a parent package exports the same object under the same name."""
-    obj = getattr(module, name)
-    parts = module.__name__.split(".")
+    target = _canonical(module.members[name])
+    parts = module.path.split(".")
     for i in range(len(parts) - 1, 0, -1):
-        parent = importlib.import_module(".".join(parts[:i]))
-        if name in getattr(parent, "__all__", ()) and getattr(parent, name, None) is obj:
+        parent = by_path[".".join(parts[:i])]
+        if name in _exports(parent) and name in parent.members and _canonical(parent.members[name]) == target:
             return True
     return False
 
 
-def documented_names(module):
+def documented_names(module, by_path):
     """The names of module.__all__ that its own page documents (not modules, not re-exports)."""
     out = []
-    for name in module.__all__:
-        obj = getattr(module, name)
-        if type(obj).__name__ == "module" or exported_above(module, name):
+    for name in _exports(module):
+        if name not in module.members:
+            raise ValueError(f"{module.path}.__all__ names {name!r}, which the module does not define")
+        member = module.members[name]
+        if (not member.is_alias and member.is_module) or by_path.get(_canonical(member)) is not None:
+            continue  # a module: it has its own section
+        if exported_above(module, name, by_path):
             continue
         out.append(name)
     return out
@@ -60,8 +76,10 @@ def api_pages():
     """{page path: markdown} for the API reference, and the nav entries in order."""
     pages, nav = {}, []
     groups = {}
-    for m in public_modules():
-        parts = m.__name__.split(".")
+    mods = public_modules()
+    by_path = {m.path: m for m in mods}
+    for m in mods:
+        parts = m.path.split(".")
         top = "decodelab" if len(parts) == 1 else ".".join(parts[:2])
         groups.setdefault(top, []).append(m)
     for top, mods in groups.items():
@@ -69,9 +87,9 @@ def api_pages():
         for m in mods:
             # Every module shows its docstring; a module whose names are all re-exported above
             # shows nothing more.
-            names = documented_names(m)
+            names = documented_names(m, by_path)
             members = "".join(f"\n          - {n}" for n in names) if names else " false"
-            sections.append(f"::: {m.__name__}\n    options:\n      members:{members}\n")
+            sections.append(f"::: {m.path}\n    options:\n      members:{members}\n")
         path = f"api/{top}.md"
         pages[path] = f"# {top}\n\n" + "\n".join(sections)
         nav.append({top: path})
