@@ -9,30 +9,18 @@
 
 namespace {
 
-// 12 independent vpdpbusd ymm per step: 12 x 32 multiply-adds.
+// 12 independent vpdpbusd per step on R-registers ("ymm": 12 x 32 multiply-adds, "zmm": 12 x 64).
+#define DPBUSD2(R, A, B) "vpdpbusd %%" R "13, %%" R "12, %%" R #A "\n vpdpbusd %%" R "13, %%" R "12, %%" R #B "\n"
+#define DPBUSD12(R) \
+  DPBUSD2(R, 0, 1) DPBUSD2(R, 2, 3) DPBUSD2(R, 4, 5) DPBUSD2(R, 6, 7) DPBUSD2(R, 8, 9) DPBUSD2(R, 10, 11)
+#define CLOBBERS "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11"
+
 void vnni256(long steps) {
-  for (long k = 0; k < steps; ++k)
-    asm volatile(
-        "vpdpbusd %%ymm13, %%ymm12, %%ymm0\n vpdpbusd %%ymm13, %%ymm12, %%ymm1\n"
-        "vpdpbusd %%ymm13, %%ymm12, %%ymm2\n vpdpbusd %%ymm13, %%ymm12, %%ymm3\n"
-        "vpdpbusd %%ymm13, %%ymm12, %%ymm4\n vpdpbusd %%ymm13, %%ymm12, %%ymm5\n"
-        "vpdpbusd %%ymm13, %%ymm12, %%ymm6\n vpdpbusd %%ymm13, %%ymm12, %%ymm7\n"
-        "vpdpbusd %%ymm13, %%ymm12, %%ymm8\n vpdpbusd %%ymm13, %%ymm12, %%ymm9\n"
-        "vpdpbusd %%ymm13, %%ymm12, %%ymm10\n vpdpbusd %%ymm13, %%ymm12, %%ymm11\n" ::
-            : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11");
+  for (long k = 0; k < steps; ++k) asm volatile(DPBUSD12("ymm")::: CLOBBERS);
 }
 
-// The same with zmm: 12 x 64.
 void vnni512(long steps) {
-  for (long k = 0; k < steps; ++k)
-    asm volatile(
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm0\n vpdpbusd %%zmm13, %%zmm12, %%zmm1\n"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm2\n vpdpbusd %%zmm13, %%zmm12, %%zmm3\n"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm4\n vpdpbusd %%zmm13, %%zmm12, %%zmm5\n"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm6\n vpdpbusd %%zmm13, %%zmm12, %%zmm7\n"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm8\n vpdpbusd %%zmm13, %%zmm12, %%zmm9\n"
-        "vpdpbusd %%zmm13, %%zmm12, %%zmm10\n vpdpbusd %%zmm13, %%zmm12, %%zmm11\n" ::
-            : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11");
+  for (long k = 0; k < steps; ++k) asm volatile(DPBUSD12("zmm")::: CLOBBERS);
 }
 
 // AVX2: 6 chains of pmaddubsw (u8 x s8 pairs to int16), pmaddwd against ones, paddd: 6 x 32.
@@ -47,7 +35,7 @@ void avx2(long steps) {
         "vpmaddwd %%ymm14, %%ymm10, %%ymm10\n vpmaddwd %%ymm14, %%ymm11, %%ymm11\n"
         "vpaddd %%ymm6, %%ymm0, %%ymm0\n vpaddd %%ymm7, %%ymm1, %%ymm1\n vpaddd %%ymm8, %%ymm2, %%ymm2\n"
         "vpaddd %%ymm9, %%ymm3, %%ymm3\n vpaddd %%ymm10, %%ymm4, %%ymm4\n vpaddd %%ymm11, %%ymm5, %%ymm5\n" ::
-            : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11");
+            : CLOBBERS);
 }
 
 // Best multiply-adds per second of body(steps) on every thread, over 5 runs.
