@@ -271,7 +271,9 @@ def on_config(config):
     nav = config["nav"]
     api_nav = api_pages()[1]
     at = next(i for i, e in enumerate(nav) if "Benchmarks" in e)
-    nav[at:at] = [{"Lessons": [{lesson_title(p): f"lessons/{os.path.basename(p)}"} for p in _lessons]},
+    lessons = [{"Overview and course path": "lessons/index.md"}]
+    lessons += [{lesson_title(p): f"lessons/{os.path.basename(p)}"} for p in _lessons]
+    nav[at:at] = [{"Lessons": lessons},
                   {"API reference": api_nav}]
     return config
 
@@ -282,6 +284,8 @@ def on_files(files, config):
     pages, _ = api_pages()
     for path, text in pages.items():
         files.append(File.generated(config, path, content=text))
+    with open(os.path.join(NOTEBOOKS, "README.md"), encoding="utf-8") as f:  # the lessons' index
+        files.append(File.generated(config, "lessons/index.md", content=f.read().replace("# Notebooks", "# Lessons", 1)))
     _lessons_dir = executed_lessons_dir()
     # mkdocs-jupyter reads notebooks from disk, so the lessons are files in a folder laid out as
     # docs/ would be: lessons/NAME.ipynb.
