@@ -291,3 +291,18 @@ def test_rope_past_the_table_matches_full_forward(tmp_path):
     steps = np.stack([m.decode(t, cache) for t in ids[8188:]])
     np.testing.assert_allclose(steps, full[8188:], rtol=0, atol=1e-4)
     assert not np.allclose(full[8195], full[8196])
+
+
+def test_attentions_are_checked_and_held_to_the_memory_budget(monkeypatch):
+    """forward(attentions=...) takes a bool, refuses a plan over the memory budget by name, and the
+    binding refuses a cache that already holds positions."""
+    model = decodelab.load("stories260K")
+    with pytest.raises(ValueError, match="attentions must be True or False"):
+        model.forward([1, 2], attentions=1)
+    monkeypatch.setenv("DECODELAB_MEMORY_BUDGET", str(10_000))
+    with pytest.raises(ValueError, match=r"attentions=True over 40 tokens \(5 layers x 8 heads\)"):
+        model.forward(list(range(1, 41)), attentions=True)
+    cache = model._engine.new_cache(8, "float32", False)
+    model._engine.forward(np.asarray([1, 2], dtype=np.int64), cache, True)
+    with pytest.raises(ValueError, match="need an empty cache"):
+        model._engine.forward_hidden(np.asarray([3], dtype=np.int64), cache, True)

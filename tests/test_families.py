@@ -313,3 +313,25 @@ def test_gemma_soft_caps_windows_and_local_rope_are_applied(tmp_path_factory):
     assert g3.config.sliding_window == (24, 0, 24) and g3.config.qk_norm
     same_base = decodelab.load(_folder(tmp_path_factory, "gemma3-tiny", rope_local_base_freq=1000000.0))
     assert np.abs(same_base.forward(ids) - g3.forward(ids)).max() > 1e-3
+
+
+@pytest.mark.parametrize("shape", ["llama-tiny", "qwen3-tiny", "mistral-tiny", "phi3-tiny", "pythia-tiny",
+                                   "gpt2-tiny", "gemma2-tiny", "gemma3-tiny"])
+def test_attention_probabilities_equal_transformers(tmp_path_factory, shape):
+    """forward(attentions=True) against transformers' output_attentions (eager) over 40 positions:
+    grouped-query heads expanded, Qwen3's q/k norms, Gemma's scale, soft cap and 24-position windows."""
+    import torch
+
+    from reference import hf_model
+
+    folder = _folder(tmp_path_factory, shape)
+    ours, ref = decodelab.load(folder), hf_model(folder)
+    ids = _prompt(ours.config.vocab_size, 40)
+    logits, att = ours.forward(ids, attentions=True)
+    with torch.no_grad():
+        want = ref(torch.tensor([ids]), output_attentions=True).attentions
+    assert len(att) == len(want) == ours.config.n_layers
+    for layer, (a, w) in enumerate(zip(att, want)):
+        assert a.shape == tuple(w.shape[1:]), layer
+        assert np.abs(a - w[0].numpy()).max() <= 1e-5, (layer, np.abs(a - w[0].numpy()).max())
+    np.testing.assert_array_equal(logits, ours.forward(ids))  # the logits do not change

@@ -119,25 +119,30 @@ void register_engine(py::module_& m) {
       .def(
           "forward_hidden",
           [](const Transformer& e, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& tokens,
-             KVCache& cache) {
+             KVCache& cache, bool attentions) {
             std::vector<int32_t> ids = to_ids(tokens);
             KVCache::Use use(cache);
             Transformer::Activity busy(e);
             e.check_tokens(ids.data(), static_cast<int>(ids.size()), cache);
             const auto T = static_cast<py::ssize_t>(ids.size());
+            const auto L = static_cast<py::ssize_t>(e.config().n_layers);
             py::array_t<float> logits({T, static_cast<py::ssize_t>(e.config().vocab_size)});
-            py::array_t<float> hidden({static_cast<py::ssize_t>(e.config().n_layers + 1), T,
-                                       static_cast<py::ssize_t>(e.config().dim)});
+            py::array_t<float> hidden({L + 1, T, static_cast<py::ssize_t>(e.config().dim)});
+            py::array_t<float> probs(attentions ? std::vector<py::ssize_t>{L, e.config().n_heads, T, T}
+                                                : std::vector<py::ssize_t>{0});
             float* lg = logits.mutable_data();
             float* hd = hidden.mutable_data();
+            float* pr = attentions ? probs.mutable_data() : nullptr;
             without_gil([&] {
-              e.forward_hidden(ids.data(), static_cast<int>(ids.size()), cache, lg, hd);
+              e.forward_hidden(ids.data(), static_cast<int>(ids.size()), cache, lg, hd, pr);
               return 0;
             });
-            return py::make_tuple(logits, hidden);
+            if (attentions) return py::tuple(py::make_tuple(logits, hidden, probs));
+            return py::tuple(py::make_tuple(logits, hidden));
           },
-          py::arg("tokens"), py::arg("cache"),
-          "forward() with all logits and the residual stream: (logits (T, vocab), hidden (layers + 1, T, dim)).")
+          py::arg("tokens"), py::arg("cache"), py::arg("attentions") = false,
+          "forward() with all logits and the residual stream: (logits (T, vocab), hidden (layers + 1, T, dim));\n"
+          "attentions=True (an empty cache) adds each layer's attention probabilities (layers, heads, T, T).")
       .def(
           "head",
           [](const Transformer& e, const py::array_t<float, py::array::c_style | py::array::forcecast>& hidden) {

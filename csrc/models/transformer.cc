@@ -1,4 +1,5 @@
 #include "decodelab/transformer.h"
+#include "decodelab/attention_probs.h"
 
 #include "decodelab/busy_cores.h"
 #include "decodelab/op_profile.h"
@@ -536,12 +537,16 @@ void Transformer::forward(const int32_t* tokens, int T, KVCache& cache, float* l
   run(tokens, T, &c, &T, 1, logits, all_logits, ws.get());
 }
 
-void Transformer::forward_hidden(const int32_t* tokens, int T, KVCache& cache, float* logits, float* hidden) const {
+void Transformer::forward_hidden(const int32_t* tokens, int T, KVCache& cache, float* logits, float* hidden,
+                                 float* attentions) const {
   check_tokens(tokens, T, cache);
+  if (attentions && cache.length() != 0)
+    throw std::invalid_argument("attention probabilities need an empty cache (positions from 0), got one holding " +
+                                std::to_string(cache.length()) + " positions");
   cache.prepare_append(T);
   KVCache* c = &cache;
   WorkspaceLease ws(*this);
-  run(tokens, T, &c, &T, 1, logits, true, ws.get(), hidden);
+  run(tokens, T, &c, &T, 1, logits, true, ws.get(), hidden, attentions);
 }
 
 void Transformer::head(const float* hidden, int R, float* logits) const {
@@ -579,7 +584,7 @@ void Transformer::decode_batch(const int32_t* tokens, int B, KVCache* const* cac
 // continuing caches[s]. Linear layers run on all rows at once (the weights are read once for the
 // batch); RoPE, the cache writes and attention run per segment at its own positions.
 void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, const int* rows, int n_seg,
-                      float* logits, bool all_logits, Workspace& ws, float* hidden) const {
+                      float* logits, bool all_logits, Workspace& ws, float* hidden, float* attentions) const {
   // One thread count for the whole pass: the scratch below is sized for it.
   const int n_threads = threads_now();
   omp_set_num_threads(n_threads);
@@ -705,6 +710,9 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
       const int* table = caches[s]->block_table().data();
       store_kv(ks, vs, pool, table, li, rows[s], p0[s]);
       if (timed) clk.mark(Op::KvStore);
+      if (attentions)  // one segment from position 0 (forward_hidden checks): its own keys are all
+        attention_probabilities(qs, ks, rows[s], NH, KVH, HD, AttentionOptions{window, cfg_.attn_scale, cfg_.attn_softcap},
+                                attentions + static_cast<size_t>(li) * NH * rows[s] * rows[s]);
       attention_paged(qs, pool, table, li, rows[s], p0[s], NH, ws.att.data() + static_cast<size_t>(first[s]) * QD,
                       threads, AttentionOptions{window, cfg_.attn_scale, cfg_.attn_softcap});
       if (timed) clk.mark(Op::Attention);

@@ -210,23 +210,32 @@ class Model:
         """
         return {p["dtype"]: p for p in self._engine.pool_stats()}
 
-    def forward(self, token_ids: Sequence[int], hidden_states: bool = False):
+    def forward(self, token_ids: Sequence[int], hidden_states: bool = False, attentions: bool = False):
         """Full logits of every position, computed without a persistent cache.
 
         Args:
             token_ids: token ids (ints in [0, vocab_size)) or text, 1 to the context window's tokens.
             hidden_states: True also returns the residual stream; False (the default) only logits.
+            attentions: True also returns each layer's attention probabilities, as transformers'
+                ``output_attentions=True`` with eager attention; False (the default) does not.
 
         Returns:
             The logits, shape (len, vocab), float32. With ``hidden_states=True``,
             ``(logits, hidden_states)``: a list of n_layers + 1 arrays of shape (len, hidden_size),
             the embeddings and each layer's output before the final norm (as transformers'
-            ``output_hidden_states``, whose last entry is after the norm instead).
+            ``output_hidden_states``, whose last entry is after the norm instead). With
+            ``attentions=True``, ``(logits, attentions)``, or ``(logits, hidden_states,
+            attentions)`` with both: a list of n_layers arrays of shape (n_heads, len, len), row i
+            of head h the probabilities with which position i reads each position (zero after i
+            and outside a sliding window; query heads that share a key head in grouped-query
+            attention each have their own row, as transformers shows them). They are computed
+            in fp32 beside the engine's own attention, from the same queries and keys.
 
         Raises:
             ValueError: the tokens are empty, longer than the context window or outside the
-                vocabulary, text is given to a model without a tokenizer, or ``hidden_states`` is
-                not a bool.
+                vocabulary, text is given to a model without a tokenizer, ``hidden_states`` or
+                ``attentions`` is not a bool, or the attention probabilities (4 x n_layers x
+                n_heads x len x len bytes) exceed ``decodelab.options.memory_budget()``.
 
         Examples:
             >>> model = decodelab.load("stories260K")
@@ -237,15 +246,27 @@ class Model:
             >>> logits, hidden = model.forward(ids, hidden_states=True)
             >>> len(hidden), hidden[0].shape
             (6, (5, 64))
+            >>> logits, att = model.forward(ids, attentions=True)
+            >>> len(att), att[0].shape, bool(np.allclose(att[0].sum(-1), 1))
+            (5, (8, 5, 5), True)
         """
         ids = self._ids(token_ids)
-        if not isinstance(hidden_states, bool):
-            raise ValueError(f"hidden_states must be True or False, got {hidden_states!r}")
+        for name, v in (("hidden_states", hidden_states), ("attentions", attentions)):
+            if not isinstance(v, bool):
+                raise ValueError(f"{name} must be True or False, got {v!r}")
+        if attentions:
+            c = self.config
+            options.check_budget(f"attentions=True over {len(ids)} tokens ({c.n_layers} layers x {c.n_heads} heads)",
+                                 4.0 * c.n_layers * c.n_heads * len(ids) ** 2)
         cache = self._engine.new_cache(len(ids), "float32", False)
-        if not hidden_states:
+        if not hidden_states and not attentions:
             return self._engine.forward(np.asarray(ids, dtype=np.int64), cache, True)
-        logits, hidden = self._engine.forward_hidden(np.asarray(ids, dtype=np.int64), cache)
-        return logits, list(hidden)
+        out = self._engine.forward_hidden(np.asarray(ids, dtype=np.int64), cache, attentions)
+        logits, hidden = out[0], list(out[1])
+        if not attentions:
+            return logits, hidden
+        att = list(out[2])
+        return (logits, hidden, att) if hidden_states else (logits, att)
 
     def score(self, prompt: Union[str, Sequence[int]], continuation: Union[str, Sequence[int]], *,
               sampler=None) -> "scoring.Score":

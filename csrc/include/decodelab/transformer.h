@@ -70,8 +70,11 @@ class Transformer {
   // Throws, leaving the cache as it was, when the tokens do not fit or are out of range.
   void forward(const int32_t* tokens, int T, KVCache& cache, float* logits, bool all_logits) const;
   // forward() with all logits, also writing the residual stream into hidden: (n_layers + 1) x T x
-  // dim floats, the embeddings first, then each layer's output (before the final norm).
-  void forward_hidden(const int32_t* tokens, int T, KVCache& cache, float* logits, float* hidden) const;
+  // dim floats, the embeddings first, then each layer's output (before the final norm); and, where
+  // attentions is not null (the cache then must be empty), each layer's attention probabilities:
+  // n_layers x n_heads x T x T floats (attention_probs.h).
+  void forward_hidden(const int32_t* tokens, int T, KVCache& cache, float* logits, float* hidden,
+                      float* attentions = nullptr) const;
   // The final norm and the output head on R rows of the residual stream (a logit lens).
   void head(const float* hidden, int R, float* logits) const;
 
@@ -127,7 +130,7 @@ class Transformer {
   void rope_rows(int p0, int T, float* cos_out, float* sin_out, int seq_len = 0, bool local = false) const;
   std::vector<Linear*> layer_linears();  // every layer's linear layers present in this architecture
   void run(const int32_t* tokens, int R, KVCache* const* caches, const int* rows, int n_seg, float* logits,
-           bool all_logits, Workspace& ws, float* hidden = nullptr) const;
+           bool all_logits, Workspace& ws, float* hidden = nullptr, float* attentions = nullptr) const;
   // A profiled pass's weight bytes, multiply-adds and cache reads (decodelab/op_profile.h).
   void record_pass(OpClock& clk, int R, KVCache* const* caches, const int* rows, int n_seg, bool all_logits) const;
 
