@@ -19,8 +19,6 @@ import tempfile
 
 import numpy as np
 
-from decodelab._native import _core
-
 HERE = pathlib.Path(__file__).resolve().parent
 # (in, out) of one Qwen2.5-1.5B layer's products: q, k, v, o, gate, up, down.
 QWEN15_LAYER = [(1536, 1536), (1536, 256), (1536, 256), (1536, 1536), (1536, 8960), (1536, 8960), (8960, 1536)]
@@ -50,7 +48,9 @@ def main():
     a = ap.parse_args()
     if a.rows < 1 or a.threads < 1 or a.rounds < 1:
         ap.error(f"--rows, --threads and --rounds must be >= 1, got {a.rows}, {a.threads}, {a.rounds}")
-    os.environ["OMP_NUM_THREADS"] = str(a.threads)
+    os.environ["OMP_NUM_THREADS"] = str(a.threads)  # read when the core's OpenMP runtime loads, below
+    from decodelab._native import _core
+
     p = peak(a.threads)
     best_peak = max(v for k, v in p.items() if k.endswith("_gmac_s"))
     rng = np.random.default_rng(0)

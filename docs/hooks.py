@@ -129,24 +129,29 @@ def execute_lesson(path):
     return nb
 
 
-def executed_lessons_dir():
-    """A folder holding every lesson executed: DECODELAB_DOCS_NOTEBOOKS where set (the test
-    suite's notebook run), else a new temporary folder filled here."""
+def lessons_folder():
+    """A new temporary folder laid out as docs/ would hold the lessons, lessons/NAME.ipynb, each
+    executed: copied from DECODELAB_DOCS_NOTEBOOKS where set (the test suite's notebook run, left
+    as it is), else run here. mkdocs-jupyter reads notebooks from disk, hence files."""
     given = os.environ.get("DECODELAB_DOCS_NOTEBOOKS")
     if given:
         missing = [p for p in lesson_paths() if not os.path.exists(os.path.join(given, os.path.basename(p)))]
         if missing:
             raise ValueError(f"DECODELAB_DOCS_NOTEBOOKS={given!r} lacks {', '.join(map(os.path.basename, missing))}")
-        return given
     import nbformat
 
     out = tempfile.mkdtemp(prefix="decodelab-lessons-")
+    os.makedirs(os.path.join(out, "lessons"))
     for p in lesson_paths():
+        dst = os.path.join(out, "lessons", os.path.basename(p))
+        if given:
+            shutil.copyfile(os.path.join(given, os.path.basename(p)), dst)
+            continue
         with open(p, "rb") as f:
             key = hashlib.sha256(f.read()).hexdigest()
         if key not in _executed:
             _executed[key] = nbformat.writes(execute_lesson(p))
-        with open(os.path.join(out, os.path.basename(p)), "w", encoding="utf-8") as f:
+        with open(dst, "w", encoding="utf-8") as f:
             f.write(_executed[key])
     return out
 
@@ -233,11 +238,12 @@ def ratio_svg(ratios):
 
 
 def benchmarks_page():
-    parts = ["# Benchmarks", "",
+    intro = ["# Benchmarks", "",
              "The latest runs of `benchmarks/bench_speed.py`, read from `benchmarks/results/` when this",
              "site was built. Each engine ran in its own process on the same host with the same threads;",
              "compare rows only within one table (one run). How to run them: the",
              "[performance guide](guide/performance.md).", ""]
+    tables = []
     ratios = {}  # model -> ratios; a later file's rerun of a model replaces the earlier row
     for name, title in SPEED_FILES:
         path = os.path.join(RESULTS, name)
@@ -248,14 +254,13 @@ def benchmarks_page():
         if name != "bench_speed.json":
             ratios.update(llama_cpp_ratios(data))
         host = data.get("host", {})
-        parts += [f"## {title}", "",
-                  f"`{name}`: {host.get('cpu', 'unknown CPU')}, {host.get('cpus_available', '?')} cores, "
-                  f"command `python {' '.join(data.get('argv', []))}`.", "", speed_table(data), ""]
-    if ratios:
-        at = parts.index("") + 1 + parts[parts.index("") + 1:].index("") + 1  # after the opening paragraph
-        parts[at:at] = ["## Ratios against llama.cpp", "",
-                        "![decodelab against llama.cpp, prompt, decode and 16 sequences](benchmarks-ratios.svg)", ""]
-    return "\n".join(parts) + "\n", (ratio_svg(list(ratios.items())) if ratios else None)
+        tables += [f"## {title}", "",
+                   f"`{name}`: {host.get('cpu', 'unknown CPU')}, {host.get('cpus_available', '?')} cores, "
+                   f"command `python {' '.join(data.get('argv', []))}`.", "", speed_table(data), ""]
+    plot = ["## Ratios against llama.cpp", "",
+            "![decodelab against llama.cpp, prompt, decode and 16 sequences](benchmarks-ratios.svg)", ""]
+    page = "\n".join(intro + (plot if ratios else []) + tables) + "\n"
+    return page, (ratio_svg(list(ratios.items())) if ratios else None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,36 +268,30 @@ def benchmarks_page():
 
 _lessons = []
 _lessons_dir = None
+_api = ({}, [])  # api_pages() of this build: made in on_config, used in on_files
 
 
 def on_config(config):
-    global _lessons
+    global _lessons, _api
     _lessons = lesson_paths()
+    _api = api_pages()
     nav = config["nav"]
-    api_nav = api_pages()[1]
     at = next(i for i, e in enumerate(nav) if "Benchmarks" in e)
     lessons = [{"Overview and course path": "lessons/index.md"}]
     lessons += [{lesson_title(p): f"lessons/{os.path.basename(p)}"} for p in _lessons]
-    nav[at:at] = [{"Lessons": lessons},
-                  {"API reference": api_nav}]
+    nav[at:at] = [{"Lessons": lessons}, {"API reference": _api[1]}]
     return config
 
 
 @event_priority(100)  # before mkdocs-jupyter's on_files, which turns .ipynb files into pages
 def on_files(files, config):
     global _lessons_dir
-    pages, _ = api_pages()
-    for path, text in pages.items():
+    for path, text in _api[0].items():
         files.append(File.generated(config, path, content=text))
     with open(os.path.join(NOTEBOOKS, "README.md"), encoding="utf-8") as f:  # the lessons' index
         files.append(File.generated(config, "lessons/index.md", content=f.read().replace("# Notebooks", "# Lessons", 1)))
-    _lessons_dir = executed_lessons_dir()
-    # mkdocs-jupyter reads notebooks from disk, so the lessons are files in a folder laid out as
-    # docs/ would be: lessons/NAME.ipynb.
-    lessons = os.path.join(_lessons_dir, "lessons")
-    os.makedirs(lessons, exist_ok=True)
+    _lessons_dir = lessons_folder()
     for p in _lessons:
-        shutil.copyfile(os.path.join(_lessons_dir, os.path.basename(p)), os.path.join(lessons, os.path.basename(p)))
         files.append(File(f"lessons/{os.path.basename(p)}", _lessons_dir, config["site_dir"], config["use_directory_urls"]))
     page, svg = benchmarks_page()
     files.append(File.generated(config, "benchmarks.md", content=page))
@@ -302,7 +301,7 @@ def on_files(files, config):
 
 
 def on_shutdown():
-    if _lessons_dir and not os.environ.get("DECODELAB_DOCS_NOTEBOOKS"):
+    if _lessons_dir:
         shutil.rmtree(_lessons_dir, ignore_errors=True)
 
 

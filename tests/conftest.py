@@ -5,6 +5,7 @@ written once per session into a temporary folder.
 """
 import os
 import signal
+import time
 
 import pytest
 
@@ -136,8 +137,11 @@ def executed_lessons(tmp_path_factory):
                 run(p)
             return str(folder)
         if path not in done:
+            t0 = time.perf_counter()
             done[path] = hooks.execute_lesson(path)
+            run.seconds[path] = time.perf_counter() - t0
             nbformat.write(done[path], str(folder / os.path.basename(path)))
         return done[path]
 
+    run.seconds = {}  # each lesson's execution time
     return run

@@ -1,6 +1,6 @@
 #include "decodelab/transformer.h"
-#include "decodelab/attention_probs.h"
 
+#include "decodelab/attention_probs.h"
 #include "decodelab/busy_cores.h"
 #include "decodelab/op_profile.h"
 
@@ -689,6 +689,7 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
     // enclosing parallel region then: a nested one would run on one thread).
     const bool per_seq = n_seg > 1 && R == n_seg;
     const int window = cfg_.sliding_window.empty() ? 0 : cfg_.sliding_window[li];
+    const AttentionOptions att_opt{window, cfg_.attn_scale, cfg_.attn_softcap};
     // timed: marks RoPE, the stores and attention apart (not inside a parallel loop over segments).
     auto attend = [&](int s, int threads, bool timed) {
       float* qs = q + static_cast<size_t>(first[s]) * QD;
@@ -711,10 +712,10 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
       store_kv(ks, vs, pool, table, li, rows[s], p0[s]);
       if (timed) clk.mark(Op::KvStore);
       if (attentions)  // one segment from position 0 (forward_hidden checks): its own keys are all
-        attention_probabilities(qs, ks, rows[s], NH, KVH, HD, AttentionOptions{window, cfg_.attn_scale, cfg_.attn_softcap},
+        attention_probabilities(qs, ks, rows[s], NH, KVH, HD, att_opt,
                                 attentions + static_cast<size_t>(li) * NH * rows[s] * rows[s]);
       attention_paged(qs, pool, table, li, rows[s], p0[s], NH, ws.att.data() + static_cast<size_t>(first[s]) * QD,
-                      threads, AttentionOptions{window, cfg_.attn_scale, cfg_.attn_softcap});
+                      threads, att_opt);
       if (timed) clk.mark(Op::Attention);
     };
     if (per_seq) {

@@ -224,8 +224,9 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
             at every 20 ms: a step spread over a core that another program also wants waits for it
             at every parallel region; ``benchmarks/bench_busy.py``); a number fixes the count.
         tokenizer: a Tokenizer, or the path of a folder, a tokenizer.json, a GGUF file or a llama2.c
-            tokenizer .bin (as ``decodelab.text.load_tokenizer`` reads them), overriding the tokenizer found beside the weights; None (the default) uses the one
-            found there (a model without one takes token ids only).
+            tokenizer .bin (as ``decodelab.text.load_tokenizer`` reads them), overriding the
+            tokenizer found beside the weights; None (the default) uses the one found there (a
+            model without one takes token ids only).
         zero_copy: with fp32, the linear layers and the head are by default (False) copied once
             from the file mapping into memory in huge pages, where a decode step reads them 10-20 %
             faster here (bf16 and int8 are converted copies anyway); True reads them from the

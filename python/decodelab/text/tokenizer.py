@@ -693,8 +693,8 @@ def load_tokenizer(path: str, vocab_size: Optional[int] = None) -> Tokenizer:
 
     Args:
         path: a model folder, a tokenizer.json file, a GGUF file or a llama2.c tokenizer .bin file.
-        vocab_size: the model's vocabulary size: how many tokens a llama2.c .bin holds; needed for
-            one (a folder holding one included), unused for the others.
+        vocab_size: the model's vocabulary size: how many tokens a llama2.c .bin holds; needed when
+            the path is one or the folder holds one, unused for the others.
 
     Returns:
         The tokenizer.
