@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 
@@ -112,16 +113,103 @@ def lesson_paths():
     return sorted(os.path.join(NOTEBOOKS, f) for f in os.listdir(NOTEBOOKS) if f.endswith(".ipynb"))
 
 
+# An exercise is three cells in a row: a code cell tagged "exercise" where the student writes the
+# answer (``...`` until then), a code cell tagged "check" that calls decodelab.testing.exercises.check,
+# and a markdown cell tagged "solution": a collapsed <details> block holding one ```python block.
+_SOLUTION = re.compile(r"<details>\s*<summary>[^<]*</summary>\s*```python\n(.*?)```\s*</details>\s*$", re.S)
+
+
+def lesson_exercises(nb):
+    """[(exercise index, check index, solution code)] of a lesson, in order; ValueError naming the
+    cell when the three cells are not as described above."""
+    out = []
+    for i, cell in enumerate(nb.cells):
+        tags = cell.metadata.get("tags", [])
+        if "exercise" not in tags:
+            if ("check" in tags or "solution" in tags) and not (out and i in (out[-1][0] + 1, out[-1][1] + 1)):
+                raise ValueError(f"cell {i}: a check or solution cell must follow an exercise cell")
+            continue
+        if i + 2 >= len(nb.cells) or cell.cell_type != "code" or "..." not in cell.source:
+            raise ValueError(f"cell {i}: an exercise is a code cell with ... for the answer, then a check and a solution")
+        check, solution = nb.cells[i + 1], nb.cells[i + 2]
+        if check.cell_type != "code" or "check" not in check.metadata.get("tags", []) or "check(" not in check.source:
+            raise ValueError(f"cell {i + 1}: the cell after an exercise must be a code cell tagged check calling check(...)")
+        m = _SOLUTION.search(solution.source)
+        if solution.cell_type != "markdown" or "solution" not in solution.metadata.get("tags", []) or not m:
+            raise ValueError(f"cell {i + 2}: the cell after a check must be a markdown cell tagged solution "
+                             "holding <details><summary>...</summary> and one ```python block")
+        out.append((i, i + 1, m.group(1)))
+    return out
+
+
+def with_solutions(nb):
+    """A copy of the lesson with each exercise cell's answer replaced by its worked solution (the
+    student's version kept in the cell's metadata for for_readers)."""
+    import copy
+
+    nb = copy.deepcopy(nb)
+    for i, _, code in lesson_exercises(nb):
+        nb.cells[i].metadata["decodelab_exercise"] = nb.cells[i].source
+        nb.cells[i].source = code.rstrip("\n")
+    return nb
+
+
+def for_readers(nb):
+    """An executed lesson as students see it: exercise cells back to ``...``, exercise and check
+    cells without outputs (the solutions' run stays a test, not a page)."""
+    import copy
+
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        if "decodelab_exercise" in cell.metadata:
+            cell.source = cell.metadata.pop("decodelab_exercise")
+        if cell.cell_type == "code" and {"exercise", "check"} & set(cell.metadata.get("tags", [])):
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def explanation_words(nb):
+    """Words of explanation in a lesson: runs of letters in its markdown cells, leaving out the
+    solutions, fenced and inline code, math, HTML tags and link targets."""
+    words = 0
+    for cell in nb.cells:
+        if cell.cell_type != "markdown" or "solution" in cell.metadata.get("tags", []):
+            continue
+        text = re.sub(r"```.*?```|\$\$.*?\$\$|\$[^$\n]+\$|`[^`\n]*`|<[^>\n]+>|\]\([^)\s]*\)", " ", cell.source, flags=re.S)
+        words += len(re.findall(r"[^\W\d_]+(?:['’-][^\W\d_]+)*", text))
+    return words
+
+
+def lesson_missing_models(path):
+    """The fetched models (decodelab.testing.fetched_model names) a lesson loads that
+    ../shared/models/fetch has not put in place; such a lesson cannot run here."""
+    import nbformat
+    from decodelab.testing import fetched_model
+
+    nb = nbformat.read(path, as_version=4)
+    names = re.findall(r"fetched_model\(\s*[\"']([^\"']+)[\"']", "\n".join(c.source for c in nb.cells if c.cell_type == "code"))
+    return sorted({n for n in names if fetched_model(n) is None})
+
+
 def execute_lesson(path):
-    """The notebook at `path` run top to bottom in its own folder, as a nbformat object. Widgets
+    """The notebook at `path` run top to bottom in its own folder with its exercises answered by
+    their solutions (which the check cells then judge, strictly), as a nbformat object. Widgets
     are dropped afterwards, their text kept: a static page cannot run them, and their scripts would
     come from a CDN."""
     import nbclient
     import nbformat
 
-    nb = nbformat.read(path, as_version=4)
-    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": os.path.dirname(path)}}).execute()
+    nb = with_solutions(nbformat.read(path, as_version=4))
+    before = os.environ.get("DECODELAB_EXERCISES")
+    os.environ["DECODELAB_EXERCISES"] = "solutions"  # the kernel inherits it
+    try:
+        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                                resources={"metadata": {"path": os.path.dirname(path)}}).execute()
+    finally:
+        if before is None:
+            os.environ.pop("DECODELAB_EXERCISES", None)
+        else:
+            os.environ["DECODELAB_EXERCISES"] = before
     nb.metadata.pop("widgets", None)
     for cell in nb.cells:
         for out in cell.get("outputs", []):
@@ -145,12 +233,12 @@ def lessons_folder():
     for p in lesson_paths():
         dst = os.path.join(out, "lessons", os.path.basename(p))
         if given:
-            shutil.copyfile(os.path.join(given, os.path.basename(p)), dst)
+            nbformat.write(for_readers(nbformat.read(os.path.join(given, os.path.basename(p)), as_version=4)), dst)
             continue
         with open(p, "rb") as f:
             key = hashlib.sha256(f.read()).hexdigest()
         if key not in _executed:
-            _executed[key] = nbformat.writes(execute_lesson(p))
+            _executed[key] = nbformat.writes(for_readers(execute_lesson(p)))
         with open(dst, "w", encoding="utf-8") as f:
             f.write(_executed[key])
     return out

@@ -1,8 +1,10 @@
 """Tools for tests: checkpoints of any shape (``checkpoints``), assertions that compare samplers
 (``assertions``), the corpus of real next-token logits (``corpus``), real text built offline
-(``texts``), the real GGUF files ``../shared/models/fetch`` downloads (``fetched``), helpers to parametrize a test over sampler orders and presets (``parametrize``), and
-llama.cpp beside decodelab on a GGUF file (``llama_cpp``, imported by name). The pytest plugin
-(``decodelab.pytest_plugin``) serves a model and the logits corpus as ``decodelab_*`` fixtures.
+(``texts``), the real GGUF files ``../shared/models/fetch`` downloads (``fetched``), helpers to
+parametrize a test over sampler orders and presets (``parametrize``), the check the lessons'
+exercises call (``exercises``, imported by name), and llama.cpp beside decodelab on a GGUF file
+(``llama_cpp``, imported by name). The pytest plugin (``decodelab.pytest_plugin``) serves a model
+and the logits corpus as ``decodelab_*`` fixtures.
 
 Examples:
     >>> import decodelab.testing
