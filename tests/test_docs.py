@@ -83,7 +83,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
                                             "is still built and its API entries checked")
 def test_site_in_a_browser(site):
     """Search for top_p, follow the result to the samplers page, see a lesson's figure and formula,
-    an API page and the benchmarks plot; nothing is fetched from outside the site and the console
+    open an exercise's collapsed solution, an API page and the benchmarks plot; nothing is fetched from outside the site and the console
     shows no error."""
     playwright = pytest.importorskip("playwright.sync_api", reason="playwright is a test extra")
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: _Quiet(*a, directory=str(site)))
@@ -112,6 +112,10 @@ def test_site_in_a_browser(site):
             figure.wait_for(timeout=30000)
             assert figure.evaluate("img => img.naturalWidth") > 100
             page.locator(".MathJax_Display").first.wait_for(timeout=30000)  # the formula, typeset
+            solution = page.locator("details:has(summary:text-is('Solution'))").first  # an exercise's
+            assert not solution.evaluate("d => d.open")  # worked solution starts collapsed
+            solution.locator("summary").click()
+            assert solution.evaluate("d => d.open") and solution.locator("pre").first.is_visible()
 
             page.goto(base + "api/decodelab.samplers/")
             page.locator("[id='decodelab.samplers.TopP']").wait_for(timeout=30000)

@@ -31,6 +31,17 @@ def solutions_mode() -> bool:
     return os.environ.get("DECODELAB_EXERCISES", "") == "solutions"
 
 
+def _unanswered(answer) -> bool:
+    """``...`` itself, or a tuple, list or dict with ``...`` somewhere in it."""
+    if answer is ...:
+        return True
+    if isinstance(answer, (list, tuple)):
+        return any(_unanswered(a) for a in answer)
+    if isinstance(answer, dict):
+        return any(_unanswered(a) for a in answer.values())
+    return False
+
+
 def _is_number(x) -> bool:
     return isinstance(x, (int, float, np.number)) and not isinstance(x, bool)
 
@@ -104,7 +115,8 @@ def check(label: str, answer: Any, expected: Any, *, rtol: float = 1e-4, atol: f
 
     Args:
         label: what the student sees first, e.g. ``"Exercise 2"``.
-        answer: the student's answer; ``...`` (Ellipsis) means not answered yet.
+        answer: the student's answer; ``...`` (Ellipsis), alone or inside a tuple, list or dict,
+            means not answered yet.
         expected: the right answer, computed in the check cell (by decodelab, not by the student's
             route); numbers and float arrays compare within `rtol` / `atol`, sets as sets, lists
             and dicts item by item, anything else with ``==``. A callable instead takes the answer
@@ -125,7 +137,7 @@ def check(label: str, answer: Any, expected: Any, *, rtol: float = 1e-4, atol: f
         Exercise 1: correct.
         True
     """
-    if answer is ...:
+    if _unanswered(answer):
         if solutions_mode():
             raise AssertionError(f"{label}: not answered, and the solutions are being checked")
         print(f"{label}: not answered yet; replace the ... in the cell above and run this cell again.")
