@@ -347,6 +347,18 @@ def test_an_unknown_checkpoint_shape_is_a_value_error(tmp_path):
             make()
 
 
+def test_a_shape_dict_without_a_needed_key_is_a_value_error(tmp_path):
+    shape = {"arch": "llama", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 64}
+    with pytest.raises(ValueError, match="the 'llama' shape lacks 'intermediate_size'"):
+        testing.write_checkpoint(str(tmp_path), shape)
+    with pytest.raises(ValueError, match="needs 'arch'"):
+        testing.write_checkpoint(str(tmp_path), {"hidden_size": 64})
+    # tie_word_embeddings defaults to False, as transformers' LlamaConfig has it.
+    model = decodelab.load(testing.write_checkpoint(str(tmp_path / "ok"), dict(shape, intermediate_size=128)))
+    assert model.config.tie_word_embeddings is False
+
+
 def test_a_phi3_fused_matrix_of_the_wrong_rows_names_the_folder(checkpoint, tmp_path):
     d = _copy(checkpoint("phi3-tiny"), tmp_path)
     cfg, tensors = testing.random_weights("phi3-tiny")

@@ -128,9 +128,22 @@ _FAMILY_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausa
                 "qwen3": ("Qwen3ForCausalLM", "qwen3"), "mistral": ("MistralForCausalLM", "mistral")}
 
 
+# The keys a shape dict must give, per arch (the rest have transformers' defaults).
+_REQUIRED = {"gpt2": ("n_embd", "n_layer", "n_head", "vocab_size", "n_positions"),
+             "llama": ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                       "intermediate_size", "vocab_size", "max_position_embeddings"),
+             "gpt_neox": ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                          "vocab_size", "max_position_embeddings")}
+
+
 def _config_and_shapes(shape: dict):
     s = dict(shape)
+    if "arch" not in s:
+        raise ValueError("a shape dict needs 'arch': 'gpt2', 'llama' or 'gpt_neox'")
     arch = s.pop("arch")
+    missing = [k for k in _REQUIRED.get(arch, ()) if k not in s]
+    if missing:
+        raise ValueError(f"the {arch!r} shape lacks {', '.join(map(repr, missing))}")
     if arch == "gpt2":
         D, L, V, P = s["n_embd"], s["n_layer"], s["vocab_size"], s["n_positions"]
         H = s.get("n_inner") or 4 * D
@@ -166,7 +179,7 @@ def _config_and_shapes(shape: dict):
            "num_key_value_heads": KV, "head_dim": hd, "vocab_size": V,
            "max_position_embeddings": s.pop("max_position_embeddings"), "rms_norm_eps": s.pop("rms_norm_eps", 1e-5),
            "rope_theta": s.pop("rope_theta", 10000.0), "hidden_act": "silu",
-           "tie_word_embeddings": s.pop("tie_word_embeddings"), "bos_token_id": 1, "eos_token_id": 2,
+           "tie_word_embeddings": s.pop("tie_word_embeddings", False), "bos_token_id": 1, "eos_token_id": 2,
            "attention_bias": s.pop("attention_bias", False), "dtype": "float32"}
     if family == "llama":
         cfg["mlp_bias"] = False
