@@ -43,15 +43,22 @@ def test_every_notebook_is_in_the_lessons_table():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
 def test_lesson_form(path):
-    """Committed without outputs; exercises well formed; what the table says of words and exercises;
-    and no cell after an exercise needs its answer (so the notebook runs before it is answered)."""
+    """Committed without outputs; opens with what the student will be able to do and should know
+    first, has a summary and ends with what to try next; at least 1,000 words of explanation and two
+    to four well-formed exercises, as the table says; and no cell after an exercise needs its answer
+    (so the notebook runs before it is answered)."""
     nb = nbformat.read(path, as_version=4)
     assert all(not c.get("outputs") and c.get("execution_count") is None
                for c in nb.cells if c.cell_type == "code")
+    opening = nb.cells[0].source
+    assert opening.startswith("# ") and "able to" in opening and "know first" in opening.lower()
+    assert any(c.cell_type == "markdown" and "## Summary" in c.source for c in nb.cells)
     assert "What to try next" in nb.cells[-1].source
     exercises = hooks.lesson_exercises(nb)
+    words = hooks.explanation_words(nb)
+    assert words >= 1000 and 2 <= len(exercises) <= 4, (words, len(exercises))
     row = lessons_table()[os.path.basename(path)]
-    assert int(row["words"].replace(",", "")) == hooks.explanation_words(nb)
+    assert int(row["words"].replace(",", "")) == words
     assert int(row["exercises"]) == len(exercises)
     answered = set()
     for i, cell in enumerate(nb.cells):
