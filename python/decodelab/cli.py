@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import time
 from typing import List, Optional
 
 from ._native import _core
@@ -120,16 +122,62 @@ def _serve(args) -> int:
         load_errors.append(e)
         server.should_exit = True
 
+    def load():
+        model = _load_for_chat(args, model_path, template)
+        print(f"[serving {model_path} as {name!r} on http://{args.host}:{args.port}/v1]", file=sys.stderr, flush=True)
+        return model
+
+    for flag, value in (("--max-body-mib", args.max_body_mib), ("--request-timeout", args.request_timeout),
+                        ("--shutdown-grace", args.shutdown_grace)):
+        if value is not None and not (value > 0 or (flag == "--shutdown-grace" and value == 0)):
+            raise CliError(f"{flag} must be a number of {'MiB' if 'mib' in flag else 'seconds'} "
+                           f"{'>= 0' if flag == '--shutdown-grace' else '> 0'}, got {value}")
     # The server answers at once (/health: 503) while the model loads in the background.
-    app = create_app(lambda: _load_for_chat(args, model_path, template),
-                     name, api_key=args.api_key, max_running=args.max_running, max_waiting=args.max_waiting,
-                     prefix_cache_mib=args.prefix_cache_mib, on_load_error=failed)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
-    print(f"[serving {model_path} as {name!r} on http://{args.host}:{args.port}/v1]", file=sys.stderr)
+    app = create_app(load, name, api_key=args.api_key, max_running=args.max_running,
+                     max_waiting=args.max_waiting, prefix_cache_mib=args.prefix_cache_mib,
+                     max_body_bytes=max(1, int(args.max_body_mib * 2**20)), request_timeout=args.request_timeout,
+                     cors_origins=args.cors_origin or (), on_load_error=failed)
+    server = _draining_server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
+                                             timeout_graceful_shutdown=1), grace=args.shutdown_grace)
+    print(f"[loading {model_path} ...]", file=sys.stderr, flush=True)
     server.run()
     if load_errors:
         raise CliError(f"could not load {model_path}: {load_errors[0]}")
     return 0
+
+
+def _draining_server(config, grace: float):
+    """A uvicorn server for `config` that drains on SIGTERM (uvicorn is imported only to serve)."""
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        """uvicorn's server, with SIGTERM as a drain: new requests get 503 while those running
+        finish, for up to `grace` seconds; then the server stops and the process exits 0. A second
+        SIGTERM, or SIGINT, stops it at once as uvicorn does."""
+
+        def __init__(self, config, grace: float):
+            super().__init__(config)
+            self.grace, self.drain_since = grace, None
+
+        def handle_exit(self, sig, frame):
+            served = self.config.app.state.served
+            if sig == signal.SIGTERM and self.drain_since is None:
+                served.draining = True
+                self.drain_since = time.monotonic()
+                return  # not recorded: uvicorn would raise it again after the shutdown, ending with -15
+            if sig == signal.SIGTERM:
+                self.should_exit = True
+                return
+            super().handle_exit(sig, frame)
+
+        async def on_tick(self, counter):
+            if self.drain_since is not None and not self.should_exit:
+                served = self.config.app.state.served
+                if served.in_flight == 0 or time.monotonic() - self.drain_since > self.grace:
+                    self.should_exit = True
+            return await super().on_tick(counter)
+
+    return DrainingServer(config, grace)
 
 
 def _chat(args) -> int:
@@ -277,6 +325,16 @@ def _parser() -> argparse.ArgumentParser:
                     help="requests queued beyond the batch before answering 429 (default 256)")
     sv.add_argument("--prefix-cache-mib", dest="prefix_cache_mib", type=int, default=256,
                     help="MiB of prompt blocks kept for prompts that start the same way (0: off; default 256)")
+    sv.add_argument("--max-body-mib", dest="max_body_mib", type=float, default=8.0,
+                    help="the largest request body accepted, in MiB; larger ones get 413 (default 8)")
+    sv.add_argument("--request-timeout", dest="request_timeout", type=float, default=None, metavar="S",
+                    help="seconds a request may run: then 504, or a stream ends with finish_reason length "
+                         "(default: no limit)")
+    sv.add_argument("--cors-origin", dest="cors_origin", action="append", default=None, metavar="ORIGIN",
+                    help="let browsers call the API from ORIGIN (repeat for more; '*' for any); default off")
+    sv.add_argument("--shutdown-grace", dest="shutdown_grace", type=float, default=30.0, metavar="S",
+                    help="on SIGTERM, seconds running requests may take to finish while new ones get 503 "
+                         "(default 30)")
     sv.set_defaults(func=_serve)
 
     c = sub.add_parser("convert-llama2c", help="convert a llama2.c checkpoint to a Hugging Face folder")

@@ -16,13 +16,14 @@ Examples:
 
 import asyncio
 import contextlib
+import hmac
 import json
 import os
 import secrets
 import threading
 import time
 import uuid
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from .engine import BatchEngine, QueueFull
 from . import protocol as P
@@ -113,6 +114,8 @@ class _Served:
         self.model = self.engine = self.metrics = self.tok = None
         self.ctx = self.vocab = 0
         self.error: Optional[str] = None
+        self.draining = False  # set on SIGTERM: new requests get 503 while running ones finish
+        self.in_flight = 0  # HTTP requests whose response has not ended
 
     def ready(self, model, max_running: int, max_waiting: int, prefix_cache_mib: int) -> None:
         blocks = prefix_cache_mib * 2**20 // model._fp32_block_bytes()
@@ -127,8 +130,67 @@ class _Served:
             raise APIError(503, why, kind="service_unavailable")
 
 
+class _BodyTooLarge(Exception):
+    pass
+
+
+class _Gate:
+    """ASGI middleware in front of every route: 503 while the server drains, 413 for a body over
+    ``max_body_bytes`` (by its Content-Length, or counted as it arrives), and the count of requests
+    in flight that a drain waits for."""
+
+    def __init__(self, app, served: _Served, max_body_bytes: int):
+        self.app, self.served, self.limit = app, served, max_body_bytes
+
+    @staticmethod
+    async def _error(send, err: APIError) -> None:
+        await send({"type": "http.response.start", "status": err.status,
+                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": json.dumps(err.body()).encode()})
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if self.served.draining:
+            return await self._error(send, APIError(503, "the server is shutting down", kind="service_unavailable"))
+        too_large = APIError(413, f"the request body is larger than the server's limit of {self.limit} bytes",
+                             kind="invalid_request_error")
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            return await self._error(send, too_large)
+        seen, started = 0, False
+
+        async def counted_receive():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise _BodyTooLarge()
+            return message
+
+        async def tracked_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        self.served.in_flight += 1
+        try:
+            await self.app(scope, counted_receive, tracked_send)
+        except _BodyTooLarge:
+            if not started:
+                await self._error(send, too_large)
+        finally:
+            self.served.in_flight -= 1
+
+
+class _Expired(Exception):
+    """A request ran past the server's request timeout."""
+
+
 def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, default_max_tokens: int = 16,
                max_running: int = 32, max_waiting: int = 256, prefix_cache_mib: int = 256,
+               max_body_bytes: int = 8 * 2**20, request_timeout: Optional[float] = None,
+               cors_origins: Sequence[str] = (),
                on_load_error: Optional[Callable[[BaseException], None]] = None):
     """The FastAPI application serving ``model`` under ``served_model_name``.
 
@@ -156,6 +218,13 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
             default 256.
         prefix_cache_mib: MiB of prompt blocks kept for prompts that start the same way, >= 0
             (0: none); default 256.
+        max_body_bytes: the largest request body accepted, >= 1; a larger one gets 413. Default
+            8 MiB.
+        request_timeout: seconds a request may run, > 0, or None (no limit, the default). Past it
+            a non-streamed request gets 504, and a stream ends with finish_reason "length" and an
+            error event; either way its sequences stop and their KV blocks are freed.
+        cors_origins: origins that browsers may call the API from (CORS), e.g.
+            ``["http://localhost:3000"]``, or ``["*"]``; default none (CORS off).
         on_load_error: called with the exception when ``model`` is a loader that fails; default
             None. The server stays up and answers 503 with the error.
 
@@ -164,7 +233,8 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
 
     Raises:
         APIError: not from this call: each endpoint raises it for a bad request, and the app
-            answers it as OpenAI's error JSON with its status (400, 401, 404, 429 or 503).
+            answers it as OpenAI's error JSON with its status (400, 401, 404, 413, 429, 503 or 504).
+        ValueError: an option out of range, named.
 
     Examples:
         >>> from fastapi.testclient import TestClient
@@ -183,6 +253,12 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, StreamingResponse
 
+    if not isinstance(max_body_bytes, int) or max_body_bytes < 1:
+        raise ValueError(f"max_body_bytes must be an integer >= 1, got {max_body_bytes!r}")
+    if request_timeout is not None and not (isinstance(request_timeout, (int, float)) and request_timeout > 0):
+        raise ValueError(f"request_timeout must be a number of seconds > 0 or None, got {request_timeout!r}")
+    if isinstance(cors_origins, str) or not all(isinstance(o, str) and o for o in cors_origins):
+        raise ValueError(f"cors_origins must be a list of origins, got {cors_origins!r}")
     S = _Served()
     engine_options = dict(max_running=max_running, max_waiting=max_waiting, prefix_cache_mib=prefix_cache_mib)
     loader = model if callable(model) else None
@@ -207,6 +283,12 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
 
     app = FastAPI(title="decodelab", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.served = S
+    app.add_middleware(_Gate, served=S, max_body_bytes=max_body_bytes)
+    if cors_origins:  # added last, so outermost: the gate's 413 and 503 carry the CORS headers too
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type"])
     created = int(time.time())
 
     @app.exception_handler(APIError)
@@ -216,7 +298,8 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
     async def _json(request: Request):
         """The request's JSON body, after the API key check; 400 for a body that is not JSON."""
         S.need()
-        if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
+        given = request.headers.get("authorization", "").encode("utf-8", "replace")
+        if api_key is not None and not hmac.compare_digest(given, f"Bearer {api_key}".encode()):  # constant time
             raise APIError(401, "missing or wrong API key (Authorization: Bearer ...)", kind="authentication_error")
         raw = await request.body()
         try:
@@ -261,13 +344,24 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
             raise APIError(400, str(e), _param(str(e), prompt_field)) from None
         return reqs, events
 
-    async def _events(reqs, events):
-        """(index, kind, value) of each event until every request is done; the requests are
-        cancelled if the consumer stops early (a client that went away)."""
+    def _deadline():
+        return None if request_timeout is None else asyncio.get_running_loop().time() + request_timeout
+
+    async def _events(reqs, events, deadline):
+        """(index, kind, value) of each event until every request is done; _Expired past the
+        deadline (loop time, or None). The requests are cancelled if the consumer stops early (a
+        client that went away) or the deadline passes."""
         left = len(reqs)
+        loop = asyncio.get_running_loop()
         try:
             while left:
-                i, (kind, value) = await events.get()
+                if deadline is None:
+                    i, (kind, value) = await events.get()
+                else:
+                    try:
+                        i, (kind, value) = await asyncio.wait_for(events.get(), max(0.0, deadline - loop.time()))
+                    except asyncio.TimeoutError:
+                        raise _Expired() from None
                 if kind == "error":
                     raise value
                 if kind == "done":
@@ -281,10 +375,18 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
     async def _generate(ids, run, sampling, prompt_field):
         reqs, events = _submit(ids, run, sampling, prompt_field)
         gens = [None] * len(reqs)
-        async for i, kind, value in _events(reqs, events):
-            if kind == "done":
-                gens[i] = value
+        try:
+            async for i, kind, value in _events(reqs, events, _deadline()):
+                if kind == "done":
+                    gens[i] = value
+        except _Expired:
+            raise APIError(504, f"the request ran longer than the server's request timeout of {request_timeout} s",
+                           kind="timeout_error") from None
         return [g.sequences[0] for g in gens]
+
+    def _expired_event():
+        return APIError(504, f"the request ran longer than the server's request timeout of {request_timeout} s",
+                        kind="timeout_error").body()
 
     @app.get("/")
     def chat_page():
@@ -369,13 +471,21 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
                         "choices": [{"index": i, "text": text, "logprobs": logprobs, "finish_reason": reason}]}
 
             async def events():
-                n_out = 0
-                async for i, kind, v in _events(reqs, queue):
-                    if kind == "piece":
-                        yield chunk(i, v.text, P.completion_logprobs(v, S.tok) if lp is not None else None, None)
-                    else:
-                        n_out += len(v.token_ids)
-                        yield chunk(i, "", None, P.finish_reason(v.sequences[0]))
+                n_out, done = 0, set()
+                try:
+                    async for i, kind, v in _events(reqs, queue, _deadline()):
+                        if kind == "piece":
+                            yield chunk(i, v.text, P.completion_logprobs(v, S.tok) if lp is not None else None, None)
+                        else:
+                            n_out += len(v.token_ids)
+                            done.add(i)
+                            yield chunk(i, "", None, P.finish_reason(v.sequences[0]))
+                except _Expired:
+                    for i in range(len(reqs)):
+                        if i not in done:
+                            yield chunk(i, "", None, "length")
+                    yield _expired_event()
+                    return
                 if include_usage:
                     yield {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
                            "choices": [], "usage": P.usage(len(ids), n_out)}
@@ -414,16 +524,25 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
                 for i in range(len(reqs)):
                     yield dict(base, choices=[{"index": i, "delta": {"role": "assistant", "content": ""},
                                                "logprobs": None, "finish_reason": None}])
-                n_out = 0
-                async for i, kind, v in _events(reqs, queue):
-                    if kind == "piece":
-                        yield dict(base, choices=[{"index": i, "delta": {"content": v.text},
-                                                   "logprobs": P.chat_logprobs(v, S.tok) if want_lp else None,
-                                                   "finish_reason": None}])
-                    else:
-                        n_out += len(v.token_ids)
-                        yield dict(base, choices=[{"index": i, "delta": {}, "logprobs": None,
-                                                   "finish_reason": P.finish_reason(v.sequences[0])}])
+                n_out, done = 0, set()
+                try:
+                    async for i, kind, v in _events(reqs, queue, _deadline()):
+                        if kind == "piece":
+                            yield dict(base, choices=[{"index": i, "delta": {"content": v.text},
+                                                       "logprobs": P.chat_logprobs(v, S.tok) if want_lp else None,
+                                                       "finish_reason": None}])
+                        else:
+                            n_out += len(v.token_ids)
+                            done.add(i)
+                            yield dict(base, choices=[{"index": i, "delta": {}, "logprobs": None,
+                                                       "finish_reason": P.finish_reason(v.sequences[0])}])
+                except _Expired:
+                    for i in range(len(reqs)):
+                        if i not in done:
+                            yield dict(base, choices=[{"index": i, "delta": {}, "logprobs": None,
+                                                       "finish_reason": "length"}])
+                    yield _expired_event()
+                    return
                 if include_usage:
                     yield dict(base, choices=[], usage=P.usage(len(ids), n_out))
             return _sse(events())

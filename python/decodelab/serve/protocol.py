@@ -30,11 +30,12 @@ class APIError(Exception):
     ``param`` and ``kind``.
 
     Args:
-        status: the HTTP status code: 400 (a bad request), 401, 404, 429 or 503.
+        status: the HTTP status code: 400 (a bad request), 401, 404, 413, 429, 503 or 504.
         message: what is wrong, for the client.
         param: the request field at fault; default None.
         kind: OpenAI's error type, e.g. "invalid_request_error" (the default),
-            "authentication_error", "not_found_error", "rate_limit_error", "service_unavailable".
+            "authentication_error", "not_found_error", "rate_limit_error", "service_unavailable",
+            "timeout_error".
 
     Examples:
         >>> from decodelab.serve.protocol import APIError

@@ -27,7 +27,17 @@ __all__ = ["check", "solutions_mode"]
 
 
 def solutions_mode() -> bool:
-    """True when the worked solutions are being checked (``DECODELAB_EXERCISES=solutions``)."""
+    """Whether the worked solutions are being checked.
+
+    Returns:
+        True when ``DECODELAB_EXERCISES=solutions`` is set (the lessons' tests set it), where an
+        unanswered exercise is an error rather than a reminder.
+
+    Examples:
+        >>> from decodelab.testing.exercises import solutions_mode
+        >>> solutions_mode() == (os.environ.get("DECODELAB_EXERCISES") == "solutions")
+        True
+    """
     return os.environ.get("DECODELAB_EXERCISES", "") == "solutions"
 
 
