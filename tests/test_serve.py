@@ -552,3 +552,33 @@ def test_a_client_that_goes_away_frees_its_blocks(stories_server):
     metrics = httpx.get(url.replace("/v1", "/metrics"), timeout=30).text
     assert "decodelab_requests_running 0.0" in metrics
     assert generated() == before  # ended early: the 500 tokens were never generated
+
+
+def test_bad_words_and_sequence_bias_as_transformers_and_vllm_name_them(stories):
+    """generate(bad_words_ids=, sequence_bias=) build BadWords and SequenceBias stages in the hf
+    order (bad words in the vllm order too); the server's bad_words field bans each word's tokens."""
+    from decodelab import samplers as S
+    from decodelab.serve import create_app
+    from fastapi.testclient import TestClient
+
+    greedy = stories.generate("Once upon a time", max_new_tokens=12)
+    first, second = greedy.token_ids[0], greedy.token_ids[1]
+    banned = stories.generate("Once upon a time", max_new_tokens=12, bad_words_ids=[[first, second]])
+    by_chain = stories.generate("Once upon a time", max_new_tokens=12,
+                                sampler=S.Chain([S.BadWords([[first, second]], [2]), S.Greedy()]))
+    assert banned.token_ids == by_chain.token_ids and banned.token_ids[:2] != [first, second]
+    biased = stories.generate("Once upon a time", max_new_tokens=12, sequence_bias={(first,): float("-inf")})
+    assert biased.token_ids[0] != first
+    assert S.build_chain(order="vllm", temperature=0, bad_words_ids=[[5]]).stages[0].bad_words_ids == [[5]]
+    with pytest.raises(ValueError, match="sequence_bias is not part of the 'vllm' sampler order"):
+        stories.generate("Once", sequence_bias={(5,): 1.0}, order="vllm")
+    with pytest.raises(ValueError, match="bad_words token id 99999 is outside the vocabulary"):
+        stories.generate("Once", bad_words_ids=[[99999]])
+    word = stories.tokenizer.decode([greedy.token_ids[5]]).strip()  # a word of the greedy story
+    body = dict(model="stories260K", prompt="Once upon a time", max_tokens=12, temperature=0)
+    with TestClient(create_app(stories, "stories260K")) as client:
+        free = client.post("/v1/completions", json=body).json()["choices"][0]["text"]
+        r = client.post("/v1/completions", json=dict(body, bad_words=[word])).json()["choices"][0]["text"]
+        bad = client.post("/v1/completions", json=dict(body, bad_words="x"))
+    assert word in free and word not in r.split()
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "bad_words"

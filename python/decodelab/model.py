@@ -524,6 +524,7 @@ class Model:
                  repetition_penalty: Optional[float] = None, presence_penalty: Optional[float] = None,
                  frequency_penalty: Optional[float] = None, no_repeat_ngram_size: Optional[int] = None,
                  logit_bias: Optional[dict] = None, min_new_tokens: Optional[int] = None,
+                 bad_words_ids: Optional[Sequence[Sequence[int]]] = None, sequence_bias=None,
                  seed: Optional[int] = None, sampler=None, order: Optional[str] = None, preset: Optional[str] = None,
                  eos_token_id: Union[None, int, Sequence[int]] = None, stop: Union[None, str, Sequence[str]] = None,
                  include_stop_str_in_output: bool = False, n: int = 1, num_beams: int = 1,
@@ -538,7 +539,8 @@ class Model:
 
         Sampling: the familiar keywords (``temperature``, ``top_k``, ``top_p``, ``min_p``,
         ``typical_p``, ``repetition_penalty``, ``presence_penalty``, ``frequency_penalty``,
-        ``no_repeat_ngram_size``, ``logit_bias``, ``min_new_tokens``) build a Chain in the order of
+        ``no_repeat_ngram_size``, ``logit_bias``, ``min_new_tokens``, ``bad_words_ids``,
+        ``sequence_bias``) build a Chain in the order of
         ``order``; ``preset`` starts from a named configuration; or pass ``sampler=Chain([...])``
         yourself. ``temperature`` 0 (the default) is greedy decoding: penalties still apply, the
         truncation samplers would not, so giving one is an error. A call that names no sampling
@@ -610,6 +612,12 @@ class Model:
                 (finite, or -inf to ban it); no-op {}. None (the default): off.
             min_new_tokens: ban the EOS ids until this many tokens are generated, >= 0; no-op 0.
                 None (the default): off. Not in the "llama.cpp" order.
+            bad_words_ids: token-id sequences that must not be generated (transformers' name): a
+                sequence's last token is banned where the text ends with the rest of it. None (the
+                default) or empty: off. Not in the "llama.cpp" order.
+            sequence_bias: {tuple of token ids: bias} (transformers' name): the bias is added to a
+                sequence's last token where the text ends with the rest (always, for one token);
+                -inf bans. None (the default) or empty: off. Only in the "hf" order.
             seed: the seed of the random stream, 0 to 2**64 - 1. None (the default) draws a fresh
                 seed, reported in ``Generation.seed``.
             sampler: a decodelab.samplers Sampler or Chain used instead of the sampling keywords
@@ -734,7 +742,8 @@ class Model:
             dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
                  repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                  frequency_penalty=frequency_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
-                 logit_bias=logit_bias, min_new_tokens=min_new_tokens))
+                 logit_bias=logit_bias, min_new_tokens=min_new_tokens, bad_words_ids=bad_words_ids,
+                 sequence_bias=sequence_bias))
         cache = self._cache(cache)
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list, tuple, np.ndarray)):
             if cache is not None:

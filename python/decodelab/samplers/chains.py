@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from .base import Chain, Sampler
-from .penalties import FrequencyPenalty, LogitBias, MinNewTokens, NoRepeatNGram, PresencePenalty, RepetitionPenalty
+from .penalties import (BadWords, FrequencyPenalty, LogitBias, MinNewTokens, NoRepeatNGram, PresencePenalty,
+                        RepetitionPenalty, SequenceBias)
 from .selectors import Dist, Greedy
 from .warpers import MinP, Temperature, TopK, TopP, TypicalP
 
@@ -30,11 +31,12 @@ __all__ = ["ORDERS", "DEFAULT_ORDER", "PRESETS", "build_chain"]
 # Stage names in order; a keyword absent from a system's order is refused for that order.
 ORDERS = {
     # transformers generation/utils.py _get_logits_processor (processors, then warpers)
-    "hf": ["logit_bias", "repetition_penalty", "presence_penalty", "frequency_penalty", "no_repeat_ngram_size",
-           "min_new_tokens", "temperature", "top_k", "top_p", "min_p", "typical_p"],
+    "hf": ["logit_bias", "sequence_bias", "repetition_penalty", "presence_penalty", "frequency_penalty",
+           "no_repeat_ngram_size", "bad_words_ids", "min_new_tokens", "temperature", "top_k", "top_p", "min_p",
+           "typical_p"],
     # vLLM v1/sample/sampler.py
-    "vllm": ["min_new_tokens", "logit_bias", "repetition_penalty", "frequency_penalty", "presence_penalty",
-             "temperature", "min_p", "top_k", "top_p"],
+    "vllm": ["bad_words_ids", "min_new_tokens", "logit_bias", "repetition_penalty", "frequency_penalty",
+             "presence_penalty", "temperature", "min_p", "top_k", "top_p"],
     # llama.cpp common/sampling.cpp default chain: temperature last
     "llama.cpp": ["logit_bias", "repetition_penalty", "presence_penalty", "frequency_penalty", "top_k",
                   "typical_p", "top_p", "min_p", "temperature"],
@@ -77,7 +79,15 @@ def _stage(key: str, v, eos_ids: Sequence[int], keep: int = 1) -> Sampler:
         return LogitBias(v)
     if key == "min_new_tokens":
         return MinNewTokens(v, eos_ids)
+    if key == "bad_words_ids":
+        return BadWords(v, eos_ids)
+    if key == "sequence_bias":
+        return SequenceBias(v)
     raise ValueError(f"unknown sampling option {key!r}")
+
+
+# Options given as a collection: no no-op value, and empty (or None) adds no stage.
+_COLLECTIONS = ("logit_bias", "bad_words_ids", "sequence_bias")
 
 
 def build_chain(*, order: str = DEFAULT_ORDER, seed: int = 0, eos_token_ids: Sequence[int] = (),
@@ -107,9 +117,11 @@ def build_chain(*, order: str = DEFAULT_ORDER, seed: int = 0, eos_token_ids: Seq
             default 1. Beam sampling passes the number of EOS ids + 1, as transformers does.
         **options: the sampling keywords: temperature, top_k, top_p, min_p, typical_p,
             repetition_penalty, presence_penalty, frequency_penalty, no_repeat_ngram_size,
-            logit_bias and min_new_tokens, each in its sampler's range. None, or the sampler's
-            no-op value (temperature 1, top_k 0, top_p 1, min_p 0, typical_p 1, penalties 1 or 0,
-            no_repeat_ngram_size 0, min_new_tokens 0, logit_bias {}), adds no stage.
+            logit_bias, min_new_tokens, bad_words_ids (``BadWords``) and sequence_bias
+            (``SequenceBias``), each in its sampler's range. None, or the sampler's no-op value
+            (temperature 1, top_k 0, top_p 1, min_p 0, typical_p 1, penalties 1 or 0,
+            no_repeat_ngram_size 0, min_new_tokens 0, an empty logit_bias, bad_words_ids or
+            sequence_bias), adds no stage.
 
     Returns:
         Chain: the stages in ``order``, ending in ``Greedy()`` or ``Dist(seed)``.
@@ -150,13 +162,13 @@ def build_chain(*, order: str = DEFAULT_ORDER, seed: int = 0, eos_token_ids: Seq
             raise ValueError(f"{', '.join(useless)} has no effect with temperature=0 (greedy decoding); "
                              "set temperature > 0 to sample")
     for k, v in options.items():
-        if k not in _NOOP and k != "logit_bias":
+        if k not in _NOOP and k not in _COLLECTIONS:
             raise ValueError(f"unknown sampling option {k!r}")
         # Validate every value, even one that adds no stage.
-        if v is not None and k != "logit_bias":
+        if v is not None and k in _NOOP:
             _stage(k, v, eos_token_ids)
     active = {k: v for k, v in options.items() if v is not None and not (k in _NOOP and v == _NOOP[k])
-              and not (k == "logit_bias" and not v)}
+              and not (k in _COLLECTIONS and isinstance(v, (dict, list, tuple)) and not v)}
     greedy = options.get("temperature") == 0
     warpers = {"temperature", *warpers}
     missing = [k for k in active if k not in ORDERS[order] and not (greedy and k in warpers)]

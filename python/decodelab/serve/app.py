@@ -432,6 +432,9 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
     def _common(body, max_keys):
         run = P.run_options(body, max_tokens_key=max_keys, default_max=default_max_tokens, max_context=S.ctx)
         sampling = P.sampling_options(body, vocab_size=S.vocab, max_context=S.ctx)
+        banned = P.bad_words_ids(body, S.tok)
+        if banned:
+            sampling["bad_words_ids"] = banned
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise APIError(400, "stream must be true or false", "stream")

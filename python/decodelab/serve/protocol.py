@@ -65,7 +65,7 @@ _UNSUPPORTED = {"echo", "best_of", "suffix", "tools", "tool_choice", "functions"
                 "parallel_tool_calls", "audio", "modalities", "prediction", "web_search_options"}
 # Sampling fields beyond OpenAI's, accepted as vLLM accepts them (extra body fields).
 _EXTRA = {"top_k", "min_p", "typical_p", "repetition_penalty", "order", "logprobs_mode", "min_tokens",
-          "ignore_eos", "no_repeat_ngram_size"}
+          "ignore_eos", "no_repeat_ngram_size", "bad_words"}
 _COMMON = {"model", "max_tokens", "temperature", "top_p", "n", "stop", "seed", "presence_penalty",
            "frequency_penalty", "logit_bias", "stream", "stream_options", "user", "metadata", "store"} | _EXTRA
 COMPLETION_FIELDS = _COMMON | {"prompt", "logprobs"} | _UNSUPPORTED
@@ -181,6 +181,50 @@ def check_fields(body: Any, allowed: set) -> dict:
     if used:
         raise APIError(400, f"{used[0]} is not supported by this server", used[0])
     return body
+
+
+MAX_BAD_WORDS, MAX_BAD_WORD_CHARS = 256, 256
+
+
+def bad_words_ids(body: dict, tokenizer) -> List[List[int]]:
+    """The token-id sequences that vLLM's ``bad_words`` field bans: each word as it is (leading
+    spaces stripped) and, where its tokens differ in the first one but not in number, with a leading
+    space, as a word inside a sentence is written.
+
+    Args:
+        body: the request body; ``bad_words`` a list of at most 256 non-empty strings of at most
+            256 characters each.
+        tokenizer: the model's tokenizer (``encode(text, add_special_tokens=False)``).
+
+    Returns:
+        The sequences for ``generate(bad_words_ids=...)``; empty when the field is absent.
+
+    Raises:
+        APIError: 400 naming bad_words when it is not such a list.
+
+    Examples:
+        >>> from decodelab.serve.protocol import bad_words_ids
+        >>> tok = decodelab.load("stories260K").tokenizer  # SentencePiece: "dog" already has its space
+        >>> bad_words_ids({"bad_words": ["dog", " big dog"]}, tok)
+        [[400, 428], [370, 400, 428]]
+    """
+    words = body.get("bad_words")
+    if words is None:
+        return []
+    if not isinstance(words, list) or len(words) > MAX_BAD_WORDS or \
+            not all(isinstance(w, str) and w.strip() and len(w) <= MAX_BAD_WORD_CHARS for w in words):
+        raise APIError(400, f"bad_words must be a list of at most {MAX_BAD_WORDS} non-empty strings of at most "
+                            f"{MAX_BAD_WORD_CHARS} characters", "bad_words")
+    if tokenizer is None:
+        raise APIError(400, "bad_words needs the model's tokenizer", "bad_words")
+    out: List[List[int]] = []
+    for w in words:
+        plain = tokenizer.encode(w.lstrip(), add_special_tokens=False)
+        spaced = tokenizer.encode(" " + w.lstrip(), add_special_tokens=False)
+        out.append(plain)
+        if spaced and len(spaced) == len(plain) and spaced[0] != plain[0]:
+            out.append(spaced)
+    return out
 
 
 def sampling_options(body: dict, *, vocab_size: int, max_context: int) -> dict:
