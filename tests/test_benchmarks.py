@@ -94,3 +94,17 @@ def test_attention_timing_binding_takes_every_cache_dtype(kv):
     assert t.shape == (3,) and np.all(np.isfinite(t)) and np.all(t > 0)
     with pytest.raises(ValueError, match="cache dtype must be 'float32', 'bfloat16' or 'int8', got 'fp8'"):
         _core.attention_seconds(2, 4, 2, 64, 100, "fp8", 3, 1)
+
+
+def test_soak_counts_no_error_and_memory_returns(tmp_path):
+    """benchmarks/bench_soak.py for a few seconds on stories260K with 4 clients: every request kind
+    runs, the bad requests get their 4xx, the server returns to its idle KV blocks and exits 0."""
+    pytest.importorskip("httpx", reason="the soak's clients use httpx (a test extra)")
+    out = tmp_path / "soak.json"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_soak.py"), "--model", "stories260K",
+                        "--minutes", "0.1", "--clients", "4", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["errors"] == 0 and result["server_exit"] == 0 and result["kv_blocks"]["returned"]
+    assert all(result["by_kind"][k] > 0 for k in ("stream", "complete", "abandon", "bad")), result["by_kind"]

@@ -142,6 +142,16 @@ class _Gate:
     def __init__(self, app, served: _Served, max_body_bytes: int):
         self.app, self.served, self.limit = app, served, max_body_bytes
 
+    async def _drain(self, receive) -> None:
+        """Read and drop the rest of a refused body (up to 64 times the limit), so that the client,
+        still sending, gets to read the answer instead of a reset connection."""
+        left = 64 * self.limit
+        while left > 0:
+            message = await receive()
+            left -= len(message.get("body", b""))
+            if message["type"] != "http.request" or not message.get("more_body"):
+                return
+
     @staticmethod
     async def _error(send, err: APIError) -> None:
         await send({"type": "http.response.start", "status": err.status,
@@ -157,13 +167,15 @@ class _Gate:
                              kind="invalid_request_error")
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
+            await self._drain(receive)
             return await self._error(send, too_large)
-        seen, started = 0, False
+        seen, started, ended = 0, False, False
 
         async def counted_receive():
-            nonlocal seen
+            nonlocal seen, ended
             message = await receive()
             seen += len(message.get("body", b""))
+            ended = message["type"] != "http.request" or not message.get("more_body")
             if seen > self.limit:
                 raise _BodyTooLarge()
             return message
@@ -178,6 +190,8 @@ class _Gate:
             await self.app(scope, counted_receive, tracked_send)
         except _BodyTooLarge:
             if not started:
+                if not ended:
+                    await self._drain(receive)
                 await self._error(send, too_large)
         finally:
             self.served.in_flight -= 1
