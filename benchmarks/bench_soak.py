@@ -1,16 +1,17 @@
 """A soak of `decodelab serve`: mixed traffic from many clients for minutes, then the server's
 memory and KV blocks against their idle level, and latency percentiles minute by minute.
 
-    python benchmarks/bench_soak.py [--model FILE] [--minutes 10] [--clients 32] [--dtype D]
+    python benchmarks/bench_soak.py [--model FILE] [--minutes 10] [--clients 32] [--warmup 15] [--dtype D]
 
 Each client loops until the time is up, choosing by a seeded draw: a stream (40%), a
-non-streamed completion or chat (30%; chats only where the model has a chat template), a stream it abandons after two chunks (15%), or a bad
-request (15%: a value out of range, another model's name, a body that is not JSON, a body over
-the size limit). Every answer is checked: a good request must succeed with a finish reason, a bad
-one must get its 4xx with OpenAI's error JSON; anything else is counted as an error. Idle RSS and
-KV blocks are read after a warm-up of each request kind; after the load the server must return to
-them (RSS within 5% or 32 MiB, blocks equal), with the prefix cache off so that only requests hold
-blocks. Results go to benchmarks/results/bench_soak.json.
+non-streamed completion or chat (30%; chats only where the model has a chat template), a stream it
+abandons after two chunks (15%), or a bad request (15%: a value out of range, another model's
+name, a body that is not JSON, a body over the size limit). Every answer is checked: a good request
+must succeed with a finish reason, a bad one must get its 4xx with OpenAI's error JSON; anything
+else is counted as an error. Idle RSS and KV blocks are read after a warm-up at full concurrency
+(--warmup, 15 s); after the load the server must return to them (RSS within 5% or 32 MiB, blocks
+equal), with the prefix cache off so that only requests hold blocks. RSS is also sampled every 5 s
+and its maximum reported per minute. Results go to benchmarks/results/bench_soak.json.
 """
 import argparse
 import asyncio
@@ -21,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -126,16 +128,18 @@ async def load(base: str, clients: int, seconds: float, seed: int) -> list:
     return records
 
 
-def per_minute(records: list) -> list:
+def per_minute(records: list, rss: list) -> list:
     rows = []
     for m in range(int(max(r["at"] for r in records) // 60) + 1):
         rs = [r for r in records if m * 60 <= r["at"] < (m + 1) * 60]
+        mem = [v for t, v in rss if m * 60 <= t < (m + 1) * 60]
         good = [r["seconds"] for r in rs if r["kind"] in ("stream", "complete") and r["ok"]]
         ttft = [r["ttft"] for r in rs if r["ttft"] is not None and r["kind"] == "stream"]
         pct = (lambda xs, q: round(float(np.percentile(xs, q)) * 1000, 1) if xs else None)
         rows.append({"minute": m + 1, "requests": len(rs), "errors": sum(not r["ok"] for r in rs),
                      "latency_p50_ms": pct(good, 50), "latency_p90_ms": pct(good, 90), "latency_p99_ms": pct(good, 99),
-                     "ttft_p50_ms": pct(ttft, 50), "ttft_p99_ms": pct(ttft, 99)})
+                     "ttft_p50_ms": pct(ttft, 50), "ttft_p99_ms": pct(ttft, 99),
+                     "rss_max_mib": round(max(mem), 1) if mem else None})
     return rows
 
 
@@ -146,6 +150,7 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--warmup", type=float, default=15.0, help="seconds of load before the idle level is read")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "bench_soak.json"))
     args = ap.parse_args()
     import httpx
@@ -172,12 +177,24 @@ def main() -> int:
             probe = c.post(base + "/v1/chat/completions", timeout=60,
                            json={"model": "soak", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1})
             CHAT = probe.status_code == 200
-            warm = asyncio.run(load(base, 4, 5.0, args.seed + 1))  # every kind, so that arenas are sized
+            # A warm-up at full concurrency: every kind, so that the batch's buffers and the block
+            # pool reach their working size; what the load adds beyond that is what it leaves.
+            warm = asyncio.run(load(base, args.clients, args.warmup, args.seed + 1))
             time.sleep(1.0)
             idle_rss, idle = rss_mib(server.pid), metrics(c, base)
             print(f"idle after warm-up ({len(warm)} requests): RSS {idle_rss:.0f} MiB, "
                   f"KV blocks {idle['decodelab_kv_blocks_in_use']:.0f}", flush=True)
+            rss, sampling = [], threading.Event()
+            t0 = time.perf_counter()
+
+            def sample():
+                while not sampling.wait(5.0):
+                    rss.append((time.perf_counter() - t0, rss_mib(server.pid)))
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
             records = asyncio.run(load(base, args.clients, args.minutes * 60, args.seed))
+            sampling.set()
             for _ in range(600):  # the abandoned streams end at the engine's next step
                 after = metrics(c, base)
                 if after["decodelab_requests_running"] == 0 and after["decodelab_requests_waiting"] == 0:
@@ -193,7 +210,7 @@ def main() -> int:
             server.kill()
             _, err = server.communicate()
     errors = [r for r in records if not r["ok"]]
-    rows = per_minute(records)
+    rows = per_minute(records, rss)
     rss_ok = after_rss <= max(idle_rss * 1.05, idle_rss + 32)
     blocks_ok = after["decodelab_kv_blocks_in_use"] == idle["decodelab_kv_blocks_in_use"]
     result = {"argv": sys.argv, "model": args.model, "dtype": args.dtype, "clients": args.clients,
@@ -213,10 +230,11 @@ def main() -> int:
     print(f"RSS {idle_rss:.0f} -> {after_rss:.0f} MiB ({'returned' if rss_ok else 'DID NOT return'}); KV blocks "
           f"{idle['decodelab_kv_blocks_in_use']:.0f} -> {after['decodelab_kv_blocks_in_use']:.0f}; "
           f"server exit {server.returncode}")
-    print("minute  requests  errors  p50 ms  p90 ms  p99 ms  TTFT p50  TTFT p99")
+    print("minute  requests  errors  p50 ms  p90 ms  p99 ms  TTFT p50  TTFT p99  max RSS MiB")
     for r in rows:
         print(f"{r['minute']:>6}  {r['requests']:>8}  {r['errors']:>6}  {r['latency_p50_ms']!s:>6}  "
-              f"{r['latency_p90_ms']!s:>6}  {r['latency_p99_ms']!s:>6}  {r['ttft_p50_ms']!s:>8}  {r['ttft_p99_ms']!s:>8}")
+              f"{r['latency_p90_ms']!s:>6}  {r['latency_p99_ms']!s:>6}  {r['ttft_p50_ms']!s:>8}  {r['ttft_p99_ms']!s:>8}"
+              f"  {r['rss_max_mib']!s:>11}")
     for why in result["error_examples"]:
         print("  error:", why)
     return 0 if not errors and rss_ok and blocks_ok and server.returncode == 0 else 1

@@ -367,3 +367,12 @@ def test_a_phi3_fused_matrix_of_the_wrong_rows_names_the_folder(checkpoint, tmp_
     save_file(tensors, str(d / "model.safetensors"))
     with pytest.raises(ValueError, match=f"^{d}: .*qkv_proj"):
         decodelab.load(str(d))
+
+
+@pytest.mark.parametrize("beams", [1, 2])
+def test_a_chain_that_removes_every_token_is_a_value_error_for_greedy_and_beams(stories, beams):
+    """Every token removed (here by SuppressTokens; NaN logits count as removed too): greedy and
+    beam search both raise a ValueError that says so, never an IndexError."""
+    chain = decodelab.samplers.Chain([decodelab.samplers.SuppressTokens(list(range(stories.config.vocab_size)))])
+    with pytest.raises(ValueError, match="no candidate token has a finite logit|every continuation was removed"):
+        stories.generate("Once", max_new_tokens=3, num_beams=beams, sampler=chain)

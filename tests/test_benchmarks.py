@@ -102,7 +102,7 @@ def test_soak_counts_no_error_and_memory_returns(tmp_path):
     pytest.importorskip("httpx", reason="the soak's clients use httpx (a test extra)")
     out = tmp_path / "soak.json"
     r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_soak.py"), "--model", "stories260K",
-                        "--minutes", "0.1", "--clients", "4", "--out", str(out)],
+                        "--minutes", "0.1", "--clients", "4", "--warmup", "2", "--out", str(out)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads(out.read_text())
