@@ -3,6 +3,7 @@
 The shared models live in ../shared/models (override with DECODELAB_MODELS). Checkpoints are
 written once per session into a temporary folder.
 """
+import functools
 import os
 import signal
 import time
@@ -116,18 +117,26 @@ def sigint():
     signal.signal(signal.SIGINT, before)
 
 
+@functools.lru_cache(maxsize=None)
+def docs_hooks():
+    """docs/hooks.py as a module (it is not a package module): the lesson format, the lessons' run
+    and the site's generated pages, loaded once."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("decodelab_docs_hooks", os.path.join(ROOT, "docs", "hooks.py"))
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    return hooks
+
+
 @pytest.fixture(scope="session")
 def executed_lessons(tmp_path_factory):
     """executed_lessons(path) -> the lesson notebook run top to bottom, once per session, shared by
     the notebook tests and the site build (docs/hooks.py's execute_lesson, as `mkdocs build` runs
     them); executed_lessons() runs every lesson and returns the folder holding them all."""
-    import importlib.util
-
     import nbformat
 
-    spec = importlib.util.spec_from_file_location("decodelab_docs_hooks", os.path.join(ROOT, "docs", "hooks.py"))
-    hooks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hooks)
+    hooks = docs_hooks()
     folder = tmp_path_factory.mktemp("lessons")
     done = {}
 

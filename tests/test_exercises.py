@@ -1,19 +1,14 @@
 """The lessons' exercise checks: right answers pass, wrong ones raise saying what differs, an
 unanswered one waits (or fails while the solutions are checked); and the lesson format's parser
 rejects an exercise without its check or solution."""
-import importlib.util
-import os
-
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import docs_hooks
 from decodelab.testing.exercises import check
 
 nbformat = pytest.importorskip("nbformat", reason="the lesson format is read with nbformat (in the test extra)")
-_spec = importlib.util.spec_from_file_location("decodelab_docs_hooks", os.path.join(ROOT, "docs", "hooks.py"))
-hooks = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(hooks)
+hooks = docs_hooks()
 
 
 def test_right_answers_pass(capsys):

@@ -4,7 +4,6 @@ lessons table in notebooks/README.md states each lesson's words, figures and exe
 The run is shared with the documentation site's build (tests/test_docs.py), which shows it."""
 import ast
 import glob
-import importlib.util
 import os
 import re
 
@@ -15,12 +14,11 @@ pytestmark = pytest.mark.notebook
 nbformat = pytest.importorskip("nbformat", reason="notebook tests need nbformat (in the test extra)")
 pytest.importorskip("nbclient", reason="notebook tests need nbclient (in the test extra)")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT, docs_hooks  # noqa: E402
+
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
 
-_spec = importlib.util.spec_from_file_location("decodelab_docs_hooks", os.path.join(ROOT, "docs", "hooks.py"))
-hooks = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(hooks)
+hooks = docs_hooks()
 
 
 def lessons_table():

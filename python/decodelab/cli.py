@@ -127,11 +127,13 @@ def _serve(args) -> int:
         print(f"[serving {model_path} as {name!r} on http://{args.host}:{args.port}/v1]", file=sys.stderr, flush=True)
         return model
 
-    for flag, value in (("--max-body-mib", args.max_body_mib), ("--request-timeout", args.request_timeout),
-                        ("--shutdown-grace", args.shutdown_grace)):
-        if value is not None and not (value > 0 or (flag == "--shutdown-grace" and value == 0)):
-            raise CliError(f"{flag} must be a number of {'MiB' if 'mib' in flag else 'seconds'} "
-                           f"{'>= 0' if flag == '--shutdown-grace' else '> 0'}, got {value}")
+    # flag: (value, unit, whether 0 is allowed); None means the flag was not given.
+    limits = {"--max-body-mib": (args.max_body_mib, "MiB", False),
+              "--request-timeout": (args.request_timeout, "seconds", False),
+              "--shutdown-grace": (args.shutdown_grace, "seconds", True)}
+    for flag, (value, unit, zero_ok) in limits.items():
+        if value is not None and not (value > 0 or (zero_ok and value == 0)):
+            raise CliError(f"{flag} must be a number of {unit} {'>= 0' if zero_ok else '> 0'}, got {value}")
     # The server answers at once (/health: 503) while the model loads in the background.
     app = create_app(load, name, api_key=args.api_key, max_running=args.max_running,
                      max_waiting=args.max_waiting, prefix_cache_mib=args.prefix_cache_mib,
@@ -160,9 +162,8 @@ def _draining_server(config, grace: float):
             self.grace, self.drain_since = grace, None
 
         def handle_exit(self, sig, frame):
-            served = self.config.app.state.served
             if sig == signal.SIGTERM and self.drain_since is None:
-                served.draining = True
+                self.config.app.state.served.draining = True
                 self.drain_since = time.monotonic()
                 return  # not recorded: uvicorn would raise it again after the shutdown, ending with -15
             if sig == signal.SIGTERM:

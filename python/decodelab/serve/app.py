@@ -394,13 +394,12 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
                 if kind == "done":
                     gens[i] = value
         except _Expired:
-            raise APIError(504, f"the request ran longer than the server's request timeout of {request_timeout} s",
-                           kind="timeout_error") from None
+            raise _timed_out() from None
         return [g.sequences[0] for g in gens]
 
-    def _expired_event():
+    def _timed_out():
         return APIError(504, f"the request ran longer than the server's request timeout of {request_timeout} s",
-                        kind="timeout_error").body()
+                        kind="timeout_error")
 
     @app.get("/")
     def chat_page():
@@ -482,6 +481,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         run = dict(run, logprobs=lp)
         if stream:
             reqs, queue = _submit(ids, run, sampling, "prompt")
+            deadline = _deadline()
 
             def chunk(i, text, logprobs, reason):
                 return {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
@@ -490,7 +490,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
             async def events():
                 n_out, done = 0, set()
                 try:
-                    async for i, kind, v in _events(reqs, queue, _deadline()):
+                    async for i, kind, v in _events(reqs, queue, deadline):
                         if kind == "piece":
                             yield chunk(i, v.text, P.completion_logprobs(v, S.tok) if lp is not None else None, None)
                         else:
@@ -501,7 +501,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
                     for i in range(len(reqs)):
                         if i not in done:
                             yield chunk(i, "", None, "length")
-                    yield _expired_event()
+                    yield _timed_out().body()
                     return
                 if include_usage:
                     yield {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
@@ -535,6 +535,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         run = dict(run, logprobs=top if want_lp else None)
         if stream:
             reqs, queue = _submit(ids, run, sampling, "messages")
+            deadline = _deadline()
             base = {"id": rid, "object": "chat.completion.chunk", "created": now, "model": served_model_name}
 
             async def events():
@@ -543,7 +544,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
                                                "logprobs": None, "finish_reason": None}])
                 n_out, done = 0, set()
                 try:
-                    async for i, kind, v in _events(reqs, queue, _deadline()):
+                    async for i, kind, v in _events(reqs, queue, deadline):
                         if kind == "piece":
                             yield dict(base, choices=[{"index": i, "delta": {"content": v.text},
                                                        "logprobs": P.chat_logprobs(v, S.tok) if want_lp else None,
@@ -558,7 +559,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
                         if i not in done:
                             yield dict(base, choices=[{"index": i, "delta": {}, "logprobs": None,
                                                        "finish_reason": "length"}])
-                    yield _expired_event()
+                    yield _timed_out().body()
                     return
                 if include_usage:
                     yield dict(base, choices=[], usage=P.usage(len(ids), n_out))
