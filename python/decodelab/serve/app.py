@@ -27,6 +27,7 @@ from typing import Callable, Optional, Sequence
 
 from .engine import BatchEngine, QueueFull
 from . import protocol as P
+from . import schemas
 from .protocol import APIError
 
 __all__ = ["create_app", "Metrics", "CHAT_PAGE"]
@@ -197,6 +198,13 @@ class _Gate:
             self.served.in_flight -= 1
 
 
+# What each error status means, for /openapi.json.
+_STATUS = {400: "a bad request", 401: "a missing or wrong API key", 404: "a model this server does not serve",
+           413: "a request body over the server's limit", 429: "the queue is full",
+           503: "the model is loading or failed to load, or the server is shutting down",
+           504: "the request ran past the server's request timeout"}
+
+
 class _Expired(Exception):
     """A request ran past the server's request timeout."""
 
@@ -265,7 +273,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         (404, 'not_found_error', {'status': 'ok'})
     """
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, StreamingResponse
+    from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
 
     if not isinstance(max_body_bytes, int) or max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be an integer >= 1, got {max_body_bytes!r}")
@@ -321,12 +329,9 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         except (ValueError, UnicodeDecodeError) as e:
             raise APIError(400, f"the request body is not valid JSON ({e})") from None
 
-    async def _body(request: Request, allowed: set) -> dict:
-        body = await _json(request)
-        body = P.check_fields(body, allowed)
-        name = body.get("model")
-        if not isinstance(name, str):
-            raise APIError(400, "model is required", "model")
+    async def _body(request: Request, kind) -> dict:
+        body = schemas.parse(kind, await _json(request))
+        name = body["model"]
         if name != served_model_name:
             raise APIError(404, f"the model {name!r} does not exist; this server has {served_model_name!r}", "model",
                            kind="not_found_error")
@@ -401,45 +406,74 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         return APIError(504, f"the request ran longer than the server's request timeout of {request_timeout} s",
                         kind="timeout_error")
 
-    @app.get("/")
-    def chat_page():
-        from fastapi.responses import HTMLResponse
+    def _responses(*statuses, ok=None, stream=None):
+        """The OpenAPI responses of a route: its 200 body (``ok``, a schemas model; with ``stream``
+        also Server-Sent Events of that chunk model) and OpenAI's error JSON for each status."""
+        error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}
+        out = {s: {"content": error, "description": _STATUS[s]} for s in statuses + (503,)}
+        if ok is not None:
+            out[200] = {"model": ok}
+        if stream is not None:  # one event's schema (OpenAPI 3.2 reads it as itemSchema)
+            payload = {"anyOf": [{"$ref": f"#/components/schemas/{m.__name__}"} for m in (stream, schemas.ErrorResponse)]}
+            event = {"type": "object", "required": ["data"], "properties": {"event": {"type": "string"}, "data": {
+                "anyOf": [{"const": "[DONE]"},
+                          {"type": "string", "contentMediaType": "application/json", "contentSchema": payload}]}},
+                     "description": f"with stream: true, Server-Sent Events: each holds a {stream.__name__}, or an "
+                                    "ErrorResponse when the request timeout passes; the last is [DONE]"}
+            out[200]["content"] = {"text/event-stream": {"schema": event}}
+        return out
 
+    def _request_body(kind):
+        return {"requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": f"#/components/schemas/{kind.__name__}"}}}}}
+
+    def openapi():
+        """/openapi.json: FastAPI's paths plus every request and chunk model of schemas.py."""
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            doc.setdefault("components", {}).setdefault("schemas", {}).update(schemas.openapi_components(served_model_name))
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi
+
+    @app.get("/", response_class=HTMLResponse, responses=_responses())
+    def chat_page():
         return HTMLResponse(CHAT_PAGE)
 
-    @app.get("/health")
+    @app.get("/health", responses=_responses(ok=schemas.Health))
     def health():
         S.need()
         return {"status": "ok"}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse, responses=_responses())
     def prometheus():
         from fastapi.responses import Response
 
         S.need()
         return Response(S.metrics.render(), media_type=S.metrics.content_type)
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", responses=_responses(ok=schemas.ModelList))
     def models():
         S.need()
         return {"object": "list", "data": [{"id": served_model_name, "object": "model", "created": created,
                                             "owned_by": "decodelab", "max_model_len": S.ctx}]}
 
-    @app.post("/tokenize")
+    @app.post("/tokenize", openapi_extra=_request_body(schemas.TokenizeRequest),
+              responses=_responses(400, 401, 413, ok=schemas.Tokenized))
     async def tokenize(request: Request):
-        body = await _json(request)
-        if not isinstance(body, dict) or not isinstance(body.get("prompt"), str):
-            raise APIError(400, "prompt must be a string", "prompt")
-        ids = S.tok.encode(body["prompt"], add_special_tokens=bool(body.get("add_special_tokens", True)))
+        body = schemas.parse(schemas.TokenizeRequest, await _json(request))
+        ids = S.tok.encode(body["prompt"], add_special_tokens=body.get("add_special_tokens", True))
         return {"tokens": ids, "count": len(ids), "max_model_len": S.ctx}
 
-    @app.post("/detokenize")
+    @app.post("/detokenize", openapi_extra=_request_body(schemas.DetokenizeRequest),
+              responses=_responses(400, 401, 413, ok=schemas.Detokenized))
     async def detokenize(request: Request):
-        body = await _json(request)
-        ids = body.get("tokens") if isinstance(body, dict) else None
-        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < S.vocab
-                                                for t in ids):
-            raise APIError(400, f"tokens must be a list of token ids in [0, {S.vocab})", "tokens")
+        ids = schemas.parse(schemas.DetokenizeRequest, await _json(request))["tokens"]
+        if not all(t < S.vocab for t in ids):
+            raise APIError(400, f"tokens must be token ids in [0, {S.vocab})", "tokens")
         return {"prompt": S.tok.decode(ids)}
 
     def _common(body, max_keys):
@@ -448,13 +482,8 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         banned = P.bad_words_ids(body, S.tok)
         if banned:
             sampling["bad_words_ids"] = banned
-        stream = body.get("stream", False)
-        if not isinstance(stream, bool):
-            raise APIError(400, "stream must be true or false", "stream")
-        so = body.get("stream_options") or {}
-        if not isinstance(so, dict) or not set(so) <= {"include_usage", "continuous_usage_stats"}:
-            raise APIError(400, "stream_options may hold include_usage only", "stream_options")
-        return run, sampling, stream, bool(so.get("include_usage", False))
+        include_usage = body.get("stream_options", {}).get("include_usage", False)
+        return run, sampling, body.get("stream", False), include_usage
 
     def _sse(events):
         async def gen():
@@ -463,20 +492,18 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
             yield "data: [DONE]\n\n"
         return StreamingResponse(gen(), media_type="text/event-stream")
 
-    @app.post("/v1/completions")
+    model_errors = (400, 401, 404, 413, 429, 504)
+
+    @app.post("/v1/completions", openapi_extra=_request_body(schemas.CompletionRequest),
+              responses=_responses(*model_errors, ok=schemas.Completion, stream=schemas.CompletionChunk))
     async def completions(request: Request):
-        body = await _body(request, P.COMPLETION_FIELDS)
+        body = await _body(request, schemas.CompletionRequest)
         run, sampling, stream, include_usage = _common(body, ("max_tokens",))
-        lp = P.integer(body, "logprobs", None, 0, 20)
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1:
+        lp = body.get("logprobs")
+        prompt = body["prompt"]
+        if isinstance(prompt, list) and isinstance(prompt[0], str):
             prompt = prompt[0]
-        if isinstance(prompt, str):
-            ids = S.tok.encode(prompt)
-        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            ids = prompt
-        else:
-            raise APIError(400, "prompt must be a string, a list of one string, or a list of token ids", "prompt")
+        ids = S.tok.encode(prompt) if isinstance(prompt, str) else prompt
         rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         run = dict(run, logprobs=lp)
         if stream:
@@ -514,16 +541,15 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         return {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
                 "choices": choices, "usage": P.usage(len(ids), sum(len(s.token_ids) for s in seqs))}
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=_request_body(schemas.ChatRequest),
+              responses=_responses(*model_errors, ok=schemas.ChatCompletion, stream=schemas.ChatCompletionChunk))
     async def chat(request: Request):
-        body = await _body(request, P.CHAT_FIELDS)
+        body = await _body(request, schemas.ChatRequest)
         run, sampling, stream, include_usage = _common(body, ("max_tokens", "max_completion_tokens"))
         sampling = dict(sampling, **P.response_format(body))
         want_lp = body.get("logprobs", False)
-        if not isinstance(want_lp, bool):
-            raise APIError(400, "logprobs must be true or false", "logprobs")
-        top = P.integer(body, "top_logprobs", 0, 0, 20)
-        if body.get("top_logprobs") is not None and not want_lp:
+        top = body.get("top_logprobs", 0)
+        if "top_logprobs" in body and not want_lp:
             raise APIError(400, "top_logprobs needs logprobs: true", "top_logprobs")
         if S.tok is None or getattr(S.tok, "chat_template", None) is None:
             raise APIError(400, "this model has no chat template; use /v1/completions", "messages")

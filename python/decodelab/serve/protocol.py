@@ -1,23 +1,22 @@
-"""The OpenAI API's request and response shapes for /v1/completions and /v1/chat/completions:
-each request body checked and turned into generate() options, each Generation turned into the
-response JSON (choices, logprobs, usage). Errors are APIError, rendered as OpenAI's error JSON.
+"""From OpenAI API requests to generate() options and from Generations to response JSON, for
+/v1/completions and /v1/chat/completions: the limits that depend on the served model (its context,
+its vocabulary) are checked here; each field's type and static range was checked before, against
+``decodelab.serve.schemas``. Errors are APIError, rendered as OpenAI's error JSON.
 
-These are plain functions of the request body (a dict), used by ``decodelab.serve.app``; none
-needs a model except the logprobs ones, which need its tokenizer.
+These are plain functions of the request body (a dict that ``schemas.parse`` returned), used by
+``decodelab.serve.app``; none needs a model except the ones that take its tokenizer.
 
 Examples:
-    >>> from decodelab.serve import protocol
-    >>> body = protocol.check_fields({"model": "m", "prompt": "Hi", "temperature": 0.7}, protocol.COMPLETION_FIELDS)
+    >>> from decodelab.serve import protocol, schemas
+    >>> body = schemas.parse(schemas.CompletionRequest, {"model": "m", "prompt": "Hi", "temperature": 0.7})
     >>> protocol.sampling_options(body, vocab_size=512, max_context=512)
     {'temperature': 0.7}
 """
 from __future__ import annotations
 
-import math
-import numbers
 from typing import Any, Dict, List, Optional, Tuple
 
-__all__ = ["APIError", "COMPLETION_FIELDS", "CHAT_FIELDS", "check_fields", "number", "integer", "sampling_options",
+__all__ = ["APIError", "integer", "bad_words_ids", "sampling_options",
            "response_format", "run_options", "usage", "completion_logprobs", "chat_logprobs", "finish_reason",
            "messages_of"]
 
@@ -60,53 +59,6 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": None}}
 
 
-# OpenAI fields decodelab does not do: named in a 400 rather than ignored (unless at their default).
-_UNSUPPORTED = {"echo", "best_of", "suffix", "tools", "tool_choice", "functions", "function_call",
-                "parallel_tool_calls", "audio", "modalities", "prediction", "web_search_options"}
-# Sampling fields beyond OpenAI's, accepted as vLLM accepts them (extra body fields).
-_EXTRA = {"top_k", "min_p", "typical_p", "repetition_penalty", "order", "logprobs_mode", "min_tokens",
-          "ignore_eos", "no_repeat_ngram_size", "bad_words"}
-_COMMON = {"model", "max_tokens", "temperature", "top_p", "n", "stop", "seed", "presence_penalty",
-           "frequency_penalty", "logit_bias", "stream", "stream_options", "user", "metadata", "store"} | _EXTRA
-COMPLETION_FIELDS = _COMMON | {"prompt", "logprobs"} | _UNSUPPORTED
-CHAT_FIELDS = _COMMON | {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "response_format",
-                         "service_tier", "reasoning_effort"} | _UNSUPPORTED
-
-
-def number(body: dict, key: str, default, lo: float, hi: float):
-    """A finite number field of the body, checked against its range.
-
-    Args:
-        body: the request body.
-        key: the field's name.
-        default: what an absent (or null) field means.
-        lo: the smallest value allowed.
-        hi: the largest value allowed.
-
-    Returns:
-        The field's value as given (an int or a float), or ``default``.
-
-    Raises:
-        APIError: 400 naming ``key``, when the value is not a finite number in [lo, hi] (booleans
-            are not numbers here).
-
-    Examples:
-        >>> from decodelab.serve.protocol import APIError, number
-        >>> number({"temperature": 0.5}, "temperature", 1.0, 0.0, 2.0), number({}, "temperature", 1.0, 0.0, 2.0)
-        (0.5, 1.0)
-        >>> number({"temperature": 3}, "temperature", 1.0, 0.0, 2.0)
-        Traceback (most recent call last):
-        ...
-        decodelab.serve.protocol.APIError: temperature must be a number in [0.0, 2.0], got 3
-    """
-    v = body.get(key)
-    if v is None:
-        return default
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or not lo <= v <= hi:
-        raise APIError(400, f"{key} must be a number in [{lo}, {hi}], got {v!r}", key)
-    return v
-
-
 def integer(body: dict, key: str, default, lo: int, hi: int):
     """An integer field of the body, checked against its range.
 
@@ -141,66 +93,21 @@ def integer(body: dict, key: str, default, lo: int, hi: int):
     return v
 
 
-def check_fields(body: Any, allowed: set) -> dict:
-    """The body, once it is a JSON object whose fields are all known and supported.
-
-    An unsupported OpenAI field (echo, best_of, suffix, tools, ...) is refused unless it is at its
-    OpenAI default (null, false, an empty list, or best_of 1), which asks for nothing.
-
-    Args:
-        body: the parsed JSON body, of any type.
-        allowed: the fields the endpoint knows, COMPLETION_FIELDS or CHAT_FIELDS.
-
-    Returns:
-        ``body`` itself, unchanged.
-
-    Raises:
-        APIError: 400 when the body is not an object, holds a field not in ``allowed`` (the first
-            in name order is named), or asks for an unsupported field.
-
-    Examples:
-        >>> from decodelab.serve.protocol import COMPLETION_FIELDS, check_fields
-        >>> check_fields({"model": "m", "prompt": "Hi", "best_of": 1}, COMPLETION_FIELDS)
-        {'model': 'm', 'prompt': 'Hi', 'best_of': 1}
-        >>> check_fields({"model": "m", "prompt": "Hi", "temprature": 1}, COMPLETION_FIELDS)
-        Traceback (most recent call last):
-        ...
-        decodelab.serve.protocol.APIError: unknown parameter 'temprature'
-        >>> check_fields({"model": "m", "prompt": "Hi", "echo": True}, COMPLETION_FIELDS)
-        Traceback (most recent call last):
-        ...
-        decodelab.serve.protocol.APIError: echo is not supported by this server
-    """
-    if not isinstance(body, dict):
-        raise APIError(400, "the request body must be a JSON object")
-    unknown = sorted(k for k in body if k not in allowed)
-    if unknown:
-        raise APIError(400, f"unknown parameter {unknown[0]!r}", unknown[0])
-    # An unsupported field at its OpenAI default (best_of 1; echo false; no tools) asks for nothing.
-    used = sorted(k for k in body if k in _UNSUPPORTED and body[k] not in (None, False, [], {"best_of": 1}.get(k)))
-    if used:
-        raise APIError(400, f"{used[0]} is not supported by this server", used[0])
-    return body
-
-
-MAX_BAD_WORDS, MAX_BAD_WORD_CHARS = 256, 256
-
-
 def bad_words_ids(body: dict, tokenizer) -> List[List[int]]:
     """The token-id sequences that vLLM's ``bad_words`` field bans: each word as it is (leading
     spaces stripped) and, where its tokens differ in the first one but not in number, with a leading
     space, as a word inside a sentence is written.
 
     Args:
-        body: the request body; ``bad_words`` a list of at most 256 non-empty strings of at most
-            256 characters each.
+        body: the request body; ``bad_words`` a list of strings (schemas.py bounds their number
+            and length).
         tokenizer: the model's tokenizer (``encode(text, add_special_tokens=False)``).
 
     Returns:
         The sequences for ``generate(bad_words_ids=...)``; empty when the field is absent.
 
     Raises:
-        APIError: 400 naming bad_words when it is not such a list.
+        APIError: 400 naming bad_words when the model has no tokenizer.
 
     Examples:
         >>> from decodelab.serve.protocol import bad_words_ids
@@ -211,10 +118,6 @@ def bad_words_ids(body: dict, tokenizer) -> List[List[int]]:
     words = body.get("bad_words")
     if words is None:
         return []
-    if not isinstance(words, list) or len(words) > MAX_BAD_WORDS or \
-            not all(isinstance(w, str) and w.strip() and len(w) <= MAX_BAD_WORD_CHARS for w in words):
-        raise APIError(400, f"bad_words must be a list of at most {MAX_BAD_WORDS} non-empty strings of at most "
-                            f"{MAX_BAD_WORD_CHARS} characters", "bad_words")
     if tokenizer is None:
         raise APIError(400, "bad_words needs the model's tokenizer", "bad_words")
     out: List[List[int]] = []
@@ -230,9 +133,8 @@ def bad_words_ids(body: dict, tokenizer) -> List[List[int]]:
 def sampling_options(body: dict, *, vocab_size: int, max_context: int) -> dict:
     """The generate() keywords that the body's sampling fields mean (OpenAI's defaults: T = 1).
 
-    OpenAI's fields (temperature in [0, 2], top_p in (0, 1], presence_penalty and
-    frequency_penalty in [-2, 2], logit_bias: token id -> bias in [-100, 100]) and vLLM's extra
-    ones (top_k: -1 or 0 for all, min_p, typical_p, repetition_penalty, no_repeat_ngram_size,
+    OpenAI's fields (temperature, top_p, presence_penalty, frequency_penalty, logit_bias) and
+    vLLM's extra ones (top_k: -1 or 0 for all, min_p, typical_p, repetition_penalty, no_repeat_ngram_size,
     min_tokens as min_new_tokens, order). At temperature 0 (greedy), top_p, top_k, min_p and
     typical_p are dropped: OpenAI accepts them there and they cannot change the top token.
 
@@ -246,8 +148,9 @@ def sampling_options(body: dict, *, vocab_size: int, max_context: int) -> dict:
         gives them.
 
     Raises:
-        APIError: 400 naming the field whose value is out of range or of the wrong type (an
-            unknown order, a logit_bias key that is not a token id in the vocabulary, ...).
+        APIError: 400 naming the field past a limit of the model: top_k above the vocabulary
+            size, a logit_bias key that is not a token id in the vocabulary, no_repeat_ngram_size
+            or min_tokens above the context.
 
     Examples:
         >>> from decodelab.serve.protocol import sampling_options
@@ -259,46 +162,23 @@ def sampling_options(body: dict, *, vocab_size: int, max_context: int) -> dict:
         >>> sampling_options({}, vocab_size=512, max_context=512)
         {'temperature': 1.0}
     """
-    opts: Dict[str, Any] = {}
-    opts["temperature"] = number(body, "temperature", 1.0, 0.0, 2.0)
-    if body.get("top_p") is not None:
-        opts["top_p"] = number(body, "top_p", 1.0, 1e-9, 1.0)
-    for key in ("presence_penalty", "frequency_penalty"):
-        if body.get(key) is not None:
-            opts[key] = number(body, key, 0.0, -2.0, 2.0)
+    opts: Dict[str, Any] = {"temperature": body.get("temperature", 1.0)}
+    for key in ("top_p", "presence_penalty", "frequency_penalty", "min_p", "typical_p", "repetition_penalty", "order"):
+        if key in body:
+            opts[key] = body[key]
     if body.get("top_k") is not None:
         opts["top_k"] = integer(body, "top_k", 0, -1, vocab_size) if body["top_k"] != -1 else 0
-    if body.get("min_p") is not None:
-        opts["min_p"] = number(body, "min_p", 0.0, 0.0, 1.0)
-    if body.get("typical_p") is not None:
-        opts["typical_p"] = number(body, "typical_p", 1.0, 1e-9, 1.0)
-    if body.get("repetition_penalty") is not None:
-        opts["repetition_penalty"] = number(body, "repetition_penalty", 1.0, 1e-3, 1e3)
     if body.get("no_repeat_ngram_size") is not None:
         opts["no_repeat_ngram_size"] = integer(body, "no_repeat_ngram_size", 0, 0, max_context)
     if body.get("min_tokens") is not None:
         opts["min_new_tokens"] = integer(body, "min_tokens", 0, 0, max_context)
-    if body.get("order") is not None:
-        if body["order"] not in ("hf", "vllm", "llama.cpp"):
-            raise APIError(400, f"order must be 'hf', 'vllm' or 'llama.cpp', got {body['order']!r}", "order")
-        opts["order"] = body["order"]
-    lb = body.get("logit_bias")
-    if lb is not None:
-        if not isinstance(lb, dict):
-            raise APIError(400, "logit_bias must be an object of token id -> bias", "logit_bias")
-        bias = {}
-        for k, v in lb.items():
-            try:
-                t = int(k)
-            except (TypeError, ValueError):
-                raise APIError(400, f"logit_bias key {k!r} is not a token id", "logit_bias") from None
-            if not 0 <= t < vocab_size:
-                raise APIError(400, f"logit_bias token id {t} is outside the vocabulary [0, {vocab_size})", "logit_bias")
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not -100 <= v <= 100:
-                raise APIError(400, f"logit_bias value for {k} must be in [-100, 100], got {v!r}", "logit_bias")
-            bias[t] = float(v)
-        if bias:
-            opts["logit_bias"] = bias
+    bias = {}
+    for k, v in (body.get("logit_bias") or {}).items():
+        if not 0 <= int(k) < vocab_size:
+            raise APIError(400, f"logit_bias token id {k} is outside the vocabulary [0, {vocab_size})", "logit_bias")
+        bias[int(k)] = float(v)
+    if bias:
+        opts["logit_bias"] = bias
     if opts["temperature"] == 0:
         # Greedy: OpenAI accepts top_p and the rest alongside; they cannot change the top token.
         for key in ("top_p", "top_k", "min_p", "typical_p"):
@@ -319,10 +199,6 @@ def response_format(body: dict) -> dict:
         {} for no response_format or type "text", else {"json_schema": schema} to pass to
         generate().
 
-    Raises:
-        APIError: 400 naming response_format, for another type or a json_schema without a schema
-            object.
-
     Examples:
         >>> from decodelab.serve.protocol import response_format
         >>> response_format({}), response_format({"response_format": {"type": "json_object"}})
@@ -331,23 +207,12 @@ def response_format(body: dict) -> dict:
         ...                                      "json_schema": {"name": "n", "schema": {"type": "integer"}}}})
         {'json_schema': {'type': 'integer'}}
     """
-    rf = body.get("response_format")
-    if rf is None:
-        return {}
-    kind = rf.get("type") if isinstance(rf, dict) else None
-    if kind == "text":
-        return {}
+    kind = (body.get("response_format") or {}).get("type", "text")
     if kind == "json_object":
         return {"json_schema": {"type": "object"}}
     if kind == "json_schema":
-        spec = rf.get("json_schema")
-        schema = spec.get("schema") if isinstance(spec, dict) else None
-        if not isinstance(schema, dict):
-            raise APIError(400, "response_format json_schema needs {\"json_schema\": {\"name\": ..., \"schema\": "
-                           "{...}}}", "response_format")
-        return {"json_schema": schema}
-    raise APIError(400, f"response_format type must be 'text', 'json_object' or 'json_schema', got {rf!r:.80}",
-                   "response_format")
+        return {"json_schema": body["response_format"]["json_schema"]["schema"]}
+    return {}
 
 
 def run_options(body: dict, *, max_tokens_key: Tuple[str, ...], default_max: int, max_context: int) -> dict:
@@ -370,8 +235,7 @@ def run_options(body: dict, *, max_tokens_key: Tuple[str, ...], default_max: int
         eos_token_id where the body asks for them.
 
     Raises:
-        APIError: 400 naming the field at fault (a budget outside [1, max_context], n outside
-            [1, 16], a bad stop, seed, logprobs_mode or ignore_eos).
+        APIError: 400 naming the token budget's field when it is above max_context.
 
     Examples:
         >>> from decodelab.serve.protocol import run_options
@@ -387,25 +251,15 @@ def run_options(body: dict, *, max_tokens_key: Tuple[str, ...], default_max: int
         if body.get(key) is not None:
             mt = integer(body, key, None, 1, max_context)
     out["max_new_tokens"] = default_max if mt is None else mt
-    out["n"] = integer(body, "n", 1, 1, 16)
+    out["n"] = body.get("n", 1)
     stop = body.get("stop")
-    if stop is not None:
-        stops = [stop] if isinstance(stop, str) else stop
-        if not isinstance(stops, list) or len(stops) > 4 or not all(isinstance(s, str) and s for s in stops):
-            raise APIError(400, "stop must be a non-empty string or a list of at most 4 of them", "stop")
-        if stops:
-            out["stop"] = stops
+    if stop:
+        out["stop"] = [stop] if isinstance(stop, str) else stop
     if body.get("seed") is not None:
-        out["seed"] = integer(body, "seed", None, -(2**63), 2**64 - 1) % (2**64)
-    mode = body.get("logprobs_mode", "raw")
-    if mode not in ("raw", "processed", "raw_logprobs", "processed_logprobs"):
-        raise APIError(400, f"logprobs_mode must be 'raw' or 'processed', got {mode!r}", "logprobs_mode")
-    out["logprobs_mode"] = mode.replace("_logprobs", "")
-    if body.get("ignore_eos") is not None:
-        if not isinstance(body["ignore_eos"], bool):
-            raise APIError(400, "ignore_eos must be true or false", "ignore_eos")
-        if body["ignore_eos"]:
-            out["eos_token_id"] = []
+        out["seed"] = body["seed"] % (2**64)
+    out["logprobs_mode"] = body.get("logprobs_mode", "raw").replace("_logprobs", "")
+    if body.get("ignore_eos"):
+        out["eos_token_id"] = []
     return out
 
 
@@ -528,37 +382,17 @@ def messages_of(body: dict) -> List[dict]:
     Returns:
         A list of {"role": str, "content": str}, in order.
 
-    Raises:
-        APIError: 400 naming messages, when they are not a non-empty list of objects with a
-            string role and a string (or text parts) content.
-
     Examples:
         >>> from decodelab.serve.protocol import messages_of
         >>> messages_of({"messages": [{"role": "system", "content": "Be brief."},
         ...                           {"role": "user", "content": [{"type": "text", "text": "Hi"},
         ...                                                        {"type": "text", "text": "!"}]}]})
         [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi!'}]
-        >>> messages_of({"messages": []})
-        Traceback (most recent call last):
-        ...
-        decodelab.serve.protocol.APIError: messages must be a non-empty list
     """
-    msgs = body.get("messages")
-    if not isinstance(msgs, list) or not msgs:
-        raise APIError(400, "messages must be a non-empty list", "messages")
     out = []
-    for i, m in enumerate(msgs):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise APIError(400, f"messages[{i}] must be an object with a role", "messages")
-        content = m.get("content")
+    for m in body["messages"]:
+        content = m["content"]
         if isinstance(content, list):  # content parts: text only
-            texts = []
-            for part in content:
-                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                    raise APIError(400, f"messages[{i}].content holds a part that is not text", "messages")
-                texts.append(part["text"])
-            content = "".join(texts)
-        if not isinstance(content, str):
-            raise APIError(400, f"messages[{i}].content must be a string", "messages")
+            content = "".join(part["text"] for part in content)
         out.append({"role": m["role"], "content": content})
     return out
