@@ -80,7 +80,7 @@ def test_schemathesis_finds_nothing(live_server, tmp_path):
     cmd = [sys.executable, "-m", "schemathesis.cli", "run", live_server + "/openapi.json",
            "--max-examples", str(EXAMPLES), "--seed", "7", "--exclude-checks", "positive_data_acceptance",
            "--request-timeout", "60", "--report", "junit", "--report-dir", str(tmp_path)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path)  # its cache dir there
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-6000:]
     tested = [line for line in out.splitlines() if "generated" in line and "passed" in line]
