@@ -24,6 +24,7 @@ void quantize_q8_blocks(const float* x, int T, int in, Q8Blocks& out) {
   out.q.resize(static_cast<size_t>(T) * nb * kI4Block);
   out.d.resize(static_cast<size_t>(T) * nb);
   out.s.resize(static_cast<size_t>(T) * nb);
+  out.sum16.resize(static_cast<size_t>(T) * nb * 2);
   for (int t = 0; t < T; ++t)
     for (int b = 0; b < nb; ++b) {
       const float* xs = x + static_cast<size_t>(t) * in + b * kI4Block;
@@ -51,11 +52,17 @@ void quantize_q8_blocks(const float* x, int T, int in, Q8Blocks& out) {
         const __m256i b8 = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
         const __m256i q8 = _mm256_permutevar8x32_epi32(b8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), q8);
-        __m256i acc = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
-        __m128i a = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-        a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4E));
-        a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0xB1));
-        sum = _mm_cvtsi128_si32(a);
+        int32_t half[2];
+        for (int hb = 0; hb < 2; ++hb) {
+          const __m256i acc = _mm256_add_epi32(i[2 * hb], i[2 * hb + 1]);
+          __m128i a = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+          a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4E));
+          a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0xB1));
+          half[hb] = _mm_cvtsi128_si32(a);
+        }
+        sum = half[0] + half[1];
+        out.sum16[(static_cast<size_t>(t) * nb + b) * 2] = half[0];
+        out.sum16[(static_cast<size_t>(t) * nb + b) * 2 + 1] = half[1];
         out.d[static_cast<size_t>(t) * nb + b] = d;
         out.s[static_cast<size_t>(t) * nb + b] = d * static_cast<float>(sum);
         continue;
@@ -63,10 +70,14 @@ void quantize_q8_blocks(const float* x, int T, int in, Q8Blocks& out) {
 #endif
       for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(xs[i]));
       const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+      int32_t half[2] = {0, 0};
       for (int i = 0; i < n; ++i) {
         q[i] = static_cast<int8_t>(std::lrint(xs[i] * id));
-        sum += q[i];
+        half[i / 16] += q[i];
       }
+      sum = half[0] + half[1];
+      out.sum16[(static_cast<size_t>(t) * nb + b) * 2] = half[0];
+      out.sum16[(static_cast<size_t>(t) * nb + b) * 2 + 1] = half[1];
       std::fill(q + n, q + kI4Block, int8_t{0});
       out.d[static_cast<size_t>(t) * nb + b] = d;
       out.s[static_cast<size_t>(t) * nb + b] = d * static_cast<float>(sum);

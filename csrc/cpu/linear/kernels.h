@@ -108,6 +108,7 @@ struct Q8Blocks {
   int blocks = 0;
   std::vector<int8_t> q;
   std::vector<float> d, s;
+  std::vector<int32_t> sum16;  // the integer sum of each half block (16 values), two per block
 };
 void quantize_q8_blocks(const float* x, int T, int in, Q8Blocks& out);
 // y rows [t_lo, t_hi), panel p's outputs of an I4 layer, bias included. Each block adds
