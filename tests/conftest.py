@@ -69,6 +69,40 @@ def _need(path):
     return path
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve_cli(*args, wait_s: float = 60.0):
+    """`python -m decodelab serve ARGS --port P` in a process of its own, once /health answers 200:
+    (the Popen, with stdout and stderr piped as text, and its base URL http://127.0.0.1:P)."""
+    import subprocess
+    import sys
+
+    import httpx
+
+    port = free_port()
+    p = subprocess.Popen([sys.executable, "-m", "decodelab", "serve", *map(str, args), "--port", str(port)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and p.poll() is None:
+        try:
+            if httpx.get(base + "/health", timeout=1).status_code == 200:
+                return p, base
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    p.kill()
+    _, err = p.communicate(timeout=30)
+    raise AssertionError(f"decodelab serve {' '.join(map(str, args))} did not answer /health: {err[-2000:]}")
+
+
 @pytest.fixture(scope="session")
 def stories_bin():
     _need(STORIES_TOK)

@@ -4,7 +4,6 @@ JSON for bad requests. The server runs in a thread of this process on a free por
 import asyncio
 import json
 import os
-import socket
 import threading
 import time
 
@@ -16,7 +15,7 @@ openai = pytest.importorskip("openai", reason="the openai client is a test extra
 uvicorn = pytest.importorskip("uvicorn", reason="uvicorn is a test extra (decodelab[serve])")
 httpx = pytest.importorskip("httpx")
 
-from conftest import MODELS, _need  # noqa: E402
+from conftest import MODELS, _need, free_port, serve_cli  # noqa: E402
 
 SMOLLM = os.path.join(MODELS, "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
@@ -24,9 +23,7 @@ SMOLLM = os.path.join(MODELS, "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4
 def _serve(model, name):
     from decodelab.serve import create_app
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(model, name), host="127.0.0.1", port=port, log_level="error"))
     t = threading.Thread(target=server.run, daemon=True)
     t.start()
@@ -194,27 +191,14 @@ def test_the_cli_serves_and_stops_on_sigterm(tmp_path):
     """decodelab serve with --chat-template FILE: stories260K has no template of its own, so the
     chat route answers only with the file's."""
     import signal
-    import subprocess
-    import sys
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     template = tmp_path / "story.jinja"
     template.write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
-    p = subprocess.Popen([sys.executable, "-m", "decodelab", "serve", "stories260K", "--port", str(port),
-                          "--served-model-name", "tiny", "--chat-template", str(template)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p, base = serve_cli("stories260K", "--served-model-name", "tiny", "--chat-template", template)
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        r = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
+        r = httpx.get(base + "/v1/models", timeout=5).json()
         assert [m["id"] for m in r["data"]] == ["tiny"]
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=30,
+        r = httpx.post(base + "/v1/chat/completions", timeout=30,
                        json={"model": "tiny", "messages": [{"role": "user", "content": "Once upon a time"}],
                              "max_tokens": 4, "temperature": 0}).json()
         assert r["usage"] == {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8}, r
@@ -230,23 +214,9 @@ def test_sigterm_lets_running_streams_finish_and_turns_new_requests_away(tmp_pat
     """SIGTERM with a stream in flight: new requests get 503 with OpenAI's error JSON, the stream
     runs to its last token and [DONE], and the process exits 0."""
     import signal
-    import subprocess
-    import sys
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    base = f"http://127.0.0.1:{port}"
-    p = subprocess.Popen([sys.executable, "-m", "decodelab", "serve", _need(SMOLLM), "--port", str(port),
-                          "--served-model-name", "smol", "--dtype", "int8", "--shutdown-grace", "60"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p, base = serve_cli(_need(SMOLLM), "--served-model-name", "smol", "--dtype", "int8", "--shutdown-grace", "60")
     try:
-        for _ in range(600):
-            try:
-                if httpx.get(base + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
         body = {"model": "smol", "prompt": "The history of the city", "max_tokens": 200, "temperature": 0,
                 "ignore_eos": True, "stream": True}
         reasons, tokens = [], 0
@@ -366,9 +336,7 @@ def test_the_cli_exits_with_the_reason_when_the_model_does_not_load(tmp_path):
 
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 20)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     p = subprocess.run([sys.executable, "-m", "decodelab", "serve", str(bad), "--port", str(port)],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "could not load" in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]

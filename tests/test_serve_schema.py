@@ -4,12 +4,12 @@ that chat requests reach the model), finds no 5xx, no response outside the schem
 events included), no schema-invalid request accepted, and no request that hangs."""
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
+
+from conftest import serve_cli
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("schemathesis", reason="schemathesis is a test extra")
@@ -21,22 +21,10 @@ EXAMPLES = int(os.environ.get("DECODELAB_FUZZ_EXAMPLES", "40"))
 
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     template = tmp_path_factory.mktemp("fuzz") / "story.jinja"
     template.write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
-    p = subprocess.Popen([sys.executable, "-m", "decodelab", "serve", "stories260K", "--port", str(port),
-                          "--served-model-name", "stories260K", "--chat-template", str(template),
-                          "--request-timeout", "60"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
+    p, url = serve_cli("stories260K", "--served-model-name", "stories260K", "--chat-template", template,
+                       "--request-timeout", "60")
     yield url
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=30)

@@ -406,15 +406,40 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         return APIError(504, f"the request ran longer than the server's request timeout of {request_timeout} s",
                         kind="timeout_error")
 
+    async def _chunks(reqs, queue, deadline, piece, finished, usage):
+        """A stream's chunks: piece(i, v) for each text piece, finished(i, reason) as each choice
+        ends, then usage(tokens generated) or nothing (None). Past the deadline every choice still
+        running ends with "length" and the last event is the 504's error JSON."""
+        n_out, done = 0, set()
+        try:
+            async for i, kind, v in _events(reqs, queue, deadline):
+                if kind == "piece":
+                    yield piece(i, v)
+                else:
+                    n_out += len(v.token_ids)
+                    done.add(i)
+                    yield finished(i, P.finish_reason(v.sequences[0]))
+        except _Expired:
+            for i in range(len(reqs)):
+                if i not in done:
+                    yield finished(i, "length")
+            yield _timed_out().body()
+            return
+        if usage is not None:
+            yield usage(n_out)
+
+    def _ref(model) -> dict:
+        return {"$ref": f"#/components/schemas/{model.__name__}"}
+
     def _responses(*statuses, ok=None, stream=None):
         """The OpenAPI responses of a route: its 200 body (``ok``, a schemas model; with ``stream``
         also Server-Sent Events of that chunk model) and OpenAI's error JSON for each status."""
-        error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}
+        error = {"application/json": {"schema": _ref(schemas.ErrorResponse)}}
         out = {s: {"content": error, "description": _STATUS[s]} for s in statuses + (503,)}
         if ok is not None:
             out[200] = {"model": ok}
         if stream is not None:  # one event's schema (OpenAPI 3.2 reads it as itemSchema)
-            payload = {"anyOf": [{"$ref": f"#/components/schemas/{m.__name__}"} for m in (stream, schemas.ErrorResponse)]}
+            payload = {"anyOf": [_ref(stream), _ref(schemas.ErrorResponse)]}
             event = {"type": "object", "required": ["data"], "properties": {"event": {"type": "string"}, "data": {
                 "anyOf": [{"const": "[DONE]"},
                           {"type": "string", "contentMediaType": "application/json", "contentSchema": payload}]}},
@@ -424,8 +449,7 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
         return out
 
     def _request_body(kind):
-        return {"requestBody": {"required": True, "content": {"application/json": {
-            "schema": {"$ref": f"#/components/schemas/{kind.__name__}"}}}}}
+        return {"requestBody": {"required": True, "content": {"application/json": {"schema": _ref(kind)}}}}
 
     def openapi():
         """/openapi.json: FastAPI's paths plus every request and chunk model of schemas.py."""
@@ -433,7 +457,8 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
             from fastapi.openapi.utils import get_openapi
 
             doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
-            doc.setdefault("components", {}).setdefault("schemas", {}).update(schemas.openapi_components(served_model_name))
+            components = doc.setdefault("components", {}).setdefault("schemas", {})
+            components.update(schemas.openapi_components(served_model_name))
             app.openapi_schema = doc
         return app.openapi_schema
 
@@ -514,26 +539,13 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
                 return {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
                         "choices": [{"index": i, "text": text, "logprobs": logprobs, "finish_reason": reason}]}
 
-            async def events():
-                n_out, done = 0, set()
-                try:
-                    async for i, kind, v in _events(reqs, queue, deadline):
-                        if kind == "piece":
-                            yield chunk(i, v.text, P.completion_logprobs(v, S.tok) if lp is not None else None, None)
-                        else:
-                            n_out += len(v.token_ids)
-                            done.add(i)
-                            yield chunk(i, "", None, P.finish_reason(v.sequences[0]))
-                except _Expired:
-                    for i in range(len(reqs)):
-                        if i not in done:
-                            yield chunk(i, "", None, "length")
-                    yield _timed_out().body()
-                    return
-                if include_usage:
-                    yield {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
-                           "choices": [], "usage": P.usage(len(ids), n_out)}
-            return _sse(events())
+            def usage(n_out):
+                return {"id": rid, "object": "text_completion", "created": now, "model": served_model_name,
+                        "choices": [], "usage": P.usage(len(ids), n_out)}
+            return _sse(_chunks(
+                reqs, queue, deadline,
+                lambda i, v: chunk(i, v.text, P.completion_logprobs(v, S.tok) if lp is not None else None, None),
+                lambda i, reason: chunk(i, "", None, reason), usage if include_usage else None))
         seqs = await _generate(ids, run, sampling, "prompt")
         choices = [{"index": i, "text": s.text, "finish_reason": P.finish_reason(s),
                     "logprobs": P.completion_logprobs(s, S.tok) if lp is not None else None}
@@ -564,31 +576,21 @@ def create_app(model, served_model_name: str, *, api_key: Optional[str] = None, 
             deadline = _deadline()
             base = {"id": rid, "object": "chat.completion.chunk", "created": now, "model": served_model_name}
 
+            def choice(i, delta, logprobs, reason):
+                return dict(base, choices=[{"index": i, "delta": delta, "logprobs": logprobs, "finish_reason": reason}])
+
+            def piece(i, v):
+                return choice(i, {"content": v.text}, P.chat_logprobs(v, S.tok) if want_lp else None, None)
+
+            def usage(n_out):
+                return dict(base, choices=[], usage=P.usage(len(ids), n_out))
+
             async def events():
                 for i in range(len(reqs)):
-                    yield dict(base, choices=[{"index": i, "delta": {"role": "assistant", "content": ""},
-                                               "logprobs": None, "finish_reason": None}])
-                n_out, done = 0, set()
-                try:
-                    async for i, kind, v in _events(reqs, queue, deadline):
-                        if kind == "piece":
-                            yield dict(base, choices=[{"index": i, "delta": {"content": v.text},
-                                                       "logprobs": P.chat_logprobs(v, S.tok) if want_lp else None,
-                                                       "finish_reason": None}])
-                        else:
-                            n_out += len(v.token_ids)
-                            done.add(i)
-                            yield dict(base, choices=[{"index": i, "delta": {}, "logprobs": None,
-                                                       "finish_reason": P.finish_reason(v.sequences[0])}])
-                except _Expired:
-                    for i in range(len(reqs)):
-                        if i not in done:
-                            yield dict(base, choices=[{"index": i, "delta": {}, "logprobs": None,
-                                                       "finish_reason": "length"}])
-                    yield _timed_out().body()
-                    return
-                if include_usage:
-                    yield dict(base, choices=[], usage=P.usage(len(ids), n_out))
+                    yield choice(i, {"role": "assistant", "content": ""}, None, None)
+                async for c in _chunks(reqs, queue, deadline, piece, lambda i, reason: choice(i, {}, None, reason),
+                                       usage if include_usage else None):
+                    yield c
             return _sse(events())
         seqs = await _generate(ids, run, sampling, "messages")
         choices = [{"index": i, "message": {"role": "assistant", "content": s.text, "refusal": None},
