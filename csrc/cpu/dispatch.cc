@@ -151,14 +151,17 @@ size_t quantized_size(const Linear& L, WeightType type) { return kernels().quant
 bool linear_row_view(const Linear& L, int first, int count, Linear* view) {
   return kernels().linear_row_view(L, first, count, view);
 }
-void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* dst, const RowSource* source) {
-  kernels().quantize_linear(L, type, q, dst, source);
+void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* dst, const RowSource* source,
+                     const RowsDone* done) {
+  kernels().quantize_linear(L, type, q, dst, source, done);
 }
-void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst) {
-  kernels().pack_i4_blocks(L, f, src, q, dst);
+void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
+                    const RowsDone* done) {
+  kernels().pack_i4_blocks(L, f, src, q, dst, done);
 }
-void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst) {
-  kernels().pack_i8_blocks(L, f, src, q, dst);
+void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
+                    const RowsDone* done) {
+  kernels().pack_i8_blocks(L, f, src, q, dst, done);
 }
 
 namespace {

@@ -14,9 +14,9 @@ struct KernelTable {
   void (*linear_many)(const float*, int, const Linear* const*, float* const*, int);
   size_t (*quantized_size)(const Linear&, WeightType);
   bool (*linear_row_view)(const Linear&, int, int, Linear*);
-  void (*quantize_linear)(Linear&, WeightType, QuantizedWeights&, uint8_t*, const RowSource*);
-  void (*pack_i4_blocks)(Linear&, const BlockFormat&, const uint8_t*, QuantizedWeights&, uint8_t*);
-  void (*pack_i8_blocks)(Linear&, const BlockFormat&, const uint8_t*, QuantizedWeights&, uint8_t*);
+  void (*quantize_linear)(Linear&, WeightType, QuantizedWeights&, uint8_t*, const RowSource*, const RowsDone*);
+  void (*pack_i4_blocks)(Linear&, const BlockFormat&, const uint8_t*, QuantizedWeights&, uint8_t*, const RowsDone*);
+  void (*pack_i8_blocks)(Linear&, const BlockFormat&, const uint8_t*, QuantizedWeights&, uint8_t*, const RowsDone*);
   void (*rmsnorm)(const float*, const float*, int, int, float, float*);
   void (*layernorm)(const float*, const float*, const float*, int, int, float, float*);
   void (*gelu_tanh_inplace)(float*, size_t);

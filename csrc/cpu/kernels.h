@@ -14,9 +14,12 @@ namespace DECODELAB_ISA {
 void linear_many(const float* x, int T, const Linear* const* layers, float* const* ys, int n);
 size_t quantized_size(const Linear& L, WeightType type);
 bool linear_row_view(const Linear& L, int first, int count, Linear* view);
-void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* dst, const RowSource* source);
-void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst);
-void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst);
+void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* dst, const RowSource* source,
+                     const RowsDone* done);
+void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
+                    const RowsDone* done);
+void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
+                    const RowsDone* done);
 
 void rmsnorm(const float* x, const float* w, int T, int dim, float eps, float* y);
 void layernorm(const float* x, const float* w, const float* b, int T, int dim, float eps, float* y);

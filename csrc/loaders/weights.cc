@@ -209,15 +209,19 @@ const float* WeightStore::f32_transposed(const std::string& name, const std::vec
   return owned_.back().data();
 }
 
-void WeightStore::release(const std::string& name) const {
+void WeightStore::release(const std::string& name) const { release_rows(name, 0, 1, 1); }
+
+void WeightStore::release_rows(const std::string& name, int64_t first, int64_t n, int64_t rows) const {
   auto it = tensors_.find(name);
-  if (it == tensors_.end()) return;
+  if (it == tensors_.end() || rows <= 0 || first < 0 || n <= 0 || first + n > rows) return;
   const TensorInfo& t = it->second.info;
   const long page = ::sysconf(_SC_PAGESIZE);
   if (page <= 0) return;
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(files_[t.file]->data() + t.offset);
-  const uintptr_t hi = lo + t.nbytes;
-  // Only pages that lie wholly inside the tensor: a neighbour sharing a page keeps it.
+  const uintptr_t base = reinterpret_cast<uintptr_t>(files_[t.file]->data() + t.offset);
+  const uint64_t row_bytes = t.nbytes / static_cast<uint64_t>(rows);
+  const uintptr_t lo = base + static_cast<uint64_t>(first) * row_bytes;
+  const uintptr_t hi = first + n == rows ? base + t.nbytes : base + static_cast<uint64_t>(first + n) * row_bytes;
+  // Only pages that lie wholly inside the rows: a neighbour sharing a page keeps it.
   const uintptr_t a = (lo + page - 1) / page * page, b = hi / page * page;
   if (b > a) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
 }

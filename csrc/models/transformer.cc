@@ -327,32 +327,37 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     // soon as the layer is converted, so that load's peak holds one layer's source at a time (and
     // those the trial runs above read) rather than the whole file next to its conversion. A tied head
     // is also the embedding table, whose rows are then read one per token.
+    // A large layer (an output head of 150k-260k rows) also lets its source go a run of rows at a
+    // time while it is converted, so that its whole source and its conversion are never resident together.
     source_of.emplace(lm_head_.w, head_name);
     for (size_t i = 0; i < all.size(); ++i) {
       Linear& x = *all[i];
       const WeightType type = type_of(&x);
       const auto b = blocks_of.find(&x);
+      const auto it = source_of.find(b == blocks_of.end() ? x.w : nullptr);
+      const std::string* name = b != blocks_of.end() ? &b->second.name : it != source_of.end() ? &it->second : nullptr;
+      const int64_t out_rows = x.out;
+      const RowsDone done = [&W, name, out_rows](int o0, int n) { W.release_rows(*name, o0, n, out_rows); };
+      const RowsDone* progress = name ? &done : nullptr;
       if (b == blocks_of.end()) {
-        const float* src = x.w;
-        quantize_linear(x, type, quantized_[i], arena_.data() + at[i]);
-        auto it = source_of.find(src);
-        if (it != source_of.end()) W.release(it->second);
+        quantize_linear(x, type, quantized_[i], arena_.data() + at[i], nullptr, progress);
+        if (name) W.release(*name);
         continue;
       }
       // A file's blocks: under int4 repacked as they are (4-bit layers as I4, wider ones and the
       // head as I8Blocks); under other dtypes decoded a panel of rows at a time into the conversion.
       const Blocks& e = b->second;
       if (type == WeightType::I4 && e.format->bits == 4) {
-        pack_i4_blocks(x, *e.format, e.data, quantized_[i], arena_.data() + at[i]);
+        pack_i4_blocks(x, *e.format, e.data, quantized_[i], arena_.data() + at[i], progress);
       } else if (type == WeightType::I8Blocks) {
-        pack_i8_blocks(x, *e.format, e.data, quantized_[i], arena_.data() + at[i]);
+        pack_i8_blocks(x, *e.format, e.data, quantized_[i], arena_.data() + at[i], progress);
       } else {
         const size_t row_bytes = static_cast<size_t>(x.in) / e.format->elems * e.format->bytes;
         const int in = x.in;
         const RowSource rows = [&e, row_bytes, in](int o0, int n, float* dst) {
           dequantize_blocks(*e.format, e.data + o0 * row_bytes, static_cast<size_t>(n) * in, dst);
         };
-        quantize_linear(x, type, quantized_[i], arena_.data() + at[i], &rows);
+        quantize_linear(x, type, quantized_[i], arena_.data() + at[i], &rows, progress);
       }
       W.release(e.name);
     }

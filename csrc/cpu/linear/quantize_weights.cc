@@ -13,6 +13,31 @@
 namespace decodelab {
 namespace DECODELAB_ISA {
 
+// One thread's source rows that are read and done with, handed to `done` in runs of at least
+// kRows (so that a large layer costs a few hundred madvise calls, not one per panel) and at the end.
+class DoneRows {
+ public:
+  explicit DoneRows(const RowsDone* done) : done_(done) {}
+  DoneRows(const DoneRows&) = delete;
+  DoneRows& operator=(const DoneRows&) = delete;
+  ~DoneRows() { flush(); }
+  void add(int o0, int n) {
+    if (!done_) return;
+    if (o0 != end_) flush(), begin_ = o0;
+    end_ = o0 + n;
+    if (end_ - begin_ >= kRows) flush();
+  }
+
+ private:
+  static constexpr int kRows = 1024;
+  void flush() {
+    if (end_ > begin_) (*done_)(begin_, end_ - begin_);
+    begin_ = end_;
+  }
+  const RowsDone* done_;
+  int begin_ = 0, end_ = 0;
+};
+
 static size_t packed_size(int out, int in, int G) {
   return static_cast<size_t>(panel_count(out)) * kPanel * panel_steps(in, G) * G;
 }
@@ -217,8 +242,10 @@ bool linear_row_view(const Linear& L, int first, int count, Linear* view) {
   return true;
 }
 
-void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* dst, const RowSource* source) {
+void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* dst, const RowSource* source,
+                     const RowsDone* done) {
   if (type == WeightType::F32) return;
+  if (!source && L.in_major) done = nullptr;  // every panel reads across all of an (in, out) source
   dst = destination(q, DECODELAB_ISA::quantized_size(L, type), dst);
   const int in = L.in, out = L.out, panels = panel_count(out);
   // Each panel's rows (16, fewer in the last) as fp32 (rows, in): in place where L.w is (out, in),
@@ -244,6 +271,7 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
 #pragma omp parallel
     {
       std::vector<float> scratch;
+      DoneRows finished(done);
 #pragma omp for schedule(static)
       for (int p = 0; p < panels; ++p) {
         const float* rows = panel_rows(p, scratch);
@@ -254,6 +282,7 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
             for (int i = 0; i < in; ++i) dg[(i / 16) * 64 + 16 * r + i % 16] = f32_to_bf16(row[i]);
           }
         }
+        finished.add(p * kPanel, std::min(kPanel, out - p * kPanel));
       }
     }
   } else if (type == WeightType::I4) {
@@ -269,6 +298,7 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
 #pragma omp parallel
     {
       std::vector<float> scratch;
+      DoneRows finished(done);
 #pragma omp for schedule(static)
       for (int p = 0; p < panels; ++p) {
         const float* rows = panel_rows(p, scratch);
@@ -289,6 +319,7 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
             }
           }
         }
+        finished.add(p * kPanel, std::min(kPanel, out - p * kPanel));
       }
     }
     L.w_i4 = dst;
@@ -308,6 +339,7 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
 #pragma omp parallel
     {
       std::vector<float> scratch;
+      DoneRows finished(done);
 #pragma omp for schedule(static)
       for (int p = 0; p < panels; ++p) {
         const float* rows = panel_rows(p, scratch);
@@ -325,6 +357,7 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
             if (a8) q.wsums[(static_cast<size_t>(p) * blocks + i / kI8Block) * kPanel + r] -= kA8Offset * v;
           }
         }
+        finished.add(p * kPanel, std::min(kPanel, out - p * kPanel));
       }
     }
     if (a8) L.wsums = q.wsums.data();
@@ -336,9 +369,12 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
   L.w = nullptr;  // the fp32 weights are no longer read
 }
 
-void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst) {
+void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
+                    const RowsDone* done) {
   dst = destination(q, DECODELAB_ISA::quantized_size(L, WeightType::I4), dst);
   const int in = L.in, out = L.out, panels = panel_count(out), nb = i4_blocks(in);
+  const bool q4k_codes = f.type == BlockType::Q4_K && nb % 8 == 0;
+  if (q4k_codes) done = nullptr;  // keep_q4k_codes reads the source again
   const size_t per = static_cast<size_t>(panels) * nb * kPanel;
   q.scales.assign(2 * per, 0.0f);
   float* steps = q.scales.data();
@@ -349,8 +385,9 @@ void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
   {
     std::vector<uint8_t> lo(in), hi(in);  // rows r and r + 8 (zeros past the last row)
     std::vector<float> st(2 * nb), mn(2 * nb);
+    DoneRows finished(done);
 #pragma omp for schedule(static)
-    for (int p = 0; p < panels; ++p)
+    for (int p = 0; p < panels; ++p) {
       for (int r = 0; r < kPanel / 2; ++r) {
         for (int h = 0; h < 2; ++h) {
           const int o = p * kPanel + r + 8 * h;
@@ -373,11 +410,13 @@ void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
           for (int j = 0; j < kI4Block; ++j) blk[i4_byte(r, j)] = static_cast<uint8_t>(a[j] | c[j] << 4);
         }
       }
+      finished.add(p * kPanel, std::min(kPanel, out - p * kPanel));
+    }
   }
   L.w_i4 = dst;
   L.scales = steps;
   L.mins = mins;
-  if (f.type == BlockType::Q4_K && nb % 8 == 0) {
+  if (q4k_codes) {
     keep_q4k_codes(L, q, src, row_bytes, per);
   } else {
     // A file's steps and minima as they are: halves where all of them are (always for Q4_0 and Q4_1).
@@ -388,9 +427,12 @@ void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
   L.w = nullptr;
 }
 
-void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst) {
+void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
+                    const RowsDone* done) {
   dst = destination(q, DECODELAB_ISA::quantized_size(L, WeightType::I8Blocks), dst);
   const int in = L.in, out = L.out, panels = panel_count(out), nb = i4_blocks(in);
+  const bool q6k_codes = f.type == BlockType::Q6_K && nb % 8 == 0;
+  if (q6k_codes) done = nullptr;  // keep_q6k_codes reads the source again
   const int G = kI4Block / q8_group(f);
   const bool with_min = q8_has_min(f);
   const size_t per = static_cast<size_t>(panels) * nb * kPanel;
@@ -403,8 +445,9 @@ void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
   {
     std::vector<int8_t> values(in);
     std::vector<float> st(static_cast<size_t>(nb) * G), mn(nb);
+    DoneRows finished(done);
 #pragma omp for schedule(static)
-    for (int p = 0; p < panels; ++p)
+    for (int p = 0; p < panels; ++p) {
       for (int r = 0; r < kPanel && p * kPanel + r < out; ++r) {
         q8_sub_blocks(f, src + static_cast<size_t>(p * kPanel + r) * row_bytes, in, values.data(), st.data(), mn.data());
         for (int b = 0; b < nb; ++b) {
@@ -414,12 +457,14 @@ void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
           for (int j = 0; j < kI4Block; ++j) blk[i8b_byte(r, j)] = values[b * kI4Block + j];
         }
       }
+      finished.add(p * kPanel, std::min(kPanel, out - p * kPanel));
+    }
   }
   L.w_i8b = codes;
   L.scales = steps;
   L.mins = mins;
   L.i8b_groups = G;
-  if (f.type == BlockType::Q6_K && nb % 8 == 0) keep_q6k_codes(L, q, src, row_bytes, per);
+  if (q6k_codes) keep_q6k_codes(L, q, src, row_bytes, per);
   else keep_i8b_halves(L, q, per * G, with_min ? per : 0);
   L.type = WeightType::I8Blocks;
   L.in_major = false;

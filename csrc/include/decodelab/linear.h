@@ -83,17 +83,21 @@ size_t quantized_size(const Linear& layer, WeightType type);
 // `source`, where given, supplies the fp32 rows instead of layer.w (rows of a file's blocks decoded
 // a panel at a time): it fills dst with rows [o0, o0 + n), (n, in), and runs on several threads.
 using RowSource = std::function<void(int o0, int n, float* dst)>;
+// `done`, where given, hears (from worker threads, in runs of rows) that source rows [o0, o0 + n)
+// will not be read again, so that their file pages can leave the resident set while the rest of
+// a large layer is still being converted.
+using RowsDone = std::function<void(int o0, int n)>;
 void quantize_linear(Linear& layer, WeightType type, QuantizedWeights& store, uint8_t* dst = nullptr,
-                     const RowSource* source = nullptr);
+                     const RowSource* source = nullptr, const RowsDone* done = nullptr);
 // An I4 layer straight from a 4-bit GGUF format's blocks (Q4_0, Q4_1, Q4_K; src: `out` rows of
 // in / f.elems blocks): the file's own values, each 32 with its step and minimum, repacked.
 struct BlockFormat;
 void pack_i4_blocks(Linear& layer, const BlockFormat& f, const uint8_t* src, QuantizedWeights& store,
-                    uint8_t* dst = nullptr);
+                    uint8_t* dst = nullptr, const RowsDone* done = nullptr);
 // An I8Blocks layer from any of the formats' blocks, likewise: the file's codes and steps as they
 // are (quantized_size(layer, I8Blocks) bytes at dst).
 void pack_i8_blocks(Linear& layer, const BlockFormat& f, const uint8_t* src, QuantizedWeights& store,
-                    uint8_t* dst = nullptr);
+                    uint8_t* dst = nullptr, const RowsDone* done = nullptr);
 
 // Points *view at output rows [first, first + count) of L, in place (the weights, scales and
 // sums of those rows, whatever the type), so that part of a fused layer can be computed into its

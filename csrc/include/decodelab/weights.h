@@ -78,6 +78,9 @@ class WeightStore {
   // converted copy was made): they leave the process's resident set and come back from the page
   // cache if they are read again. A hint only; the data stays valid.
   void release(const std::string& name) const;
+  // The same for rows [first, first + n) of tensor `name`, stored as `rows` rows one after another
+  // (a layer converted a run of rows at a time lets each run go as soon as it is done).
+  void release_rows(const std::string& name, int64_t first, int64_t n, int64_t rows) const;
 
   uint64_t mapped_bytes() const;   // bytes of the mapped files
   uint64_t owned_bytes() const { return owned_bytes_; }  // bytes of converted copies
