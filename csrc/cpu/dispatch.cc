@@ -163,6 +163,10 @@ void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
                     const RowsDone* done) {
   kernels().pack_i8_blocks(L, f, src, q, dst, done);
 }
+void pack_i5_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
+                    const RowsDone* done) {
+  kernels().pack_i5_blocks(L, f, src, q, dst, done);
+}
 
 namespace {
 thread_local bool fixed_rows = false;

@@ -11,7 +11,7 @@ namespace DECODELAB_ISA {
 
 const KernelTable& kernel_table() {
   static const KernelTable table{DECODELAB_STR(DECODELAB_ISA), &linear_many, &quantized_size, &linear_row_view,
-                                 &quantize_linear, &pack_i4_blocks, &pack_i8_blocks, &rmsnorm, &layernorm,
+                                 &quantize_linear, &pack_i4_blocks, &pack_i8_blocks, &pack_i5_blocks, &rmsnorm, &layernorm,
                                  &gelu_tanh_inplace, &gelu_erf_inplace, &gelu_tanh_mul, &softcap_inplace, &silu_mul,
                                  &add_inplace, &rope, &attention_paged, &store_kv};
   return table;

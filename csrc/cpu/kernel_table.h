@@ -17,6 +17,7 @@ struct KernelTable {
   void (*quantize_linear)(Linear&, WeightType, QuantizedWeights&, uint8_t*, const RowSource*, const RowsDone*);
   void (*pack_i4_blocks)(Linear&, const BlockFormat&, const uint8_t*, QuantizedWeights&, uint8_t*, const RowsDone*);
   void (*pack_i8_blocks)(Linear&, const BlockFormat&, const uint8_t*, QuantizedWeights&, uint8_t*, const RowsDone*);
+  void (*pack_i5_blocks)(Linear&, const BlockFormat&, const uint8_t*, QuantizedWeights&, uint8_t*, const RowsDone*);
   void (*rmsnorm)(const float*, const float*, int, int, float, float*);
   void (*layernorm)(const float*, const float*, const float*, int, int, float, float*);
   void (*gelu_tanh_inplace)(float*, size_t);

@@ -20,6 +20,8 @@ void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
                     const RowsDone* done);
 void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
                     const RowsDone* done);
+void pack_i5_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
+                    const RowsDone* done);
 
 void rmsnorm(const float* x, const float* w, int T, int dim, float eps, float* y);
 void layernorm(const float* x, const float* w, const float* b, int T, int dim, float eps, float* y);

@@ -52,6 +52,7 @@ double read_bytes(const Linear& x) {
     case WeightType::I8Blocks:
       if (x.k_sc8) return n + blocks * (x.i8b_groups + 2.0 / 8);
       return n + (x.steps16 ? 2 : 4) * blocks * (x.i8b_groups + (x.mins || x.mins16 ? 1 : 0));
+    case WeightType::I5Blocks: return n * 5 / 8 + (x.steps16 ? 2 : 4) * blocks * (x.mins || x.mins16 ? 2 : 1);
   }
   return 0;
 }
@@ -308,14 +309,19 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     // 64-byte boundary: a decode step streams them all, and most layers are smaller than one page.
     // With 4-bit layers, layers a file stores in 5 to 8 bits (the Q6_K and Q8_0 layers of a
     // Q4_K_M file) keep 8 bits: 4 bits would throw away what the file kept; those come as the
-    // file's blocks and keep its codes and steps as they are (I8Blocks). The output head keeps 8
+    // file's blocks and keep its codes and steps as they are (I8Blocks; 5-bit formats in 5 bits,
+    // I5Blocks, the same codes in the file's own size). The output head keeps 8
     // bits (its logits are what every token is chosen from) unless the file itself stores it in
     // 4 bits: then it keeps the file's own 4-bit values, as every other 4-bit layer does.
     auto type_of = [&](const Linear* x) {
       if (weight_type_ != WeightType::I4) return weight_type_;
       const auto b = blocks_of.find(x);
       const bool blocks = b != blocks_of.end();
-      if (blocks) return b->second.format->bits > 4 ? WeightType::I8Blocks : WeightType::I4;
+      if (blocks) {
+        const BlockFormat& f = *b->second.format;
+        if (f.bits == 5 && q8_group(f) == 32) return WeightType::I5Blocks;
+        return f.bits > 4 ? WeightType::I8Blocks : WeightType::I4;
+      }
       return x == &lm_head_ ? WeightType::I8 : WeightType::I4;
     };
     std::vector<size_t> bytes;
@@ -351,6 +357,8 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
         pack_i4_blocks(x, *e.format, e.data, quantized_[i], arena_.data() + at[i], progress);
       } else if (type == WeightType::I8Blocks) {
         pack_i8_blocks(x, *e.format, e.data, quantized_[i], arena_.data() + at[i], progress);
+      } else if (type == WeightType::I5Blocks) {
+        pack_i5_blocks(x, *e.format, e.data, quantized_[i], arena_.data() + at[i], progress);
       } else {
         const size_t row_bytes = static_cast<size_t>(x.in) / e.format->elems * e.format->bytes;
         const int in = x.in;

@@ -3,11 +3,14 @@
 // panels of layout.h; activations as I4's (int8 per block of 32, int4.cc), so a group's product is
 //   (step dx) sum(q xq)   and a block's minimum adds   min (dx sum(xq)),
 // the integer sums exact and the fp32 sums over groups and blocks in order, for any row count.
+// 5-bit layers (I5Blocks) keep unsigned codes u = q + offset in 5 bits and reach the same integer
+// sum(q xq) as sum(u xq) - offset sum(xq), so the same results as these layers in 8 bits.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "cpu/linear/block_tiles.h"
 #include "cpu/linear/kernels.h"
@@ -73,10 +76,11 @@ constexpr bool kOffsetCodes =
     false;
 #endif
 
+// Panel p's outputs for rows t0 .. t0 + NT, its 8-bit codes at w (the layer's, or a 5-bit
+// panel's unpacked).
 template <int NT, int G, Steps K>
-void i8b_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
+void i8b_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, const int8_t* w, float* y) {
   const int nb = xb.blocks;
-  const int8_t* w = L.w_i8b + static_cast<size_t>(p) * nb * kI8BlockBytes;
   const GroupSteps<K, G> steps(L, p, nb);
   const bool mins = steps.has_min();
   alignas(32) float f[NT][kPanel];
@@ -168,18 +172,166 @@ void i8b_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
   store_tile<NT>(f, t0, L, p, y);
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+// The codes of one step's half: its low nibbles plus 16 where bit i of `bits` is set.
+static inline __m256i with_fifth_bits(__m256i nibbles, uint32_t bits) {
+#if defined(DECODELAB_AVX512)
+  return _mm256_mask_add_epi8(nibbles, static_cast<__mmask32>(bits), nibbles, _mm256_set1_epi8(16));
+#else
+  // Byte i takes the byte of `bits` holding bit i, then tests that bit.
+  const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), pick), bit);
+  return _mm256_or_si256(nibbles, _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(16)));
+#endif
+}
+#endif
+
+// As i8b_tile with one group per block, for I5Blocks: a step's 32 bytes of low nibbles (rows 0-7,
+// then 8-15 shifted down) with the fifth bits added, unsigned codes against x (no saturation: a
+// pmaddubsw pair is at most 2 x 31 x 128), the offset taken off as offset sum(x) per block.
+template <int NT, Steps K>
+void i5_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
+  const int nb = xb.blocks;
+  const uint8_t* w = L.w_i5 + static_cast<size_t>(p) * nb * kI5BlockBytes;
+  const GroupSteps<K, 1> steps(L, p, nb);
+  const bool mins = steps.has_min();
+  const int offset = L.i5_offset;
+  alignas(32) float f[NT][kPanel];
+#if defined(__AVX2__) && defined(__FMA__)
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  __m256 acc[NT][2];
+  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  for (int b = 0; b < nb; ++b) {
+    const uint8_t* wb = w + static_cast<size_t>(b) * kI5BlockBytes;
+    for (int l = 0; l < kI5BlockBytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(wb) + 2560 + l, _MM_HINT_T0);
+    const uint8_t* fifth = wb + kI4BlockBytes;
+    const int8_t* xq = xb.q.data() + (static_cast<size_t>(t0) * nb + b) * kI4Block;
+    __m256i s[NT][2];
+    for (int t = 0; t < NT; ++t) s[t][0] = s[t][1] = _mm256_setzero_si256();
+    for (int k = 0; k < kI4Block / 4; ++k) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 32 * k));
+      uint32_t bits[2];
+      std::memcpy(bits, fifth + 8 * k, 8);
+      const __m256i lo = with_fifth_bits(_mm256_and_si256(raw, low), bits[0]);
+      const __m256i hi = with_fifth_bits(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low), bits[1]);
+      for (int t = 0; t < NT; ++t) {
+        int32_t quad;
+        std::memcpy(&quad, xq + static_cast<size_t>(t) * nb * kI4Block + 4 * k, 4);
+        const __m256i xv = _mm256_set1_epi32(quad);
+        s[t][0] = add_quad_products(s[t][0], lo, xv);
+        s[t][1] = add_quad_products(s[t][1], hi, xv);
+      }
+    }
+    const __m256 st[2] = {steps.step8(b, 0, 0), steps.step8(b, 0, 1)};
+    for (int t = 0; t < NT; ++t) {
+      const size_t xi = static_cast<size_t>(t0 + t) * nb + b;
+      if (offset) {
+        const __m256i off = _mm256_set1_epi32(offset * (xb.sum16[2 * xi] + xb.sum16[2 * xi + 1]));
+        s[t][0] = _mm256_sub_epi32(s[t][0], off);
+        s[t][1] = _mm256_sub_epi32(s[t][1], off);
+      }
+      const __m256 dx = _mm256_set1_ps(xb.d[xi]);
+      for (int h = 0; h < 2; ++h)
+        acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t][h]), _mm256_mul_ps(st[h], dx), acc[t][h]);
+    }
+    if (mins) {
+      const __m256 mn[2] = {steps.min8(b, 0), steps.min8(b, 1)};
+      for (int t = 0; t < NT; ++t) {
+        const __m256 sx = _mm256_set1_ps(xb.s[static_cast<size_t>(t0 + t) * nb + b]);
+        for (int h = 0; h < 2; ++h) acc[t][h] = _mm256_fmadd_ps(mn[h], sx, acc[t][h]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    _mm256_store_ps(f[t], acc[t][0]);
+    _mm256_store_ps(f[t] + 8, acc[t][1]);
+  }
+#else
+  for (int t = 0; t < NT; ++t) std::fill(f[t], f[t] + kPanel, 0.0f);
+  for (int b = 0; b < nb; ++b) {
+    const uint8_t* wb = w + static_cast<size_t>(b) * kI5BlockBytes;
+    for (int t = 0; t < NT; ++t) {
+      const size_t xi = static_cast<size_t>(t0 + t) * nb + b;
+      const int8_t* xq = xb.q.data() + xi * kI4Block;
+      for (int r = 0; r < kPanel; ++r) {
+        int32_t s = 0;
+        for (int j = 0; j < kI4Block; ++j) {
+          const int bit = i5_bit(r, j);
+          const int u = ((wb[i4_byte(r, j)] >> i4_shift(r)) & 0x0F) |
+                        (((wb[kI4BlockBytes + (j / 4) * 8 + bit / 8] >> (bit % 8)) & 1) << 4);
+          s += (u - offset) * xq[j];
+        }
+        f[t][r] = std::fma(static_cast<float>(s), steps.step(b, 0, r) * xb.d[xi], f[t][r]);
+        if (mins) f[t][r] = std::fma(steps.min(b, r), xb.s[xi], f[t][r]);
+      }
+    }
+  }
+#endif
+  store_tile<NT>(f, t0, L, p, y);
+}
+
+// Panel p of an I5Blocks layer (nb blocks) as I8Blocks codes q = u - offset at w (nb * kI8BlockBytes):
+// each step's unpacked halves are the 8-bit layout's rows 0-7 and 8-15 of that step.
+void i5_panel_as_i8(const Linear& L, int p, int nb, int8_t* w) {
+  const uint8_t* src = L.w_i5 + static_cast<size_t>(p) * nb * kI5BlockBytes;
+  for (int b = 0; b < nb; ++b) {
+    const uint8_t* wb = src + static_cast<size_t>(b) * kI5BlockBytes;
+    int8_t* out = w + static_cast<size_t>(b) * kI8BlockBytes;
+#if defined(__AVX2__) && defined(__FMA__)
+    const __m256i low = _mm256_set1_epi8(0x0F), off = _mm256_set1_epi8(static_cast<char>(L.i5_offset));
+    for (int k = 0; k < kI4Block / 4; ++k) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 32 * k));
+      uint32_t bits[2];
+      std::memcpy(bits, wb + kI4BlockBytes + 8 * k, 8);
+      const __m256i lo = with_fifth_bits(_mm256_and_si256(raw, low), bits[0]);
+      const __m256i hi = with_fifth_bits(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low), bits[1]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * k), _mm256_sub_epi8(lo, off));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * k + 32), _mm256_sub_epi8(hi, off));
+    }
+#else
+    for (int r = 0; r < kPanel; ++r)
+      for (int j = 0; j < kI4Block; ++j) {
+        const int bit = i5_bit(r, j);
+        const int u = ((wb[i4_byte(r, j)] >> i4_shift(r)) & 0x0F) |
+                      (((wb[kI4BlockBytes + (j / 4) * 8 + bit / 8] >> (bit % 8)) & 1) << 4);
+        out[i8b_byte(r, j)] = static_cast<int8_t>(u - L.i5_offset);
+      }
+#endif
+  }
+}
+
 }  // namespace
 
 void i8b_panel_rows(const Q8Blocks& xb, int t_lo, int t_hi, const Linear& L, int p, float* y) {
+  const int nb = xb.blocks;
+  if (L.type == WeightType::I5Blocks && t_hi - t_lo > kBlockTile) {
+    // Several tiles (a prompt): the panel unpacked once to 8-bit codes, then the 8-bit tiles,
+    // rather than each tile unpacking it again. The same integers, so the same results.
+    thread_local std::vector<int8_t> codes;
+    codes.resize(static_cast<size_t>(nb) * kI8BlockBytes);
+    i5_panel_as_i8(L, p, nb, codes.data());
+    for_each_tile(t_lo, t_hi, [&](auto nt, int t0) {
+      constexpr int NT = decltype(nt)::value;
+      if (L.steps16) i8b_tile<NT, 1, Steps::Half>(xb, t0, L, p, codes.data(), y);
+      else i8b_tile<NT, 1, Steps::F32>(xb, t0, L, p, codes.data(), y);
+    });
+    return;
+  }
+  const int8_t* w = L.w_i8b ? L.w_i8b + static_cast<size_t>(p) * nb * kI8BlockBytes : nullptr;
   for_each_tile(t_lo, t_hi, [&](auto nt, int t0) {
     constexpr int NT = decltype(nt)::value;
-    if (L.i8b_groups == 2) {
-      if (L.k_sc8) i8b_tile<NT, 2, Steps::Q6K>(xb, t0, L, p, y);
-      else if (L.steps16) i8b_tile<NT, 2, Steps::Half>(xb, t0, L, p, y);
-      else i8b_tile<NT, 2, Steps::F32>(xb, t0, L, p, y);
+    if (L.type == WeightType::I5Blocks) {
+      if (L.steps16) i5_tile<NT, Steps::Half>(xb, t0, L, p, y);
+      else i5_tile<NT, Steps::F32>(xb, t0, L, p, y);
+    } else if (L.i8b_groups == 2) {
+      if (L.k_sc8) i8b_tile<NT, 2, Steps::Q6K>(xb, t0, L, p, w, y);
+      else if (L.steps16) i8b_tile<NT, 2, Steps::Half>(xb, t0, L, p, w, y);
+      else i8b_tile<NT, 2, Steps::F32>(xb, t0, L, p, w, y);
     } else {
-      if (L.steps16) i8b_tile<NT, 1, Steps::Half>(xb, t0, L, p, y);
-      else i8b_tile<NT, 1, Steps::F32>(xb, t0, L, p, y);
+      if (L.steps16) i8b_tile<NT, 1, Steps::Half>(xb, t0, L, p, w, y);
+      else i8b_tile<NT, 1, Steps::F32>(xb, t0, L, p, w, y);
     }
   });
 }

@@ -118,7 +118,7 @@ void i4_panel_rows(const Q8Blocks& xb, int t_lo, int t_hi, const Linear& L, int 
 
 // --- 8-bit block weights (int8_blocks.cc): the same blocks and activations as I4, signed codes
 
-// y rows [t_lo, t_hi), panel p's outputs of an I8Blocks layer, bias included: per group its
+// y rows [t_lo, t_hi), panel p's outputs of an I8Blocks or I5Blocks layer, bias included: per group its
 // integer sum x (step x d), per block min x s where the layer has minima; blocks in order.
 void i8b_panel_rows(const Q8Blocks& xb, int t_lo, int t_hi, const Linear& L, int p, float* y);
 
@@ -132,6 +132,8 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
 void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
                     const RowsDone* done);
 void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
+                    const RowsDone* done);
+void pack_i5_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
                     const RowsDone* done);
 
 }  // namespace DECODELAB_ISA

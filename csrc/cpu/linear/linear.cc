@@ -85,7 +85,8 @@ namespace {
 Path path_of(const Linear& L, int T) {
   // w8a8 runs its panels at every row count, and so does int8 without bf16_activations: see I8Block.
   if (L.type == WeightType::I8A8) return Path::A8Rows;
-  if (L.type == WeightType::I4 || L.type == WeightType::I8Blocks) return Path::I4Rows;  // block kernels, every T
+  if (L.type == WeightType::I4 || L.type == WeightType::I8Blocks || L.type == WeightType::I5Blocks)
+    return Path::I4Rows;  // block kernels, every T
   if (L.type == WeightType::I8)
     return L.bf16_activations && T >= gemm_min_rows(L.type) ? Path::Gemm : Path::I8Rows;
   if (T >= gemm_min_rows(L.type)) return Path::Gemm;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "cpu/linear/kernels.h"
@@ -189,6 +191,7 @@ size_t quantized_size(const Linear& L, WeightType type) {
     case WeightType::I8A8: return packed_size(L.out, L.in, kA8Step);
     case WeightType::I4: return static_cast<size_t>(panel_count(L.out)) * i4_panel_bytes(L.in);
     case WeightType::I8Blocks: return static_cast<size_t>(panel_count(L.out)) * i4_blocks(L.in) * kI8BlockBytes;
+    case WeightType::I5Blocks: return static_cast<size_t>(panel_count(L.out)) * i4_blocks(L.in) * kI5BlockBytes;
     default: return 0;
   }
 }
@@ -221,9 +224,11 @@ bool linear_row_view(const Linear& L, int first, int count, Linear* view) {
       view->scales = L.scales + first / kPanel * per_panel;
       view->mins = L.mins + first / kPanel * per_panel;
     }
-  } else if (L.type == WeightType::I8Blocks) {  // steps per panel, block and group; minima per panel and block
+  } else if (L.type == WeightType::I8Blocks || L.type == WeightType::I5Blocks) {
+    // steps per panel, block and group; minima per panel and block
     const size_t per_panel = static_cast<size_t>(i4_blocks(L.in)) * kPanel;
-    view->w_i8b = L.w_i8b + static_cast<size_t>(first / kPanel) * i4_blocks(L.in) * kI8BlockBytes;
+    if (L.w_i8b) view->w_i8b = L.w_i8b + static_cast<size_t>(first / kPanel) * i4_blocks(L.in) * kI8BlockBytes;
+    if (L.w_i5) view->w_i5 = L.w_i5 + static_cast<size_t>(first / kPanel) * i4_blocks(L.in) * kI5BlockBytes;
     const size_t panel = first / kPanel;
     if (L.k_sc8) {
       view->k_sc8 = L.k_sc8 + panel * per_panel * L.i8b_groups;
@@ -467,6 +472,73 @@ void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
   if (q6k_codes) keep_q6k_codes(L, q, src, row_bytes, per);
   else keep_i8b_halves(L, q, per * G, with_min ? per : 0);
   L.type = WeightType::I8Blocks;
+  L.in_major = false;
+  L.w = nullptr;
+}
+
+void pack_i5_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
+                    const RowsDone* done) {
+  if (f.bits != 5 || q8_group(f) != kI4Block)
+    throw std::invalid_argument(std::string("5-bit blocks: ") + f.name + " is not a 5-bit format with a step per 32");
+  dst = destination(q, DECODELAB_ISA::quantized_size(L, WeightType::I5Blocks), dst);
+  const int in = L.in, out = L.out, panels = panel_count(out), nb = i4_blocks(in);
+  const bool with_min = q8_has_min(f);
+  const int offset = with_min ? 0 : 16;  // Q5_0's codes come centred, q - 16
+  const size_t per = static_cast<size_t>(panels) * nb * kPanel;
+  q.scales.assign(per + (with_min ? per : 0), 0.0f);
+  float* steps = q.scales.data();
+  float* mins = with_min ? steps + per : nullptr;
+  const size_t row_bytes = static_cast<size_t>(in) / f.elems * f.bytes;
+  const int in_pad = nb * kI4Block;
+  bool in_range = true;
+#pragma omp parallel reduction(&& : in_range)
+  {
+    // A panel's codes (rows past the last and inputs past `in` zero), then each block built whole.
+    std::vector<uint8_t> codes(static_cast<size_t>(kPanel) * in_pad);
+    std::vector<int8_t> values(in);
+    std::vector<float> st(nb), mn(nb);
+    DoneRows finished(done);
+#pragma omp for schedule(static)
+    for (int p = 0; p < panels; ++p) {
+      std::fill(codes.begin(), codes.end(), uint8_t(0));
+      for (int r = 0; r < kPanel && p * kPanel + r < out; ++r) {
+        q8_sub_blocks(f, src + static_cast<size_t>(p * kPanel + r) * row_bytes, in, values.data(), st.data(), mn.data());
+        for (int b = 0; b < nb; ++b) {
+          steps[(static_cast<size_t>(p) * nb + b) * kPanel + r] = st[b];
+          if (mins) mins[(static_cast<size_t>(p) * nb + b) * kPanel + r] = mn[b];
+        }
+        for (int i = 0; i < in; ++i) {
+          const int u = values[i] + offset;
+          in_range = in_range && u >= 0 && u < 32;
+          codes[static_cast<size_t>(r) * in_pad + i] = static_cast<uint8_t>(u);
+        }
+      }
+      for (int b = 0; b < nb; ++b) {
+        uint8_t* blk = dst + (static_cast<size_t>(p) * nb + b) * kI5BlockBytes;
+        for (int k = 0; k < kI4Block / 4; ++k) {
+          uint64_t fifth = 0;
+          for (int l = 0; l < 8; ++l)
+            for (int j = 4 * k; j < 4 * k + 4; ++j) {
+              const uint8_t a = codes[static_cast<size_t>(l) * in_pad + b * kI4Block + j];
+              const uint8_t c = codes[static_cast<size_t>(l + 8) * in_pad + b * kI4Block + j];
+              blk[i4_byte(l, j)] = static_cast<uint8_t>((a & 15) | (c & 15) << 4);
+              fifth |= static_cast<uint64_t>(a >> 4) << i5_bit(l, j) | static_cast<uint64_t>(c >> 4) << i5_bit(l + 8, j);
+            }
+          std::memcpy(blk + kI4BlockBytes + 8 * k, &fifth, 8);
+        }
+      }
+      finished.add(p * kPanel, std::min(kPanel, out - p * kPanel));
+    }
+  }
+  if (!in_range)  // not expected: every 5-bit format's decoded codes lie in 0..31
+    throw std::logic_error(std::string("5-bit blocks: a ") + f.name + " code outside 0..31");
+  L.w_i5 = dst;
+  L.i5_offset = offset;
+  L.scales = steps;
+  L.mins = mins;
+  L.i8b_groups = 1;
+  keep_i8b_halves(L, q, per, with_min ? per : 0);
+  L.type = WeightType::I5Blocks;
   L.in_major = false;
   L.w = nullptr;
 }

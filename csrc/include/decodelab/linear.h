@@ -19,8 +19,9 @@ namespace decodelab {
 // rounds the activations to int8 per block of 32 (as llama.cpp's Q8_1). I8Blocks is a layer's
 // storage, not a model dtype: a GGUF file's 5- to 8-bit layers (and a 4-bit file's head) under
 // int4, their int8 codes kept exactly with a step per 32 or 16 inputs (and a minimum per 32 where
-// the format has one), against the same activations as I4.
-enum class WeightType { F32, BF16, I8, I8A8, I4, I8Blocks };
+// the format has one), against the same activations as I4. I5Blocks stores a 5-bit format's layer
+// (Q5_0, Q5_1, Q5_K) the same way in 5 bits a code instead of 8: the same integers and results.
+enum class WeightType { F32, BF16, I8, I8A8, I4, I8Blocks, I5Blocks };
 
 // Reduced-precision weights are always (out, in): bf16 in groups of 4 rows interleaved per 16
 // columns, or int8 with one fp32 scale per output row (symmetric, scale = max|w| / 127), stored in
@@ -60,6 +61,10 @@ struct Linear {
   const int8_t* k_sc8 = nullptr;
   const int8_t* w_i8b = nullptr;  // I8Blocks: in panels of 16 rows per block of 32 inputs; mins may be null
   int i8b_groups = 1;             // I8Blocks: steps per block of 32 inputs (Q6_K: 2)
+  // I5Blocks: unsigned 5-bit codes in panels (cpu/linear/layout.h), steps and minima as I8Blocks';
+  // the code is q + i5_offset (Q5_0's centred q - 16 is kept as q, offset 16).
+  const uint8_t* w_i5 = nullptr;
+  int i5_offset = 0;
   // BF16 and I8: from gemm_min_rows rows the matmul rounds its input to bf16 and multiplies bf16 by
   // bf16 (fp32 sums) instead of widening bf16 weights to fp32 or running the int8 panels on 16-bit
   // fixed-point inputs (see linear).
@@ -97,6 +102,9 @@ void pack_i4_blocks(Linear& layer, const BlockFormat& f, const uint8_t* src, Qua
 // An I8Blocks layer from any of the formats' blocks, likewise: the file's codes and steps as they
 // are (quantized_size(layer, I8Blocks) bytes at dst).
 void pack_i8_blocks(Linear& layer, const BlockFormat& f, const uint8_t* src, QuantizedWeights& store,
+                    uint8_t* dst = nullptr, const RowsDone* done = nullptr);
+// An I5Blocks layer from a 5-bit format's blocks (f.bits == 5), likewise.
+void pack_i5_blocks(Linear& layer, const BlockFormat& f, const uint8_t* src, QuantizedWeights& store,
                     uint8_t* dst = nullptr, const RowsDone* done = nullptr);
 
 // Points *view at output rows [first, first + count) of L, in place (the weights, scales and
