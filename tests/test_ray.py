@@ -123,6 +123,21 @@ def test_score_and_perplexity_tasks(cluster, local):
     assert by[""]["error"] is not None
 
 
+def test_compare_on_the_cluster_equals_the_local_table(cluster, local):
+    """decodelab.metrics.compare(backend="ray"): 3 strategies x 3 seeds on two replicas give the
+    local table in every column but tokens_per_second."""
+    from decodelab.eval.metrics import compare
+
+    strategies = {"greedy": {}, "t=0.8": {"temperature": 0.8}, "top_p=0.9": {"temperature": 1.0, "top_p": 0.9}}
+    prompts = ["Once upon a time", "The little dog"]
+    kw = dict(n=3, max_new_tokens=12, progress=False, bleu=False)
+    here = compare(local, prompts, strategies, **kw)
+    there = compare(local, prompts, strategies, backend="ray", replicas=2, **kw)
+    cols = [c for c in here.columns if c != "tokens_per_second"]
+    assert here[cols].equals(there[cols])
+    assert here.loc["top_p=0.9", "distinct_2"] != here.loc["greedy", "distinct_2"]
+
+
 def test_config_checks_each_field():
     with pytest.raises(ValueError, match="task must be one of generate, score, perplexity"):
         ProcessorConfig(model="stories260K", task="embed")

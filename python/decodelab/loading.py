@@ -333,4 +333,10 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
     except _MALFORMED as e:
         raise ValueError(f"malformed tokenizer beside {path} ({type(e).__name__}: {e})") from None
     _core.trim_heap()
-    return Model(engine, config, tok, path)
+    model = Model(engine, config, tok, path)
+    # What another process needs to load the same model again (threads aside), e.g. a Ray replica.
+    model.load_options = {"dtype": dtype, "zero_copy": zero_copy, "kv_block_size": int(kv_block_size),
+                          "bf16_matmul": bf16_matmul}
+    if tokenizer is not None:
+        model.load_options["tokenizer"] = tokenizer if isinstance(tokenizer, Tokenizer) else os.fspath(tokenizer)
+    return model

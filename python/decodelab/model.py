@@ -41,6 +41,8 @@ class Model:
         config: the model's ModelConfig.
         tokenizer: its Tokenizer, or None for a model without one.
         path: the file or folder the weights came from.
+        load_options: load()'s keywords other than ``threads`` (dtype, tokenizer, ...), with which
+            another process loads the same model from ``path``; empty for a Model built directly.
 
     Examples:
         >>> model = decodelab.load("stories260K")
@@ -56,6 +58,7 @@ class Model:
         self.config = config
         self.tokenizer = tokenizer
         self.path = path
+        self.load_options: dict = {}
 
     def __repr__(self) -> str:
         c = self.config

@@ -157,6 +157,37 @@ def _traced(generations) -> list:
     return gens
 
 
+def _entropy(step) -> float:
+    """The entropy of the distribution a traced step's token was drawn from (before the selector)."""
+    return step.stages[-2 if len(step.stages) > 1 else 0].entropy
+
+
+def generation_record(g) -> dict:
+    """What compare() reads of one generation made with ``trace=True``, as plain lists: its token
+    ids, decode seconds, and per step the processed distribution's entropy and the chosen token's
+    probability under the raw one (what a Ray replica sends back for ``compare(backend="ray")``).
+
+    Args:
+        g: a Generation made with ``trace=True``.
+
+    Returns:
+        A dict with token_ids, decode_seconds, entropies and token_probs.
+
+    Raises:
+        ValueError: the generation has no trace.
+
+    Examples:
+        >>> import decodelab
+        >>> g = decodelab.load("stories260K").generate("Once", max_new_tokens=4, trace=True, eos_token_id=[])
+        >>> r = generation_record(g)
+        >>> len(r["token_ids"]), len(r["entropies"]), r["entropies"][0] == mean_entropy([g]) or len(g.token_ids) > 1
+        (4, 4, True)
+    """
+    trace = _traced([g])[0].trace
+    return {"token_ids": list(g.token_ids), "decode_seconds": float(g.decode_seconds),
+            "entropies": [_entropy(s) for s in trace], "token_probs": [math.exp(s.logprob_raw) for s in trace]}
+
+
 def mean_entropy(generations, distribution: str = "processed") -> float:
     """Mean entropy (nats) per generated token, a confidence measure: lower is more certain.
 
@@ -184,7 +215,7 @@ def mean_entropy(generations, distribution: str = "processed") -> float:
     """
     if distribution not in ("processed", "raw"):
         raise ValueError(f"distribution must be 'processed' or 'raw', got {distribution!r}")
-    values = [(s.stages[0] if distribution == "raw" else s.stages[-2 if len(s.stages) > 1 else 0]).entropy
+    values = [s.stages[0].entropy if distribution == "raw" else _entropy(s)
               for g in _traced(generations) for s in g.trace]
     return sum(values) / len(values) if values else float("nan")
 
@@ -250,7 +281,8 @@ def length_stats(texts: Texts) -> Dict[str, float]:
 
 
 def compare(model, prompts: Sequence, strategies: Dict[str, dict], *, n: int = 8, max_new_tokens: int = 64,
-            seed: int = 0, progress: bool = True, bleu: Optional[bool] = None):
+            seed: int = 0, progress: bool = True, bleu: Optional[bool] = None, backend: str = "local",
+            replicas: int = 2):
     """Runs decoding strategies side by side and tabulates the measures of this module.
 
     Each strategy runs on every prompt n times, with seeds seed .. seed + n - 1 and
@@ -267,6 +299,13 @@ def compare(model, prompts: Sequence, strategies: Dict[str, dict], *, n: int = 8
         bleu: add a self_bleu column, the mean over prompts of the self-BLEU of each prompt's
             samples (needs nltk and n >= 2); None (the default) adds it where nltk is installed
             and n > 1.
+        backend: "local" (the default): generate in this process; "ray": on the Ray cluster that
+            ``ray.init()`` joined, through ``decodelab.integrations.ray`` (pip install
+            "decodelab[ray]"), ``replicas`` actors each loading the model from ``model.path`` with
+            the same load() options. The table equals the local one in every column but
+            tokens_per_second; the strategies' keywords must then be plain values (numbers,
+            strings, lists), which travel in the dataset's rows.
+        replicas: Ray actors with backend="ray", >= 1; default 2.
 
     Returns:
         A pandas DataFrame indexed by strategy name, with the columns distinct_1, distinct_2 and
@@ -276,8 +315,11 @@ def compare(model, prompts: Sequence, strategies: Dict[str, dict], *, n: int = 8
 
     Raises:
         ValueError: ``prompts`` is empty or a single str, ``strategies`` is not a non-empty dict
-            of dicts, or ``n`` is not an integer >= 1; generate's own errors pass through.
-        ImportError: pandas or tqdm is not installed, or nltk with ``bleu=True``.
+            of dicts, ``n`` or ``replicas`` is not an integer >= 1, or ``backend`` is neither;
+            generate's own errors pass through (with backend="ray", a generation's error as a
+            ValueError naming the strategy, the prompt and the seed).
+        ImportError: pandas or tqdm is not installed, nltk with ``bleu=True``, or Ray with
+            backend="ray".
 
     Examples:
         >>> import decodelab
@@ -300,38 +342,81 @@ def compare(model, prompts: Sequence, strategies: Dict[str, dict], *, n: int = 8
         raise ValueError("strategies must be a non-empty dict of name -> generate() keywords")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if backend not in ("local", "ray"):
+        raise ValueError(f"backend must be 'local' or 'ray', got {backend!r:.40}")
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise ValueError(f"replicas must be an integer >= 1, got {replicas!r:.40}")
+    for name, kw in strategies.items():
+        if not isinstance(kw, dict):
+            raise ValueError(f"strategy {name!r} must be a dict of generate() keywords, got {kw!r:.60}")
     if bleu is None:
         try:
             import nltk  # noqa: F401
             bleu = n > 1
         except ImportError:
             bleu = False
+    # records[name][prompt index][i]: generation_record of that strategy's i-th seed on that prompt.
+    if backend == "ray":
+        records = _ray_records(model, prompts, strategies, n, max_new_tokens, seed, replicas)
+    else:
+        records = {}
+        bar = tqdm(total=len(strategies) * len(prompts) * n, disable=not progress, desc="compare")
+        for name, kw in strategies.items():
+            records[name] = []
+            for p in prompts:
+                mine = []
+                for i in range(n):
+                    g = model.generate(p, max_new_tokens=max_new_tokens, seed=seed + i, trace=True, **dict(kw))
+                    mine.append(generation_record(g))
+                    bar.update(1)
+                records[name].append(mine)
+        bar.close()
     rows = []
-    bar = tqdm(total=len(strategies) * len(prompts) * n, disable=not progress, desc="compare")
-    for name, kw in strategies.items():
-        if not isinstance(kw, dict):
-            raise ValueError(f"strategy {name!r} must be a dict of generate() keywords, got {kw!r:.60}")
-        gens, per_prompt = [], []
-        for p in prompts:
-            mine = []
-            for i in range(n):
-                mine.append(model.generate(p, max_new_tokens=max_new_tokens, seed=seed + i, trace=True,
-                                           **dict(kw)))
-                bar.update(1)
-            gens += mine
-            per_prompt.append(mine)
-        ids = [g.token_ids for g in gens]
-        tokens = sum(len(g.token_ids) for g in gens)
-        seconds = sum(g.decode_seconds for g in gens)
+    for name in strategies:
+        recs = [r for mine in records[name] for r in mine]
+        ids = [r["token_ids"] for r in recs]
+        tokens = sum(len(x) for x in ids)
+        seconds = sum(r["decode_seconds"] for r in recs)
+        entropies = [e for r in recs for e in r["entropies"]]
+        probs = [q for r in recs for q in r["token_probs"]]
         row = {"strategy": name, "distinct_1": distinct_n(ids, 1), "distinct_2": distinct_n(ids, 2),
-               "rep_2": repetition_rate(ids, 2), "mean_entropy": mean_entropy(gens),
-               "mean_token_prob": mean_token_probability(gens), "mean_length": length_stats(ids)["mean"],
+               "rep_2": repetition_rate(ids, 2),
+               "mean_entropy": sum(entropies) / len(entropies) if entropies else float("nan"),
+               "mean_token_prob": sum(probs) / len(probs) if probs else float("nan"),
+               "mean_length": length_stats(ids)["mean"],
                "tokens_per_second": tokens / seconds if seconds > 0 else float("nan")}
         if bleu:
-            row["self_bleu"] = statistics.fmean(self_bleu([g.token_ids for g in mine]) for mine in per_prompt)
+            row["self_bleu"] = statistics.fmean(self_bleu([r["token_ids"] for r in mine]) for mine in records[name])
         rows.append(row)
-    bar.close()
     return pd.DataFrame(rows).set_index("strategy")
+
+
+def _ray_records(model, prompts, strategies, n, max_new_tokens, seed, replicas) -> dict:
+    """compare()'s generation records made on the Ray cluster: one dataset row per (strategy,
+    prompt, seed), run by ``replicas`` actors with task "generate_traced", put back in order."""
+    import ray
+
+    from ..integrations.ray import ProcessorConfig, build_processor
+
+    if not model.path:
+        raise ValueError("compare(backend='ray') loads the model in each replica from model.path, and this model has none")
+    names = list(strategies)
+    rows = [{"row": k, "strategy": si, "prompt_index": pi, "prompt": p,
+             "sampling_params": {**strategies[name], "seed": seed + i, "max_new_tokens": max_new_tokens}}
+            for k, (si, name, pi, p, i) in enumerate((si, name, pi, p, i) for si, name in enumerate(names)
+                                                     for pi, p in enumerate(prompts) for i in range(n))]
+    config = ProcessorConfig(model=model.path, task="generate_traced", load_options=model.load_options,
+                             concurrency=replicas, batch_size=max(1, min(16, len(rows) // (2 * replicas))))
+    out = sorted(build_processor(config)(ray.data.from_items(rows)).take_all(), key=lambda r: r["row"])
+    records = {name: [[None] * n for _ in prompts] for name in names}
+    for r in out:
+        name = names[r["strategy"]]
+        i = r["sampling_params"]["seed"] - seed
+        if r["error"] is not None:
+            raise ValueError(f"strategy {name!r}, prompt {r['prompt_index']}, seed {seed + i}: {r['error']}")
+        records[name][r["prompt_index"]][i] = {k: r[k] for k in ("token_ids", "decode_seconds", "entropies",
+                                                                 "token_probs")}
+    return records
 
 
 def plot_compare(table, columns: Sequence[str] = ("distinct_2", "rep_2", "mean_entropy", "mean_token_prob")):

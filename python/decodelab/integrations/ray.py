@@ -19,7 +19,8 @@ may hold ``sampling_params``: generate()'s keywords for that row (``seed``, ``n`
 its batch through decodelab's continuous-batching engine, whose seeded requests give the tokens
 ``Model.generate`` gives in one process, whatever the replicas, batch sizes or order of completion.
 ``task="score"`` takes ``prompt`` and ``continuation`` (Model.score); ``task="perplexity"`` takes
-``text`` (Model.perplexity). The output keeps the row's own columns and adds the task's, and
+``text`` (Model.perplexity); ``task="generate_traced"`` runs each generate row alone with
+``trace=True`` and returns what ``decodelab.eval.metrics.compare`` tabulates (its ``backend="ray"``). The output keeps the row's own columns and adds the task's, and
 ``error``: None, or the message of a row that could not run (an empty or over-long prompt, a bad
 option), so one bad row does not fail the job.
 """
@@ -37,13 +38,14 @@ except ImportError:  # pragma: no cover - the message is the point
 
 __all__ = ["ProcessorConfig", "Processor", "build_processor", "TASKS"]
 
-TASKS = ("generate", "score", "perplexity")
+TASKS = ("generate", "score", "perplexity", "generate_traced")
 # Each task's output columns, so every row (an error row too) has the same ones.
 _OUTPUTS = {
     "generate": ("generated_text", "generated_token_ids", "generated_texts", "finish_reason",
                  "num_generated_tokens", "logprobs"),
     "score": ("logprob", "token_logprobs", "is_greedy"),
     "perplexity": ("perplexity",),
+    "generate_traced": ("token_ids", "decode_seconds", "entropies", "token_probs"),
 }
 
 
@@ -54,7 +56,7 @@ class ProcessorConfig:
     Attributes:
         model: what ``decodelab.load`` takes (a path or a built-in name); each replica loads it
             from there (a memory-mapped file: replicas on one node share its pages).
-        task: "generate" (default), "score" or "perplexity".
+        task: "generate" (default), "score", "perplexity" or "generate_traced".
         load_options: ``decodelab.load``'s other keywords (dtype, ...); default none. ``threads``
             comes from ``threads_per_replica``.
         concurrency: replicas (Ray actors), >= 1; default 1.
@@ -96,7 +98,7 @@ class ProcessorConfig:
                 raise ValueError(f"{name} must be a dict of keywords, got {type(getattr(self, name)).__name__}")
         if "threads" in self.load_options:
             raise ValueError("load_options must not set threads: threads_per_replica does")
-        if self.generate_options and self.task != "generate":
+        if self.generate_options and self.task not in ("generate", "generate_traced"):
             raise ValueError(f"generate_options apply to task 'generate', not {self.task!r}")
 
 
@@ -118,7 +120,8 @@ class _Replica:
         cols = {k: list(v) for k, v in batch.items()}
         n_rows = len(next(iter(cols.values()))) if cols else 0
         rows = [{k: _plain(cols[k][i]) for k in cols} for i in range(n_rows)]
-        run = {"generate": self._generate, "score": self._score, "perplexity": self._perplexity}[self.config.task]
+        run = {"generate": self._generate, "score": self._score, "perplexity": self._perplexity,
+               "generate_traced": self._generate_traced}[self.config.task]
         results = run(rows)
         out = {k: list(v) for k, v in cols.items()}
         for key in _OUTPUTS[self.config.task] + ("error",):
@@ -152,13 +155,32 @@ class _Replica:
                 "error": None})
         return results
 
-    def _submit(self, row: dict):
+    def _options(self, row: dict) -> dict:
+        """generate()'s keywords of a row: the config's, then the row's sampling_params."""
         options = dict(self.config.generate_options)
         params = row.get("sampling_params")
         if params is not None:
             if not isinstance(params, dict):
                 raise ValueError(f"sampling_params must be a dict of generate() keywords, got {type(params).__name__}")
             options.update({k: v for k, v in params.items() if v is not None})  # Arrow's missing struct keys
+        return options
+
+    def _generate_traced(self, rows: List[dict]) -> List[dict]:
+        from decodelab.eval.metrics import generation_record
+
+        out = []
+        for row in rows:
+            try:
+                if row.get("prompt") is None or len(row["prompt"]) == 0:
+                    raise ValueError("a row needs a prompt (text or token ids), not empty")
+                g = self.model.generate(row["prompt"], trace=True, **self._options(row))
+                out.append({**generation_record(g), "error": None})
+            except Exception as e:
+                out.append(_error(e))
+        return out
+
+    def _submit(self, row: dict):
+        options = self._options(row)
         n = options.pop("n", 1)
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be an integer >= 1, got {n!r:.40}")
