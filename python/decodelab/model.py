@@ -35,14 +35,14 @@ class Model:
         config: the model's ModelConfig (architecture, sizes, context window, EOS ids, generation defaults).
         tokenizer: its Tokenizer, or None (then prompts are token ids).
         path: the file or folder it was loaded from.
+        load_options: load()'s keywords other than ``threads`` (dtype, tokenizer, ...), with which
+            another process loads the same model from ``path``; empty for a Model built directly.
 
     Args:
         engine: the C++ engine (``decodelab._core.Engine``) that holds the weights.
         config: the model's ModelConfig.
         tokenizer: its Tokenizer, or None for a model without one.
         path: the file or folder the weights came from.
-        load_options: load()'s keywords other than ``threads`` (dtype, tokenizer, ...), with which
-            another process loads the same model from ``path``; empty for a Model built directly.
 
     Examples:
         >>> model = decodelab.load("stories260K")
