@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <type_traits>
 
+#include "cpu/linear/kernels.h"
 #include "cpu/linear/layout.h"
 #include "decodelab/linear.h"
 
@@ -27,6 +28,26 @@ static inline __m256i add_quad_products(__m256i acc, __m256i u, __m256i s) {
 #else
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif
+}
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+// A tile's accumulators (per activation row, panel rows 0-7 and 8-15) into f.
+template <int NT>
+inline void store_acc(const __m256 (&acc)[NT][2], float (&f)[NT][kPanel]) {
+  for (int t = 0; t < NT; ++t) {
+    _mm256_store_ps(f[t], acc[t][0]);
+    _mm256_store_ps(f[t] + 8, acc[t][1]);
+  }
+}
+
+// acc plus block b's minima (panel rows 0-7 and 8-15) times dx sum(xq) of each of the tile's rows.
+template <int NT>
+inline void add_minima(const __m256 (&mn)[2], const Q8Blocks& xb, int t0, int b, __m256 (&acc)[NT][2]) {
+  for (int t = 0; t < NT; ++t) {
+    const __m256 sx = _mm256_set1_ps(xb.s[static_cast<size_t>(t0 + t) * xb.blocks + b]);
+    for (int h = 0; h < 2; ++h) acc[t][h] = _mm256_fmadd_ps(mn[h], sx, acc[t][h]);
+  }
 }
 #endif
 

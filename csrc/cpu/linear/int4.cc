@@ -199,10 +199,7 @@ void i4_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
       }
     }
   }
-  for (int t = 0; t < NT; ++t) {
-    _mm256_store_ps(f[t], acc[t][0]);
-    _mm256_store_ps(f[t] + 8, acc[t][1]);
-  }
+  store_acc<NT>(acc, f);
 #else
   for (int t = 0; t < NT; ++t) std::fill(f[t], f[t] + kPanel, 0.0f);
   for (int b = 0; b < nb; ++b) {

@@ -138,18 +138,9 @@ void i8b_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, const int8_t* 
           acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t][h]), _mm256_mul_ps(st[h], dx), acc[t][h]);
       }
     }
-    if (mins) {
-      const __m256 mn[2] = {steps.min8(b, 0), steps.min8(b, 1)};
-      for (int t = 0; t < NT; ++t) {
-        const __m256 sx = _mm256_set1_ps(xb.s[static_cast<size_t>(t0 + t) * nb + b]);
-        for (int h = 0; h < 2; ++h) acc[t][h] = _mm256_fmadd_ps(mn[h], sx, acc[t][h]);
-      }
-    }
+    if (mins) add_minima<NT>({steps.min8(b, 0), steps.min8(b, 1)}, xb, t0, b, acc);
   }
-  for (int t = 0; t < NT; ++t) {
-    _mm256_store_ps(f[t], acc[t][0]);
-    _mm256_store_ps(f[t] + 8, acc[t][1]);
-  }
+  store_acc<NT>(acc, f);
 #else
   for (int t = 0; t < NT; ++t) std::fill(f[t], f[t] + kPanel, 0.0f);
   for (int b = 0; b < nb; ++b) {
@@ -188,18 +179,48 @@ static inline __m256i with_fifth_bits(__m256i nibbles, uint32_t bits) {
 }
 #endif
 
+// Panel p of an I5Blocks layer (nb blocks) as I8Blocks codes q = u - offset at w (nb * kI8BlockBytes):
+// each step's unpacked halves are the 8-bit layout's rows 0-7 and 8-15 of that step.
+void i5_panel_as_i8(const Linear& L, int p, int nb, int8_t* w) {
+  const uint8_t* src = L.w_i5 + static_cast<size_t>(p) * nb * kI5BlockBytes;
+  for (int b = 0; b < nb; ++b) {
+    const uint8_t* wb = src + static_cast<size_t>(b) * kI5BlockBytes;
+    int8_t* out = w + static_cast<size_t>(b) * kI8BlockBytes;
+#if defined(__AVX2__) && defined(__FMA__)
+    const __m256i low = _mm256_set1_epi8(0x0F), off = _mm256_set1_epi8(static_cast<char>(L.i5_offset));
+    for (int k = 0; k < kI4Block / 4; ++k) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 32 * k));
+      uint32_t bits[2];
+      std::memcpy(bits, wb + kI4BlockBytes + 8 * k, 8);
+      const __m256i lo = with_fifth_bits(_mm256_and_si256(raw, low), bits[0]);
+      const __m256i hi = with_fifth_bits(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low), bits[1]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * k), _mm256_sub_epi8(lo, off));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * k + 32), _mm256_sub_epi8(hi, off));
+    }
+#else
+    for (int r = 0; r < kPanel; ++r)
+      for (int j = 0; j < kI4Block; ++j) {
+        const int bit = i5_bit(r, j);
+        const int u = ((wb[i4_byte(r, j)] >> i4_shift(r)) & 0x0F) |
+                      (((wb[kI4BlockBytes + (j / 4) * 8 + bit / 8] >> (bit % 8)) & 1) << 4);
+        out[i8b_byte(r, j)] = static_cast<int8_t>(u - L.i5_offset);
+      }
+#endif
+  }
+}
+
 // As i8b_tile with one group per block, for I5Blocks: a step's 32 bytes of low nibbles (rows 0-7,
 // then 8-15 shifted down) with the fifth bits added, unsigned codes against x (no saturation: a
 // pmaddubsw pair is at most 2 x 31 x 128), the offset taken off as offset sum(x) per block.
 template <int NT, Steps K>
 void i5_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
   const int nb = xb.blocks;
+#if defined(__AVX2__) && defined(__FMA__)
   const uint8_t* w = L.w_i5 + static_cast<size_t>(p) * nb * kI5BlockBytes;
+  const int offset = L.i5_offset;
   const GroupSteps<K, 1> steps(L, p, nb);
   const bool mins = steps.has_min();
-  const int offset = L.i5_offset;
   alignas(32) float f[NT][kPanel];
-#if defined(__AVX2__) && defined(__FMA__)
   const __m256i low = _mm256_set1_epi8(0x0F);
   __m256 acc[NT][2];
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
@@ -236,70 +257,17 @@ void i5_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
       for (int h = 0; h < 2; ++h)
         acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t][h]), _mm256_mul_ps(st[h], dx), acc[t][h]);
     }
-    if (mins) {
-      const __m256 mn[2] = {steps.min8(b, 0), steps.min8(b, 1)};
-      for (int t = 0; t < NT; ++t) {
-        const __m256 sx = _mm256_set1_ps(xb.s[static_cast<size_t>(t0 + t) * nb + b]);
-        for (int h = 0; h < 2; ++h) acc[t][h] = _mm256_fmadd_ps(mn[h], sx, acc[t][h]);
-      }
-    }
+    if (mins) add_minima<NT>({steps.min8(b, 0), steps.min8(b, 1)}, xb, t0, b, acc);
   }
-  for (int t = 0; t < NT; ++t) {
-    _mm256_store_ps(f[t], acc[t][0]);
-    _mm256_store_ps(f[t] + 8, acc[t][1]);
-  }
-#else
-  for (int t = 0; t < NT; ++t) std::fill(f[t], f[t] + kPanel, 0.0f);
-  for (int b = 0; b < nb; ++b) {
-    const uint8_t* wb = w + static_cast<size_t>(b) * kI5BlockBytes;
-    for (int t = 0; t < NT; ++t) {
-      const size_t xi = static_cast<size_t>(t0 + t) * nb + b;
-      const int8_t* xq = xb.q.data() + xi * kI4Block;
-      for (int r = 0; r < kPanel; ++r) {
-        int32_t s = 0;
-        for (int j = 0; j < kI4Block; ++j) {
-          const int bit = i5_bit(r, j);
-          const int u = ((wb[i4_byte(r, j)] >> i4_shift(r)) & 0x0F) |
-                        (((wb[kI4BlockBytes + (j / 4) * 8 + bit / 8] >> (bit % 8)) & 1) << 4);
-          s += (u - offset) * xq[j];
-        }
-        f[t][r] = std::fma(static_cast<float>(s), steps.step(b, 0, r) * xb.d[xi], f[t][r]);
-        if (mins) f[t][r] = std::fma(steps.min(b, r), xb.s[xi], f[t][r]);
-      }
-    }
-  }
-#endif
+  store_acc<NT>(acc, f);
   store_tile<NT>(f, t0, L, p, y);
-}
-
-// Panel p of an I5Blocks layer (nb blocks) as I8Blocks codes q = u - offset at w (nb * kI8BlockBytes):
-// each step's unpacked halves are the 8-bit layout's rows 0-7 and 8-15 of that step.
-void i5_panel_as_i8(const Linear& L, int p, int nb, int8_t* w) {
-  const uint8_t* src = L.w_i5 + static_cast<size_t>(p) * nb * kI5BlockBytes;
-  for (int b = 0; b < nb; ++b) {
-    const uint8_t* wb = src + static_cast<size_t>(b) * kI5BlockBytes;
-    int8_t* out = w + static_cast<size_t>(b) * kI8BlockBytes;
-#if defined(__AVX2__) && defined(__FMA__)
-    const __m256i low = _mm256_set1_epi8(0x0F), off = _mm256_set1_epi8(static_cast<char>(L.i5_offset));
-    for (int k = 0; k < kI4Block / 4; ++k) {
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 32 * k));
-      uint32_t bits[2];
-      std::memcpy(bits, wb + kI4BlockBytes + 8 * k, 8);
-      const __m256i lo = with_fifth_bits(_mm256_and_si256(raw, low), bits[0]);
-      const __m256i hi = with_fifth_bits(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low), bits[1]);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * k), _mm256_sub_epi8(lo, off));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * k + 32), _mm256_sub_epi8(hi, off));
-    }
 #else
-    for (int r = 0; r < kPanel; ++r)
-      for (int j = 0; j < kI4Block; ++j) {
-        const int bit = i5_bit(r, j);
-        const int u = ((wb[i4_byte(r, j)] >> i4_shift(r)) & 0x0F) |
-                      (((wb[kI4BlockBytes + (j / 4) * 8 + bit / 8] >> (bit % 8)) & 1) << 4);
-        out[i8b_byte(r, j)] = static_cast<int8_t>(u - L.i5_offset);
-      }
+  // Without vectors: the panel as 8-bit codes, then the 8-bit tile (the same integers).
+  thread_local std::vector<int8_t> codes;
+  codes.resize(static_cast<size_t>(nb) * kI8BlockBytes);
+  i5_panel_as_i8(L, p, nb, codes.data());
+  i8b_tile<NT, 1, K>(xb, t0, L, p, codes.data(), y);
 #endif
-  }
 }
 
 }  // namespace

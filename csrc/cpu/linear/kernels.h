@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cpu/convert.h"
+#include "cpu/kernels.h"
 #include "cpu/linear/layout.h"
 #include "cpu/linear/rounded_rows.h"
 #include "decodelab/linear.h"
@@ -122,19 +123,8 @@ void i4_panel_rows(const Q8Blocks& xb, int t_lo, int t_hi, const Linear& L, int 
 // integer sum x (step x d), per block min x s where the layer has minima; blocks in order.
 void i8b_panel_rows(const Q8Blocks& xb, int t_lo, int t_hi, const Linear& L, int p, float* y);
 
-// --- the layer as a whole (linear.cc, quantize_weights.cc): what the public functions call
-
-void linear_many(const float* x, int T, const Linear* const* layers, float* const* ys, int n);
-size_t quantized_size(const Linear& L, WeightType type);
-bool linear_row_view(const Linear& L, int first, int count, Linear* view);
-void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* dst, const RowSource* source,
-                     const RowsDone* done);
-void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
-                    const RowsDone* done);
-void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
-                    const RowsDone* done);
-void pack_i5_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
-                    const RowsDone* done);
+// The layer as a whole (linear.cc, quantize_weights.cc), what the public functions call, is
+// declared with the other kernels of an instruction set in cpu/kernels.h.
 
 }  // namespace DECODELAB_ISA
 }  // namespace decodelab
