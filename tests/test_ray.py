@@ -12,7 +12,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray", reason="needs Ray Data: pip install \"decodelab[ray]\"")
 
 import decodelab  # noqa: E402
-from decodelab.integrations.ray import ProcessorConfig, build_processor  # noqa: E402
+from decodelab.integrations.ray import ProcessorConfig, RayBackend, build_processor  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -124,7 +124,7 @@ def test_score_and_perplexity_tasks(cluster, local):
 
 
 def test_compare_on_the_cluster_equals_the_local_table(cluster, local):
-    """decodelab.metrics.compare(backend="ray"): 3 strategies x 3 seeds on two replicas give the
+    """compare(backend=RayBackend(replicas=2)): 3 strategies x 3 seeds on two replicas give the
     local table in every column but tokens_per_second."""
     from decodelab.eval.metrics import compare
 
@@ -132,7 +132,7 @@ def test_compare_on_the_cluster_equals_the_local_table(cluster, local):
     prompts = ["Once upon a time", "The little dog"]
     kw = dict(n=3, max_new_tokens=12, progress=False, bleu=False)
     here = compare(local, prompts, strategies, **kw)
-    there = compare(local, prompts, strategies, backend="ray", replicas=2, **kw)
+    there = compare(local, prompts, strategies, backend=RayBackend(replicas=2), **kw)
     cols = [c for c in here.columns if c != "tokens_per_second"]
     assert here[cols].equals(there[cols])
     assert here.loc["top_p=0.9", "distinct_2"] != here.loc["greedy", "distinct_2"]

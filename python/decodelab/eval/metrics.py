@@ -165,7 +165,7 @@ def _entropy(step) -> float:
 def generation_record(g) -> dict:
     """What compare() reads of one generation made with ``trace=True``, as plain lists: its token
     ids, decode seconds, and per step the processed distribution's entropy and the chosen token's
-    probability under the raw one (what a Ray replica sends back for ``compare(backend="ray")``).
+    probability under the raw one (what a Ray replica sends back for ``RayBackend``).
 
     Args:
         g: a Generation made with ``trace=True``.
@@ -281,8 +281,7 @@ def length_stats(texts: Texts) -> Dict[str, float]:
 
 
 def compare(model, prompts: Sequence, strategies: Dict[str, dict], *, n: int = 8, max_new_tokens: int = 64,
-            seed: int = 0, progress: bool = True, bleu: Optional[bool] = None, backend: str = "local",
-            replicas: int = 2):
+            seed: int = 0, progress: bool = True, bleu: Optional[bool] = None, backend=None):
     """Runs decoding strategies side by side and tabulates the measures of this module.
 
     Each strategy runs on every prompt n times, with seeds seed .. seed + n - 1 and
@@ -299,13 +298,11 @@ def compare(model, prompts: Sequence, strategies: Dict[str, dict], *, n: int = 8
         bleu: add a self_bleu column, the mean over prompts of the self-BLEU of each prompt's
             samples (needs nltk and n >= 2); None (the default) adds it where nltk is installed
             and n > 1.
-        backend: "local" (the default): generate in this process; "ray": on the Ray cluster that
-            ``ray.init()`` joined, through ``decodelab.integrations.ray`` (pip install
-            "decodelab[ray]"), ``replicas`` actors each loading the model from ``model.path`` with
-            the same load() options. The table equals the local one in every column but
-            tokens_per_second; the strategies' keywords must then be plain values (numbers,
-            strings, lists), which travel in the dataset's rows.
-        replicas: Ray actors with backend="ray", >= 1; default 2.
+        backend: None (the default): generate in this process; or an object whose
+            ``records(model, prompts, strategies, n=, max_new_tokens=, seed=)`` returns each
+            generation's ``generation_record`` as records[strategy][prompt index][seed index],
+            such as ``decodelab.integrations.ray.RayBackend(replicas=4)``, which runs them on a Ray
+            cluster. The table is the same from any backend but for tokens_per_second.
 
     Returns:
         A pandas DataFrame indexed by strategy name, with the columns distinct_1, distinct_2 and
@@ -315,11 +312,9 @@ def compare(model, prompts: Sequence, strategies: Dict[str, dict], *, n: int = 8
 
     Raises:
         ValueError: ``prompts`` is empty or a single str, ``strategies`` is not a non-empty dict
-            of dicts, ``n`` or ``replicas`` is not an integer >= 1, or ``backend`` is neither;
-            generate's own errors pass through (with backend="ray", a generation's error as a
-            ValueError naming the strategy, the prompt and the seed).
-        ImportError: pandas or tqdm is not installed, nltk with ``bleu=True``, or Ray with
-            backend="ray".
+            of dicts, ``n`` is not an integer >= 1, or ``backend`` has no ``records`` method;
+            generate's own errors pass through (a backend's as it raises them).
+        ImportError: pandas or tqdm is not installed, or nltk with ``bleu=True``.
 
     Examples:
         >>> import decodelab
@@ -342,10 +337,8 @@ def compare(model, prompts: Sequence, strategies: Dict[str, dict], *, n: int = 8
         raise ValueError("strategies must be a non-empty dict of name -> generate() keywords")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
-    if backend not in ("local", "ray"):
-        raise ValueError(f"backend must be 'local' or 'ray', got {backend!r:.40}")
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-        raise ValueError(f"replicas must be an integer >= 1, got {replicas!r:.40}")
+    if backend is not None and not callable(getattr(backend, "records", None)):
+        raise ValueError(f"backend must be None or have a records() method, got {type(backend).__name__}")
     for name, kw in strategies.items():
         if not isinstance(kw, dict):
             raise ValueError(f"strategy {name!r} must be a dict of generate() keywords, got {kw!r:.60}")
@@ -356,8 +349,8 @@ def compare(model, prompts: Sequence, strategies: Dict[str, dict], *, n: int = 8
         except ImportError:
             bleu = False
     # records[name][prompt index][i]: generation_record of that strategy's i-th seed on that prompt.
-    if backend == "ray":
-        records = _ray_records(model, prompts, strategies, n, max_new_tokens, seed, replicas)
+    if backend is not None:
+        records = backend.records(model, prompts, strategies, n=n, max_new_tokens=max_new_tokens, seed=seed)
     else:
         records = {}
         bar = tqdm(total=len(strategies) * len(prompts) * n, disable=not progress, desc="compare")
@@ -389,34 +382,6 @@ def compare(model, prompts: Sequence, strategies: Dict[str, dict], *, n: int = 8
             row["self_bleu"] = statistics.fmean(self_bleu([r["token_ids"] for r in mine]) for mine in records[name])
         rows.append(row)
     return pd.DataFrame(rows).set_index("strategy")
-
-
-def _ray_records(model, prompts, strategies, n, max_new_tokens, seed, replicas) -> dict:
-    """compare()'s generation records made on the Ray cluster: one dataset row per (strategy,
-    prompt, seed), run by ``replicas`` actors with task "generate_traced", put back in order."""
-    import ray
-
-    from ..integrations.ray import ProcessorConfig, build_processor
-
-    if not model.path:
-        raise ValueError("compare(backend='ray') loads the model in each replica from model.path, and this model has none")
-    names = list(strategies)
-    rows = [{"row": k, "strategy": si, "prompt_index": pi, "prompt": p,
-             "sampling_params": {**strategies[name], "seed": seed + i, "max_new_tokens": max_new_tokens}}
-            for k, (si, name, pi, p, i) in enumerate((si, name, pi, p, i) for si, name in enumerate(names)
-                                                     for pi, p in enumerate(prompts) for i in range(n))]
-    config = ProcessorConfig(model=model.path, task="generate_traced", load_options=model.load_options,
-                             concurrency=replicas, batch_size=max(1, min(16, len(rows) // (2 * replicas))))
-    out = sorted(build_processor(config)(ray.data.from_items(rows)).take_all(), key=lambda r: r["row"])
-    records = {name: [[None] * n for _ in prompts] for name in names}
-    for r in out:
-        name = names[r["strategy"]]
-        i = r["sampling_params"]["seed"] - seed
-        if r["error"] is not None:
-            raise ValueError(f"strategy {name!r}, prompt {r['prompt_index']}, seed {seed + i}: {r['error']}")
-        records[name][r["prompt_index"]][i] = {k: r[k] for k in ("token_ids", "decode_seconds", "entropies",
-                                                                 "token_probs")}
-    return records
 
 
 def plot_compare(table, columns: Sequence[str] = ("distinct_2", "rep_2", "mean_entropy", "mean_token_prob")):

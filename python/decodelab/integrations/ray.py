@@ -20,7 +20,7 @@ its batch through decodelab's continuous-batching engine, whose seeded requests 
 ``Model.generate`` gives in one process, whatever the replicas, batch sizes or order of completion.
 ``task="score"`` takes ``prompt`` and ``continuation`` (Model.score); ``task="perplexity"`` takes
 ``text`` (Model.perplexity); ``task="generate_traced"`` runs each generate row alone with
-``trace=True`` and returns what ``decodelab.eval.metrics.compare`` tabulates (its ``backend="ray"``). The output keeps the row's own columns and adds the task's, and
+``trace=True`` and returns what ``decodelab.eval.metrics.compare`` tabulates (``RayBackend``). The output keeps the row's own columns and adds the task's, and
 ``error``: None, or the message of a row that could not run (an empty or over-long prompt, a bad
 option), so one bad row does not fail the job.
 """
@@ -36,7 +36,7 @@ try:
 except ImportError:  # pragma: no cover - the message is the point
     raise ImportError('decodelab.integrations.ray needs Ray Data: pip install "decodelab[ray]"') from None
 
-__all__ = ["ProcessorConfig", "Processor", "build_processor", "TASKS"]
+__all__ = ["ProcessorConfig", "Processor", "build_processor", "RayBackend", "TASKS"]
 
 TASKS = ("generate", "score", "perplexity", "generate_traced")
 # Each task's output columns, so every row (an error row too) has the same ones.
@@ -302,3 +302,74 @@ def build_processor(config: ProcessorConfig, preprocess: Optional[Callable[[dict
         if f is not None and not callable(f):
             raise ValueError(f"{name} must be a function of one row, got {type(f).__name__}")
     return Processor(config, preprocess, postprocess)
+
+
+@dataclasses.dataclass(frozen=True)
+class RayBackend:
+    """``decodelab.eval.metrics.compare``'s generations on the Ray cluster that ``ray.init()`` joined:
+    ``compare(model, prompts, strategies, backend=RayBackend(replicas=4))``.
+
+    Each (strategy, prompt, seed) is one dataset row; ``replicas`` actors load the model from
+    ``model.path`` with its ``load_options`` and run the rows with task "generate_traced". The
+    table equals the local one in every column but tokens_per_second. The strategies' keywords
+    travel in the rows, so they must be plain values (numbers, strings, lists).
+
+    Attributes:
+        replicas: Ray actors, >= 1; default 2.
+        threads_per_replica: each replica's threads, >= 1; default 1.
+
+    Examples:
+        >>> RayBackend(replicas=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: concurrency must be an integer >= 1, got 0
+    """
+    replicas: int = 2
+    threads_per_replica: int = 1
+
+    def __post_init__(self):
+        self._config("stories260K", {}, 1)  # checks the fields where ProcessorConfig checks them
+
+    def _config(self, path, load_options, n_rows) -> ProcessorConfig:
+        # About two batches a replica, at most 16 rows each (ProcessorConfig checks replicas itself).
+        per = self.replicas if isinstance(self.replicas, int) and self.replicas > 0 else 1
+        return ProcessorConfig(model=path, task="generate_traced", load_options=load_options,
+                               concurrency=self.replicas, threads_per_replica=self.threads_per_replica,
+                               batch_size=max(1, min(16, n_rows // (2 * per))))
+
+    def records(self, model, prompts, strategies, *, n: int, max_new_tokens: int, seed: int) -> dict:
+        """compare()'s generation records, records[strategy][prompt index][seed index].
+
+        Args:
+            model: the decodelab Model (its ``path`` and ``load_options`` are what replicas load).
+            prompts: the prompts, as compare() takes them.
+            strategies: strategy name -> generate() keywords (plain values).
+            n: seeds per prompt and strategy.
+            max_new_tokens: the most tokens each generation adds.
+            seed: the first seed.
+
+        Returns:
+            A dict: strategy name -> per prompt a list of n ``generation_record`` dicts.
+
+        Raises:
+            ValueError: the model has no path, or a generation failed (the message names the
+                strategy, the prompt and the seed).
+        """
+        if not model.path:
+            raise ValueError("RayBackend loads the model in each replica from model.path, and this model has none")
+        names = list(strategies)
+        rows = [{"row": k, "strategy": si, "prompt_index": pi, "prompt": p,
+                 "sampling_params": {**strategies[name], "seed": seed + i, "max_new_tokens": max_new_tokens}}
+                for k, (si, name, pi, p, i) in enumerate((si, name, pi, p, i) for si, name in enumerate(names)
+                                                         for pi, p in enumerate(prompts) for i in range(n))]
+        config = self._config(model.path, model.load_options, len(rows))
+        out = sorted(build_processor(config)(ray.data.from_items(rows)).take_all(), key=lambda r: r["row"])
+        records = {name: [[None] * n for _ in prompts] for name in names}
+        for r in out:
+            name = names[r["strategy"]]
+            i = r["sampling_params"]["seed"] - seed
+            if r["error"] is not None:
+                raise ValueError(f"strategy {name!r}, prompt {r['prompt_index']}, seed {seed + i}: {r['error']}")
+            records[name][r["prompt_index"]][i] = {k: r[k] for k in ("token_ids", "decode_seconds", "entropies",
+                                                                     "token_probs")}
+        return records
