@@ -300,7 +300,7 @@ def compare(model, prompts: Sequence, strategies: Dict[str, dict], *, n: int = 8
             and n > 1.
         backend: None (the default): generate in this process; or an object whose
             ``records(model, prompts, strategies, n=, max_new_tokens=, seed=)`` returns each
-            generation's ``generation_record`` as records[strategy][prompt index][seed index],
+            generation's ``generation_record`` as ``records[strategy][prompt_index][seed_index]``,
             such as ``decodelab.integrations.ray.RayBackend(replicas=4)``, which runs them on a Ray
             cluster. The table is the same from any backend but for tokens_per_second.
 

@@ -338,7 +338,7 @@ class RayBackend:
                                batch_size=max(1, min(16, n_rows // (2 * per))))
 
     def records(self, model, prompts, strategies, *, n: int, max_new_tokens: int, seed: int) -> dict:
-        """compare()'s generation records, records[strategy][prompt index][seed index].
+        """compare()'s generation records, ``records[strategy][prompt_index][seed_index]``.
 
         Args:
             model: the decodelab Model (its ``path`` and ``load_options`` are what replicas load).
