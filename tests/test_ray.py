@@ -138,6 +138,32 @@ def test_compare_on_the_cluster_equals_the_local_table(cluster, local):
     assert here.loc["top_p=0.9", "distinct_2"] != here.loc["greedy", "distinct_2"]
 
 
+def test_lm_eval_on_the_cluster_equals_the_local_run(cluster, local):
+    """DecodelabLM(backend=RayBackend(replicas=2)): the three request types give the local adapter's
+    results, a text longer than the context (several rolling windows) included."""
+    pytest.importorskip("lm_eval", reason="the adapter needs lm-evaluation-harness (pip install lm_eval)")
+    from lm_eval.api.instance import Instance
+
+    from decodelab.integrations.lm_eval import DecodelabLM
+
+    def reqs(kind, args):
+        return [Instance(request_type=kind, doc={}, arguments=a, idx=i) for i, a in enumerate(args)]
+
+    here, there = DecodelabLM(local), DecodelabLM(local, backend=RayBackend(replicas=2))
+    pairs = reqs("loglikelihood", [("Once upon a time", " there was"), ("The dog", " ran"), ("Lily", " saw a cat")])
+    assert there.loglikelihood(pairs) == here.loglikelihood(pairs)
+    long = " ".join(["Once upon a time there was a little dog named Max."] * 60)
+    texts = reqs("loglikelihood_rolling", [(long,), ("The sun was hot.",)])
+    assert len(local.tokenizer.encode(long)) > local.config.max_position_embeddings
+    assert there.loglikelihood_rolling(texts) == here.loglikelihood_rolling(texts)
+    gens = reqs("generate_until", [("Once upon a time", {"until": ["."], "max_gen_toks": 12}),
+                                   ("Lily saw a", {"until": [" named"], "max_gen_toks": 8}),
+                                   ("The little dog", {"max_gen_toks": 6})])
+    assert there.generate_until(gens) == here.generate_until(gens)
+    with pytest.raises(ValueError, match="backend must be None or have a run"):
+        DecodelabLM(local, backend="ray")
+
+
 def test_config_checks_each_field():
     with pytest.raises(ValueError, match="task must be one of generate, score, perplexity"):
         ProcessorConfig(model="stories260K", task="embed")

@@ -105,12 +105,25 @@ def test_perplexity_direct_and_by_sliding_window(llama):
     assert m.perplexity(ids) > 0  # windows of the whole context, end to end
 
 
+def test_a_full_window_scores_one_token_past_it(llama):
+    """The model reads prompt + continuation but the last token, so a 128-token window scores 129
+    tokens (lm-eval's rolling windows are that long): the last one's log-probability comes from the
+    logits after the 128th token."""
+    m = llama[1]
+    ids = [int(t) for t in np.random.default_rng(3).integers(1, m.config.vocab_size, 129)]
+    s = m.score(ids[:100], ids[100:])
+    assert len(s.token_logprobs) == 29
+    z = m.forward(ids[:128])[-1].astype(np.float64)
+    want = z[ids[128]] - z.max() - np.log(np.exp(z - z.max()).sum())
+    assert s.token_logprobs[-1] == pytest.approx(want, abs=1e-5)
+
+
 @pytest.mark.parametrize("call,message", [
     (lambda m: m.score("abc", ""), "the continuation is empty"),
     (lambda m: m.score("abc", [1, 2]), "both be text or both be token ids"),
     (lambda m: m.score([], [1]), "at least one token"),
     (lambda m: m.score([1], [99999]), "outside the vocabulary"),
-    (lambda m: m.score([1] * 100, [1] * 100), "more than the context window of 128"),
+    (lambda m: m.score([1] * 100, [1] * 30), "130 tokens, more than the context window of 128 plus the last"),
     (lambda m: m.score_batch("abc"), "pairs must be a list"),
     (lambda m: m.score_batch([("a",)]), r"pairs\[0\] must be a \(prompt, continuation\) pair"),
     (lambda m: m.score("a", "b", sampler="top_k"), "sampler must be a decodelab.samplers.Sampler"),

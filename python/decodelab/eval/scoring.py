@@ -154,8 +154,8 @@ def score_ids(model, ctx: List[int], cont: List[int], chain=None) -> Score:
     Args:
         model: the decodelab Model.
         ctx: the prompt's token ids, at least one.
-        cont: the continuation's token ids, at least one; ctx + cont must fit the model's context
-            window.
+        cont: the continuation's token ids, at least one. The model reads ctx + cont but its last
+            token (that one is only predicted), which must fit the model's context window.
         chain: a samplers.Chain without its selector whose stages process each position's
             logits first, or None (the default) to score under the model's own distribution.
 
@@ -163,7 +163,7 @@ def score_ids(model, ctx: List[int], cont: List[int], chain=None) -> Score:
         The Score of ``cont`` after ``ctx``.
 
     Raises:
-        ValueError: ctx + cont is longer than the model's context window.
+        ValueError: ctx + cont, but its last token, is longer than the model's context window.
 
     Examples:
         >>> from decodelab import samplers
@@ -177,10 +177,12 @@ def score_ids(model, ctx: List[int], cont: List[int], chain=None) -> Score:
         0.0
     """
     ids = ctx + cont
-    if len(ids) > model.config.max_position_embeddings:
+    # The last token is only predicted: a window of W tokens scores W + 1 (as lm-eval's rolling
+    # windows and Hugging Face's scoring count them).
+    if len(ids) - 1 > model.config.max_position_embeddings:
         raise ValueError(f"prompt + continuation have {len(ids)} tokens, more than the context window of "
-                         f"{model.config.max_position_embeddings}")
-    logits = model.forward(ids)[len(ctx) - 1:len(ids) - 1]
+                         f"{model.config.max_position_embeddings} plus the last, predicted token")
+    logits = model.forward(ids[:-1])[len(ctx) - 1:]
     if chain is not None:
         logits = np.stack([chain.apply(logits[i], ids[:len(ctx) + i], n_prompt=len(ctx), step=i)
                            for i in range(len(cont))])

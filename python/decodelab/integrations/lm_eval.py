@@ -4,6 +4,7 @@ Model.generate, so standard tasks run on a decodelab model (pip install lm_eval)
     import lm_eval
     from decodelab.integrations.lm_eval import DecodelabLM
     lm_eval.simple_evaluate(model=DecodelabLM(model), tasks=["hellaswag"])
+    # on a Ray cluster: DecodelabLM(model, backend=RayBackend(replicas=8)), from decodelab.integrations.ray
     # or by name: lm_eval --model decodelab --model_args pretrained=PATH,dtype=int8 --tasks ...
 
 Importing this module registers the model under the name "decodelab" in lm-eval's registry;
@@ -39,8 +40,9 @@ class DecodelabLM(LM):
     scores lm-eval's own rolling windows of the text after the BOS (or EOS) token,
     ``generate_until`` is greedy Model.generate with the request's stop strings and
     ``max_gen_toks``. Pass a loaded ``model``, or ``pretrained`` (a path for decodelab.load) and
-    ``dtype``. Registered in lm-eval as "decodelab", so ``--model decodelab --model_args
-    pretrained=PATH`` works on its command line.
+    ``dtype``. With ``backend`` the requests run there instead of in this process, with the same
+    results (the Ray cluster's: ``decodelab.integrations.ray.RayBackend``). Registered in lm-eval as
+    "decodelab", so ``--model decodelab --model_args pretrained=PATH`` works on its command line.
 
     Args:
         model: a loaded decodelab Model with a tokenizer; default None (then ``pretrained``).
@@ -48,11 +50,16 @@ class DecodelabLM(LM):
         dtype: the weights' dtype for ``decodelab.load`` (e.g. "int8"); default None (load()'s).
         max_gen_toks: the token budget of a generate_until request that gives none, >= 1;
             default 256.
+        backend: None (the default): run the requests in this process; or an object whose
+            ``run(model, task, rows)`` runs rows of the tasks "score" and "generate" and returns
+            the output rows in order, such as ``RayBackend(replicas=4)``; it loads the model from
+            its path.
         **load_kwargs: more keywords for ``decodelab.load`` (threads, tokenizer, ...).
 
     Raises:
-        ValueError: both or neither of ``model`` and ``pretrained`` are given, or the model has no
-            tokenizer.
+        ValueError: both or neither of ``model`` and ``pretrained`` are given, the model has no
+            tokenizer, ``max_gen_toks`` is not an integer >= 1, or ``backend`` has no ``run``
+            method.
 
     Examples:
         >>> from lm_eval.api.instance import Instance
@@ -71,14 +78,28 @@ class DecodelabLM(LM):
         ValueError: give either model (a loaded decodelab.Model) or pretrained (a path), not both
     """
 
-    def __init__(self, model=None, pretrained=None, dtype=None, max_gen_toks: int = 256, **load_kwargs):
+    def __init__(self, model=None, pretrained=None, dtype=None, max_gen_toks: int = 256, backend=None,
+                 **load_kwargs):
         super().__init__()
         if (model is None) == (pretrained is None):
             raise ValueError("give either model (a loaded decodelab.Model) or pretrained (a path), not both")
+        if isinstance(max_gen_toks, bool) or not isinstance(max_gen_toks, int) or max_gen_toks < 1:
+            raise ValueError(f"max_gen_toks must be an integer >= 1, got {max_gen_toks!r:.40}")
+        if backend is not None and not callable(getattr(backend, "run", None)):
+            raise ValueError(f"backend must be None or have a run() method, got {type(backend).__name__}")
+        self.backend = backend
         self.model = model if model is not None else decodelab.load(pretrained, dtype=dtype, **load_kwargs)
         if self.model.tokenizer is None:
             raise ValueError("lm-eval tasks are text: the model needs a tokenizer")
-        self.max_gen_toks = int(max_gen_toks)
+        self.max_gen_toks = max_gen_toks
+
+    def _remote(self, task: str, rows: List[dict]) -> List[dict]:
+        """The backend's output rows of ``rows``; a row that failed raises as it would here."""
+        out = self.backend.run(self.model, task, rows)
+        for k, r in enumerate(out):
+            if r["error"] is not None:
+                raise ValueError(f"request {k} ({task}): {r['error']}")
+        return out
 
     def _prefix(self) -> int:
         tok = self.model.tokenizer
@@ -97,10 +118,10 @@ class DecodelabLM(LM):
             One (total log-probability in nats, whether every continuation token is the greedy
             choice) pair per request, in order.
         """
-        out = []
-        for s in self.model.score_batch([tuple(r.args) for r in requests]):
-            out.append((s.total, s.is_greedy))
-        return out
+        if self.backend is not None:
+            rows = [{"prompt": ctx, "continuation": cont} for ctx, cont in (r.args for r in requests)]
+            return [(r["logprob"], r["is_greedy"]) for r in self._remote("score", rows)]
+        return [(s.total, s.is_greedy) for s in self.model.score_batch([tuple(r.args) for r in requests])]
 
     def loglikelihood_rolling(self, requests) -> List[float]:
         """The log-probability of each request's whole text, for perplexity.
@@ -119,15 +140,21 @@ class DecodelabLM(LM):
         """
         m = self.model
         ctx = m.config.max_position_embeddings
-        out = []
-        for r in requests:
+        windows = []  # (request index, context ids, target ids), every request's in order
+        for k, r in enumerate(requests):
             (text,) = r.args
             ids = m.tokenizer.encode(text, add_special_tokens=False)
-            total = 0.0
             for context, target in map(make_disjoint_window, get_rolling_token_windows(
                     token_list=ids, prefix_token=self._prefix(), max_seq_len=ctx, context_len=1)):
-                total += scoring.score_ids(m, list(context), list(target)).total
-            out.append(total)
+                windows.append((k, list(context), list(target)))
+        if self.backend is not None:
+            rows = [{"prompt": c, "continuation": t} for _, c, t in windows]
+            scores = [r["logprob"] for r in self._remote("score", rows)]
+        else:
+            scores = [scoring.score_ids(m, c, t).total for _, c, t in windows]
+        out = [0.0] * len(requests)
+        for (k, _, _), s in zip(windows, scores):  # summed in window order, as one loop would
+            out[k] += s
         return out
 
     def generate_until(self, requests) -> List[str]:
@@ -144,7 +171,7 @@ class DecodelabLM(LM):
         Returns:
             The generated text of each request, in order.
         """
-        out = []
+        jobs = []  # (context, generate() keywords) of each request
         for r in requests:
             context, kw = r.args
             kw = dict(kw or {})
@@ -152,7 +179,9 @@ class DecodelabLM(LM):
             until = [until] if isinstance(until, str) else list(until or [])
             max_new = int(kw.pop("max_gen_toks", self.max_gen_toks))
             temperature = float(kw.pop("temperature", 0.0)) if kw.pop("do_sample", False) else 0.0
-            g = self.model.generate(context, max_new_tokens=max_new, temperature=temperature, stop=until or None,
-                                    seed=0)
-            out.append(g.text)
-        return out
+            jobs.append((context, {"max_new_tokens": max_new, "temperature": temperature,
+                                   "stop": until or None, "seed": 0}))
+        if self.backend is not None:
+            rows = [{"prompt": context, "sampling_params": kw} for context, kw in jobs]
+            return [r["generated_text"] for r in self._remote("generate", rows)]
+        return [self.model.generate(context, **kw).text for context, kw in jobs]

@@ -20,9 +20,10 @@ its batch through decodelab's continuous-batching engine, whose seeded requests 
 ``Model.generate`` gives in one process, whatever the replicas, batch sizes or order of completion.
 ``task="score"`` takes ``prompt`` and ``continuation`` (Model.score); ``task="perplexity"`` takes
 ``text`` (Model.perplexity); ``task="generate_traced"`` runs each generate row alone with
-``trace=True`` and returns what ``decodelab.eval.metrics.compare`` tabulates (``RayBackend``). The output keeps the row's own columns and adds the task's, and
-``error``: None, or the message of a row that could not run (an empty or over-long prompt, a bad
-option), so one bad row does not fail the job.
+``trace=True`` and returns what ``decodelab.eval.metrics.compare`` tabulates (``RayBackend``). The
+output keeps the row's own columns and adds the task's, and ``error``: None, or the message of a row
+that could not run (an empty or over-long prompt, a bad option), so one bad row does not fail the
+job.
 """
 from __future__ import annotations
 
@@ -263,7 +264,7 @@ class Processor:
             ds = ds.map(self.preprocess)
         # A class: a fixed pool of `concurrency` actors, each constructed (the model loaded) once.
         ds = ds.map_batches(_Replica, fn_constructor_kwargs={"config": c}, batch_size=c.batch_size,
-                            concurrency=c.concurrency, num_cpus=c.threads_per_replica)
+                            compute=ray.data.ActorPoolStrategy(size=c.concurrency), num_cpus=c.threads_per_replica)
         if self.postprocess is not None:
             ds = ds.map(self.postprocess)
         return ds
@@ -306,13 +307,14 @@ def build_processor(config: ProcessorConfig, preprocess: Optional[Callable[[dict
 
 @dataclasses.dataclass(frozen=True)
 class RayBackend:
-    """``decodelab.eval.metrics.compare``'s generations on the Ray cluster that ``ray.init()`` joined:
-    ``compare(model, prompts, strategies, backend=RayBackend(replicas=4))``.
+    """A model's work on the Ray cluster that ``ray.init()`` joined, for the layers that take a
+    backend: ``decodelab.eval.metrics.compare(..., backend=RayBackend(replicas=4))`` and
+    ``DecodelabLM(model, backend=RayBackend(replicas=4))`` (the lm-eval adapter).
 
-    Each (strategy, prompt, seed) is one dataset row; ``replicas`` actors load the model from
-    ``model.path`` with its ``load_options`` and run the rows with task "generate_traced". The
-    table equals the local one in every column but tokens_per_second. The strategies' keywords
-    travel in the rows, so they must be plain values (numbers, strings, lists).
+    ``replicas`` actors load the model from ``model.path`` with its ``load_options`` and run the
+    rows (one per generation or scored pair). Seeded generations and scores equal the local ones,
+    so those tables equal the local tables in every column but tokens_per_second. Generate
+    keywords travel in the rows, so they must be plain values (numbers, strings, lists).
 
     Attributes:
         replicas: Ray actors, >= 1; default 2.
@@ -328,14 +330,40 @@ class RayBackend:
     threads_per_replica: int = 1
 
     def __post_init__(self):
-        self._config("stories260K", {}, 1)  # checks the fields where ProcessorConfig checks them
+        self._config("stories260K", {}, "generate", 1)  # checks the fields where ProcessorConfig checks them
 
-    def _config(self, path, load_options, n_rows) -> ProcessorConfig:
+    def _config(self, path, load_options, task, n_rows) -> ProcessorConfig:
         # About two batches a replica, at most 16 rows each (ProcessorConfig checks replicas itself).
         per = self.replicas if isinstance(self.replicas, int) and self.replicas > 0 else 1
-        return ProcessorConfig(model=path, task="generate_traced", load_options=load_options,
+        return ProcessorConfig(model=path, task=task, load_options=load_options,
                                concurrency=self.replicas, threads_per_replica=self.threads_per_replica,
                                batch_size=max(1, min(16, n_rows // (2 * per))))
+
+    def run(self, model, task: str, rows: List[dict]) -> List[dict]:
+        """``rows`` through the replicas with ``task``, out in the order they came in.
+
+        Args:
+            model: the decodelab Model (its ``path`` and ``load_options`` are what replicas load).
+            task: one of TASKS.
+            rows: the rows the task reads (see the module's text), dicts of plain values.
+
+        Returns:
+            The output rows, one per input row and in its order: the row's columns, the task's and
+            ``error`` (None, or why that row could not run).
+
+        Raises:
+            ValueError: the model has no path, or ``task`` is not one of TASKS.
+        """
+        if not model.path:
+            raise ValueError("RayBackend loads the model in each replica from model.path, and this model has none")
+        if not rows:
+            return []
+        config = self._config(model.path, model.load_options, task, len(rows))
+        data = [{**row, "_row": k} for k, row in enumerate(rows)]
+        out = sorted(build_processor(config)(ray.data.from_items(data)).take_all(), key=lambda r: r["_row"])
+        for r in out:
+            del r["_row"]
+        return out
 
     def records(self, model, prompts, strategies, *, n: int, max_new_tokens: int, seed: int) -> dict:
         """compare()'s generation records, ``records[strategy][prompt_index][seed_index]``.
@@ -355,21 +383,13 @@ class RayBackend:
             ValueError: the model has no path, or a generation failed (the message names the
                 strategy, the prompt and the seed).
         """
-        if not model.path:
-            raise ValueError("RayBackend loads the model in each replica from model.path, and this model has none")
-        names = list(strategies)
-        rows = [{"row": k, "strategy": si, "prompt_index": pi, "prompt": p,
+        keys = [(name, pi, i) for name in strategies for pi in range(len(prompts)) for i in range(n)]
+        rows = [{"prompt": prompts[pi],
                  "sampling_params": {**strategies[name], "seed": seed + i, "max_new_tokens": max_new_tokens}}
-                for k, (si, name, pi, p, i) in enumerate((si, name, pi, p, i) for si, name in enumerate(names)
-                                                         for pi, p in enumerate(prompts) for i in range(n))]
-        config = self._config(model.path, model.load_options, len(rows))
-        out = sorted(build_processor(config)(ray.data.from_items(rows)).take_all(), key=lambda r: r["row"])
-        records = {name: [[None] * n for _ in prompts] for name in names}
-        for r in out:
-            name = names[r["strategy"]]
-            i = r["sampling_params"]["seed"] - seed
+                for name, pi, i in keys]
+        records = {name: [[None] * n for _ in prompts] for name in strategies}
+        for (name, pi, i), r in zip(keys, self.run(model, "generate_traced", rows)):
             if r["error"] is not None:
-                raise ValueError(f"strategy {name!r}, prompt {r['prompt_index']}, seed {seed + i}: {r['error']}")
-            records[name][r["prompt_index"]][i] = {k: r[k] for k in ("token_ids", "decode_seconds", "entropies",
-                                                                     "token_probs")}
+                raise ValueError(f"strategy {name!r}, prompt {pi}, seed {seed + i}: {r['error']}")
+            records[name][pi][i] = {k: r[k] for k in _OUTPUTS["generate_traced"]}
         return records
