@@ -103,6 +103,26 @@ def serve_cli(*args, wait_s: float = 60.0):
     raise AssertionError(f"decodelab serve {' '.join(map(str, args))} did not answer /health: {err[-2000:]}")
 
 
+@pytest.fixture(scope="module")
+def one_gguf_parse():
+    """Within a module, gguf's reader parses each file once. transformers parses a GGUF file for the
+    config, again for the weights and again for the tokenizer, and one parse of a 262,144-token
+    vocabulary takes gguf's reader tens of seconds; the reader is only read from, so one serves all."""
+    gguf = pytest.importorskip("gguf", reason="the gguf package (a test extra) reads GGUF for transformers")
+    real, readers = gguf.GGUFReader, {}
+
+    def reader(path, mode="r"):
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = real(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    yield
+    gguf.GGUFReader = real
+    readers.clear()
+
+
 @pytest.fixture(scope="session")
 def stories_bin():
     _need(STORIES_TOK)

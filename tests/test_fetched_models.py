@@ -47,7 +47,7 @@ def _pair(name):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _free_pairs():
+def _free_pairs(one_gguf_parse):
     yield
     _PAIRS.clear()  # the float32 weights of both engines, about 6 GB, kept only for this module
 

@@ -30,6 +30,11 @@ TEXTS = ["The capital of France is", "Hello, world! 😀🎉 and 日本語のテ
          "don't won't it's I'm we've", "ÀÉÎÕÜ ñ ß ø", "a\u200bb\u00a0c"]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _parse_once(one_gguf_parse):
+    pass
+
+
 @pytest.fixture(scope="module")
 def ours():
     _need(PATH)
