@@ -4,8 +4,9 @@
 
 A prompt's matrix products are bound by compute, not by memory, so their ceiling is the rate at
 which the CPU can multiply int8 values at all: native/int8_peak.cc times independent chains of the
-instruction the kernels use (vpdpbusd, or pmaddubsw + pmaddwd without VNNI) on every thread.
-Beside it, the int4 kernel times Qwen2.5-1.5B's seven layer shapes at `--rows` rows, weighted as
+instruction the kernels use (vpdpbusd, or pmaddubsw + pmaddwd without VNNI) on every thread, and
+vpdpwssd, the int16 product of the int8 dtype (whose activations are 16-bit), on AVX-512 VNNI.
+Beside it, the int4 and int8 kernels time Qwen2.5-1.5B's seven layer shapes at `--rows` rows, weighted as
 one transformer layer: the share of the peak a prompt can reach, and the prompt rate that a
 multiple of a peer would need (`--peer-prompt-tok-s`, tokens per second) as a share of the peak,
 beside the whole prompt's own share (`--prompt-tok-s`, decodelab's prompt rate from bench_speed.py).
@@ -54,21 +55,29 @@ def main():
     p = peak(a.threads)
     best_peak = max(v for k, v in p.items() if k.endswith("_gmac_s"))
     rng = np.random.default_rng(0)
-    seconds = 0.0
-    macs = 0
-    for n_in, n_out in QWEN15_LAYER:
-        x = rng.standard_normal((a.rows, n_in)).astype(np.float32)
-        w = (0.05 * rng.standard_normal((n_out, n_in))).astype(np.float32)
-        seconds += min(float(_core.linear_seconds(x, w, "int4", 3).min()) for _ in range(a.rounds))
-        macs += a.rows * n_in * n_out
-    kernel = macs / seconds / 1e9
-    layer_macs = macs / a.rows
+    layer_macs = sum(n_in * n_out for n_in, n_out in QWEN15_LAYER)
+    rates = {}
+    for dtype in ("int4", "int8"):
+        seconds = 0.0
+        for n_in, n_out in QWEN15_LAYER:
+            x = rng.standard_normal((a.rows, n_in)).astype(np.float32)
+            w = (0.05 * rng.standard_normal((n_out, n_in))).astype(np.float32)
+            seconds += min(float(_core.linear_seconds(x, w, dtype, 3).min()) for _ in range(a.rounds))
+        rates[dtype] = a.rows * layer_macs / seconds / 1e9
+    kernel = rates["int4"]
     result = {"peak": p, "rows": a.rows, "threads": a.threads, "int4_gmac_s": kernel,
               "int4_share_of_peak": kernel / best_peak,
-              "prompt_tok_s_at_peak": best_peak * 1e9 / (layer_macs * QWEN15_LAYERS)}
+              "prompt_tok_s_at_peak": best_peak * 1e9 / (layer_macs * QWEN15_LAYERS),
+              "int8_gmac_s": rates["int8"]}
     print(json.dumps(p))
     print(f"int4 kernel, one Qwen2.5-1.5B layer at {a.rows} rows: {kernel:.1f} GMAC/s, "
           f"{kernel / best_peak:.0%} of the best peak ({best_peak:.1f} GMAC/s)")
+    # The int8 dtype multiplies int16 activations: its ceiling is the int16 product's, not int8's.
+    int16 = p.get("int16_vnni512_gmac_s")
+    if int16:
+        result["int8_share_of_int16_peak"] = rates["int8"] / int16
+        print(f"int8 kernel (int16 activations), the same layer: {rates['int8']:.1f} GMAC/s, "
+              f"{rates['int8'] / int16:.0%} of the int16 peak ({int16:.1f} GMAC/s)")
     print(f"a 1.5B prompt at the peak, layers' products alone: {result['prompt_tok_s_at_peak']:.0f} tok/s")
     if a.prompt_tok_s:
         result["prompt_share_of_peak"] = a.prompt_tok_s * layer_macs * QWEN15_LAYERS / 1e9 / best_peak

@@ -143,12 +143,12 @@ def test_8_bit_block_layers_keep_the_files_values(fmt, T, out, as_head):
     np.testing.assert_array_equal(y, alone)
 
 
-@pytest.mark.parametrize("fmt", ["Q5_0", "Q5_1", "Q5_K"])
+@pytest.mark.parametrize("fmt", ["Q5_0", "Q5_1", "Q5_K", "Q6_K"])
 @pytest.mark.parametrize("T,out", [(1, 37), (2, 16), (3, 20), (4, 33), (9, 17), (70, 5)])
-def test_5_bit_layers_give_the_8_bit_layers_bits(fmt, T, out):
-    """Under int4, 5-bit layers keep their codes in 5 bits (the file's size) and give the same
-    bits as the same codes held in 8, at every tile width (1 to 4 rows, then 4 and the rest) and
-    where a prompt's rows unpack each panel once to 8 bits."""
+def test_5_and_6_bit_layers_give_the_8_bit_layers_bits(fmt, T, out):
+    """Under int4, 5-bit layers and Q6_K's keep their codes in 5 and 6 bits (about the file's
+    size) and give the same bits as the same codes held in 8, at every tile width (1 to 4 rows,
+    then 4 and the rest) and where a prompt's rows unpack each panel once to 8 bits."""
     rng = np.random.default_rng(T * 1000 + out + FORMATS.index(fmt))
     n = 768
     elems, _ = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[fmt]]
@@ -157,7 +157,7 @@ def test_5_bit_layers_give_the_8_bit_layers_bits(fmt, T, out):
     x[-1, 32:64] = 0.0  # an all-zero activation block
     x[0, 64:96] *= 1000.0  # and a block far larger than the rest
     five = _core.linear_blocks(x, fmt, raw.tobytes(), out, "int4")
-    eight = _core.linear_blocks(x, fmt, raw.tobytes(), out, "int4", five_bit=False)
+    eight = _core.linear_blocks(x, fmt, raw.tobytes(), out, "int4", narrow=False)
     np.testing.assert_array_equal(five, eight)
     assert np.abs(five).max() > 0
 

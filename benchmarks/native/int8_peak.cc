@@ -1,6 +1,7 @@
 // The CPU's peak rate of int8 multiply-adds, the ceiling for the integer kernels of a long prompt:
 // independent chains of the instructions each ISA's kernels use (vpdpbusd on 256- and 512-bit
 // vectors with VNNI; pmaddubsw + pmaddwd + paddd on AVX2), on every OpenMP thread, best of 5.
+// Also vpdpwssd (int16 pairs), the product of the int8 dtype, whose activations stay 16-bit.
 // Written in assembly so that no compiler can fold or spill the chains. Prints one JSON object.
 // Built and run by benchmarks/bench_int8_peak.py.
 #include <omp.h>
@@ -21,6 +22,13 @@ void vnni256(long steps) {
 
 void vnni512(long steps) {
   for (long k = 0; k < steps; ++k) asm volatile(DPBUSD12("zmm")::: CLOBBERS);
+}
+
+// The same chains of vpdpwssd: 12 x 32 multiply-adds of int16 pairs on zmm.
+#define DPWSSD2(A, B) "vpdpwssd %%zmm13, %%zmm12, %%zmm" #A "\n vpdpwssd %%zmm13, %%zmm12, %%zmm" #B "\n"
+void wssd512(long steps) {
+  for (long k = 0; k < steps; ++k)
+    asm volatile(DPWSSD2(0, 1) DPWSSD2(2, 3) DPWSSD2(4, 5) DPWSSD2(6, 7) DPWSSD2(8, 9) DPWSSD2(10, 11)::: CLOBBERS);
 }
 
 // AVX2: 6 chains of pmaddubsw (u8 x s8 pairs to int16), pmaddwd against ones, paddd: 6 x 32.
@@ -65,6 +73,7 @@ int main() {
 #if defined(__AVX512VNNI__)
   std::printf(", \"vnni256_gmac_s\": %.1f, \"vnni512_gmac_s\": %.1f", rate(vnni256, steps, 12 * 32) / 1e9,
               rate(vnni512, steps, 12 * 64) / 1e9);
+  std::printf(", \"int16_vnni512_gmac_s\": %.1f", rate(wssd512, steps, 12 * 32) / 1e9);
 #endif
   std::printf("}\n");
 }

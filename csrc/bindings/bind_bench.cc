@@ -83,7 +83,7 @@ void register_bench(py::module_& m) {
   m.def(
       "linear_blocks",
       [](const FloatArray& x, const std::string& format, const py::bytes& data, int out, const std::string& dtype,
-         bool as_head, bool five_bit) {
+         bool as_head, bool narrow) {
         const BlockFormat* f = find_block_format(format);
         if (!f) throw std::invalid_argument("format must be one of ggml's block formats (BLOCK_DTYPES), got '" + format + "'");
         const WeightType type = parse_weight_type(dtype);
@@ -104,7 +104,8 @@ void register_bench(py::module_& m) {
         if (type == WeightType::F32) throw std::invalid_argument("dtype must be a converted one, got 'float32'");
         if (type == WeightType::I4 && f->bits == 4 && !as_head) {
           pack_i4_blocks(L, *f, src, store);
-        } else if (type == WeightType::I4 && f->bits == 5 && q8_group(*f) == 32 && five_bit) {
+        } else if (type == WeightType::I4 && narrow &&
+                   ((f->bits == 5 && q8_group(*f) == 32) || f->type == BlockType::Q6_K)) {
           pack_i5_blocks(L, *f, src, store);
         } else if (type == WeightType::I4) {  // wider formats, and any format as a 4-bit model's head
           pack_i8_blocks(L, *f, src, store);
@@ -120,10 +121,11 @@ void register_bench(py::module_& m) {
         return y;
       },
       py::arg("x"), py::arg("format"), py::arg("data"), py::arg("out"), py::arg("dtype") = "int4",
-      py::arg("as_head") = false, py::arg("five_bit") = true,
+      py::arg("as_head") = false, py::arg("narrow") = true,
       "y = x W^T with W given as `out` rows of ggml blocks (`format`), stored as the engine stores a GGUF\n"
       "file's layer of that format under `dtype`: under int4, 4-bit formats repacked as they are into int4,\n"
-      "5-bit ones with a step per 32 (Q5_0, Q5_1, Q5_K) into 5-bit blocks (five_bit=False: 8-bit ones), and\n"
+      "5-bit ones with a step per 32 (Q5_0, Q5_1, Q5_K) and Q6_K into 5- and 6-bit blocks (narrow=False:\n"
+      "8-bit ones), and\n"
       "wider ones (or a 4-bit one, as_head: the output head) into 8-bit blocks of the file's codes and steps;\n"
       "under other dtypes decoded a panel of rows at a time and converted (for tests).");
   m.def("read_bandwidth", &read_bandwidth, py::arg("nbytes"), py::arg("n_threads"), py::arg("repeats") = 5,

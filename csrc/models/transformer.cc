@@ -52,7 +52,9 @@ double read_bytes(const Linear& x) {
     case WeightType::I8Blocks:
       if (x.k_sc8) return n + blocks * (x.i8b_groups + 2.0 / 8);
       return n + (x.steps16 ? 2 : 4) * blocks * (x.i8b_groups + (x.mins || x.mins16 ? 1 : 0));
-    case WeightType::I5Blocks: return n * 5 / 8 + (x.steps16 ? 2 : 4) * blocks * (x.mins || x.mins16 ? 2 : 1);
+    case WeightType::I5Blocks:
+      if (x.k_sc8) return n * (4 + x.i5_planes) / 8 + blocks * (x.i8b_groups + 2.0 / 8);
+      return n * (4 + x.i5_planes) / 8 + (x.steps16 ? 2 : 4) * blocks * (x.i8b_groups + (x.mins || x.mins16 ? 1 : 0));
   }
   return 0;
 }
@@ -307,10 +309,10 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     all.insert(all.begin(), &lm_head_);
     // Every layer's converted weights in one block of huge pages (see HugePageAllocator), each at a
     // 64-byte boundary: a decode step streams them all, and most layers are smaller than one page.
-    // With 4-bit layers, layers a file stores in 5 to 8 bits (the Q6_K and Q8_0 layers of a
-    // Q4_K_M file) keep 8 bits: 4 bits would throw away what the file kept; those come as the
-    // file's blocks and keep its codes and steps as they are (I8Blocks; 5-bit formats in 5 bits,
-    // I5Blocks, the same codes in the file's own size). The output head keeps 8
+    // With 4-bit layers, layers a file stores in 5 to 8 bits (the Q5_0, Q6_K and Q8_0 layers of a
+    // Q4_K_M file) keep their width: 4 bits would throw away what the file kept. Those come as the
+    // file's blocks and keep its codes and steps as they are: Q5_0, Q5_1, Q5_K and Q6_K in 5 and 6
+    // bits (I5Blocks, about the file's own size), Q8_0 in 8 (I8Blocks). The output head keeps 8
     // bits (its logits are what every token is chosen from) unless the file itself stores it in
     // 4 bits: then it keeps the file's own 4-bit values, as every other 4-bit layer does.
     auto type_of = [&](const Linear* x) {
@@ -319,13 +321,17 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
       const bool blocks = b != blocks_of.end();
       if (blocks) {
         const BlockFormat& f = *b->second.format;
-        if (f.bits == 5 && q8_group(f) == 32) return WeightType::I5Blocks;
+        if ((f.bits == 5 && q8_group(f) == 32) || f.type == BlockType::Q6_K) return WeightType::I5Blocks;
         return f.bits > 4 ? WeightType::I8Blocks : WeightType::I4;
       }
       return x == &lm_head_ ? WeightType::I8 : WeightType::I4;
     };
     std::vector<size_t> bytes;
-    for (const Linear* x : all) bytes.push_back(quantized_size(*x, type_of(x)));
+    for (Linear* x : all) {
+      const WeightType type = type_of(x);
+      if (type == WeightType::I5Blocks) x->i5_planes = blocks_of.at(x).format->type == BlockType::Q6_K ? 2 : 1;
+      bytes.push_back(quantized_size(*x, type));
+    }
     const std::vector<size_t> at = aligned_offsets(bytes);
     arena_.resize(at.back());
     quantized_.resize(all.size());

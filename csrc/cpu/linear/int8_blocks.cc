@@ -164,36 +164,52 @@ void i8b_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, const int8_t* 
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
-// The codes of one step's half: its low nibbles plus 16 where bit i of `bits` is set.
-static inline __m256i with_fifth_bits(__m256i nibbles, uint32_t bits) {
+// The codes of one step's half: `codes` plus `value` (16 for bit 4, 32 for bit 5) where bit i of
+// `bits` is set.
+static inline __m256i with_high_bits(__m256i codes, uint32_t bits, int value) {
 #if defined(DECODELAB_AVX512)
-  return _mm256_mask_add_epi8(nibbles, static_cast<__mmask32>(bits), nibbles, _mm256_set1_epi8(16));
+  return _mm256_mask_add_epi8(codes, static_cast<__mmask32>(bits), codes, _mm256_set1_epi8(static_cast<char>(value)));
 #else
   // Byte i takes the byte of `bits` holding bit i, then tests that bit.
   const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
   const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
   const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), pick), bit);
-  return _mm256_or_si256(nibbles, _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(16)));
+  return _mm256_or_si256(codes, _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(static_cast<char>(value))));
 #endif
+}
+
+// Step k's unsigned codes of a 5- or 6-bit block wb (PLANES higher-bit planes): rows 0-7 in lo,
+// rows 8-15 in hi.
+template <int PLANES>
+static inline void high_codes(const uint8_t* wb, int k, __m256i& lo, __m256i& hi) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 32 * k));
+  uint32_t bits[2 * PLANES];
+  std::memcpy(bits, wb + kI4BlockBytes + 8 * PLANES * k, 8 * PLANES);
+  lo = with_high_bits(_mm256_and_si256(raw, low), bits[0], 16);
+  hi = with_high_bits(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low), bits[1], 16);
+  if constexpr (PLANES == 2) {
+    lo = with_high_bits(lo, bits[2], 32);
+    hi = with_high_bits(hi, bits[3], 32);
+  }
 }
 #endif
 
 // Panel p of an I5Blocks layer (nb blocks) as I8Blocks codes q = u - offset at w (nb * kI8BlockBytes):
 // each step's unpacked halves are the 8-bit layout's rows 0-7 and 8-15 of that step.
-void i5_panel_as_i8(const Linear& L, int p, int nb, int8_t* w) {
-  const uint8_t* src = L.w_i5 + static_cast<size_t>(p) * nb * kI5BlockBytes;
+template <int PLANES>
+static void high_panel_as_i8(const Linear& L, int p, int nb, int8_t* w) {
+  const int block_bytes = i5_block_bytes(PLANES);
+  const uint8_t* src = L.w_i5 + static_cast<size_t>(p) * nb * block_bytes;
   for (int b = 0; b < nb; ++b) {
-    const uint8_t* wb = src + static_cast<size_t>(b) * kI5BlockBytes;
+    const uint8_t* wb = src + static_cast<size_t>(b) * block_bytes;
     int8_t* out = w + static_cast<size_t>(b) * kI8BlockBytes;
 #if defined(__AVX2__) && defined(__FMA__)
-    const __m256i low = _mm256_set1_epi8(0x0F), off = _mm256_set1_epi8(static_cast<char>(L.i5_offset));
+    const __m256i off = _mm256_set1_epi8(static_cast<char>(L.i5_offset));
     for (int k = 0; k < kI4Block / 4; ++k) {
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 32 * k));
-      uint32_t bits[2];
-      std::memcpy(bits, wb + kI4BlockBytes + 8 * k, 8);
-      const __m256i lo = with_fifth_bits(_mm256_and_si256(raw, low), bits[0]);
-      const __m256i hi = with_fifth_bits(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low), bits[1]);
+      __m256i lo, hi;
+      high_codes<PLANES>(wb, k, lo, hi);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * k), _mm256_sub_epi8(lo, off));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * k + 32), _mm256_sub_epi8(hi, off));
     }
@@ -201,61 +217,67 @@ void i5_panel_as_i8(const Linear& L, int p, int nb, int8_t* w) {
     for (int r = 0; r < kPanel; ++r)
       for (int j = 0; j < kI4Block; ++j) {
         const int bit = i5_bit(r, j);
-        const int u = ((wb[i4_byte(r, j)] >> i4_shift(r)) & 0x0F) |
-                      (((wb[kI4BlockBytes + (j / 4) * 8 + bit / 8] >> (bit % 8)) & 1) << 4);
+        int u = (wb[i4_byte(r, j)] >> i4_shift(r)) & 0x0F;
+        for (int h = 0; h < PLANES; ++h)
+          u |= ((wb[kI4BlockBytes + ((j / 4) * PLANES + h) * 8 + bit / 8] >> (bit % 8)) & 1) << (4 + h);
         out[i8b_byte(r, j)] = static_cast<int8_t>(u - L.i5_offset);
       }
 #endif
   }
 }
 
-// As i8b_tile with one group per block, for I5Blocks: a step's 32 bytes of low nibbles (rows 0-7,
-// then 8-15 shifted down) with the fifth bits added, unsigned codes against x (no saturation: a
-// pmaddubsw pair is at most 2 x 31 x 128), the offset taken off as offset sum(x) per block.
-template <int NT, Steps K>
+void i5_panel_as_i8(const Linear& L, int p, int nb, int8_t* w) {
+  if (L.i5_planes == 2) high_panel_as_i8<2>(L, p, nb, w);
+  else high_panel_as_i8<1>(L, p, nb, w);
+}
+
+// As i8b_tile, for I5Blocks: a step's 32 bytes of low nibbles (rows 0-7, then 8-15 shifted down)
+// with the higher bits added, unsigned codes against x (no saturation: a pmaddubsw pair is at most
+// 2 x 63 x 128), the offset taken off as offset sum(x) per group.
+template <int NT, int G, Steps K, int PLANES>
 void i5_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
   const int nb = xb.blocks;
 #if defined(__AVX2__) && defined(__FMA__)
-  const uint8_t* w = L.w_i5 + static_cast<size_t>(p) * nb * kI5BlockBytes;
+  constexpr int kBlockBytes = kI4BlockBytes + kI4Block / 4 * 8 * PLANES;
+  const uint8_t* w = L.w_i5 + static_cast<size_t>(p) * nb * kBlockBytes;
   const int offset = L.i5_offset;
-  const GroupSteps<K, 1> steps(L, p, nb);
+  const GroupSteps<K, G> steps(L, p, nb);
   const bool mins = steps.has_min();
   alignas(32) float f[NT][kPanel];
-  const __m256i low = _mm256_set1_epi8(0x0F);
   __m256 acc[NT][2];
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
   for (int b = 0; b < nb; ++b) {
-    const uint8_t* wb = w + static_cast<size_t>(b) * kI5BlockBytes;
-    for (int l = 0; l < kI5BlockBytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(wb) + 2560 + l, _MM_HINT_T0);
-    const uint8_t* fifth = wb + kI4BlockBytes;
+    const uint8_t* wb = w + static_cast<size_t>(b) * kBlockBytes;
+    for (int l = 0; l < kBlockBytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(wb) + 8 * kBlockBytes + l, _MM_HINT_T0);
     const int8_t* xq = xb.q.data() + (static_cast<size_t>(t0) * nb + b) * kI4Block;
-    __m256i s[NT][2];
-    for (int t = 0; t < NT; ++t) s[t][0] = s[t][1] = _mm256_setzero_si256();
-    for (int k = 0; k < kI4Block / 4; ++k) {
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 32 * k));
-      uint32_t bits[2];
-      std::memcpy(bits, fifth + 8 * k, 8);
-      const __m256i lo = with_fifth_bits(_mm256_and_si256(raw, low), bits[0]);
-      const __m256i hi = with_fifth_bits(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low), bits[1]);
+    for (int g = 0; g < G; ++g) {
+      __m256i s[NT][2];
+      for (int t = 0; t < NT; ++t) s[t][0] = s[t][1] = _mm256_setzero_si256();
+      constexpr int kSteps = kI4Block / 4 / G;  // steps of 4 inputs per group
+      for (int k = g * kSteps; k < (g + 1) * kSteps; ++k) {
+        __m256i lo, hi;
+        high_codes<PLANES>(wb, k, lo, hi);
+        for (int t = 0; t < NT; ++t) {
+          int32_t quad;
+          std::memcpy(&quad, xq + static_cast<size_t>(t) * nb * kI4Block + 4 * k, 4);
+          const __m256i xv = _mm256_set1_epi32(quad);
+          s[t][0] = add_quad_products(s[t][0], lo, xv);
+          s[t][1] = add_quad_products(s[t][1], hi, xv);
+        }
+      }
+      const __m256 st[2] = {steps.step8(b, g, 0), steps.step8(b, g, 1)};
       for (int t = 0; t < NT; ++t) {
-        int32_t quad;
-        std::memcpy(&quad, xq + static_cast<size_t>(t) * nb * kI4Block + 4 * k, 4);
-        const __m256i xv = _mm256_set1_epi32(quad);
-        s[t][0] = add_quad_products(s[t][0], lo, xv);
-        s[t][1] = add_quad_products(s[t][1], hi, xv);
+        const size_t xi = static_cast<size_t>(t0 + t) * nb + b;
+        if (offset) {
+          const int32_t* h = xb.sum16.data() + 2 * xi;
+          const __m256i off = _mm256_set1_epi32(offset * (G == 1 ? h[0] + h[1] : h[g]));
+          s[t][0] = _mm256_sub_epi32(s[t][0], off);
+          s[t][1] = _mm256_sub_epi32(s[t][1], off);
+        }
+        const __m256 dx = _mm256_set1_ps(xb.d[xi]);
+        for (int h = 0; h < 2; ++h)
+          acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t][h]), _mm256_mul_ps(st[h], dx), acc[t][h]);
       }
-    }
-    const __m256 st[2] = {steps.step8(b, 0, 0), steps.step8(b, 0, 1)};
-    for (int t = 0; t < NT; ++t) {
-      const size_t xi = static_cast<size_t>(t0 + t) * nb + b;
-      if (offset) {
-        const __m256i off = _mm256_set1_epi32(offset * (xb.sum16[2 * xi] + xb.sum16[2 * xi + 1]));
-        s[t][0] = _mm256_sub_epi32(s[t][0], off);
-        s[t][1] = _mm256_sub_epi32(s[t][1], off);
-      }
-      const __m256 dx = _mm256_set1_ps(xb.d[xi]);
-      for (int h = 0; h < 2; ++h)
-        acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t][h]), _mm256_mul_ps(st[h], dx), acc[t][h]);
     }
     if (mins) add_minima<NT>({steps.min8(b, 0), steps.min8(b, 1)}, xb, t0, b, acc);
   }
@@ -266,42 +288,45 @@ void i5_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
   thread_local std::vector<int8_t> codes;
   codes.resize(static_cast<size_t>(nb) * kI8BlockBytes);
   i5_panel_as_i8(L, p, nb, codes.data());
-  i8b_tile<NT, 1, K>(xb, t0, L, p, codes.data(), y);
+  i8b_tile<NT, G, K>(xb, t0, L, p, codes.data(), y);
 #endif
+}
+
+// The 8-bit tile of groups and steps K on codes w, or (w null) the 5/6-bit tile of L's planes.
+template <int NT, int G, Steps K>
+void block_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, const int8_t* w, float* y) {
+  if (w) i8b_tile<NT, G, K>(xb, t0, L, p, w, y);
+  else if (L.i5_planes == 2) i5_tile<NT, G, K, 2>(xb, t0, L, p, y);
+  else i5_tile<NT, G, K, 1>(xb, t0, L, p, y);
+}
+
+template <int NT>
+void any_block_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, const int8_t* w, float* y) {
+  if (L.i8b_groups == 2) {
+    if (L.k_sc8) block_tile<NT, 2, Steps::Q6K>(xb, t0, L, p, w, y);
+    else if (L.steps16) block_tile<NT, 2, Steps::Half>(xb, t0, L, p, w, y);
+    else block_tile<NT, 2, Steps::F32>(xb, t0, L, p, w, y);
+  } else {
+    if (L.steps16) block_tile<NT, 1, Steps::Half>(xb, t0, L, p, w, y);
+    else block_tile<NT, 1, Steps::F32>(xb, t0, L, p, w, y);
+  }
 }
 
 }  // namespace
 
 void i8b_panel_rows(const Q8Blocks& xb, int t_lo, int t_hi, const Linear& L, int p, float* y) {
   const int nb = xb.blocks;
+  const int8_t* w = L.w_i8b ? L.w_i8b + static_cast<size_t>(p) * nb * kI8BlockBytes : nullptr;
   if (L.type == WeightType::I5Blocks && t_hi - t_lo > kBlockTile) {
     // Several tiles (a prompt): the panel unpacked once to 8-bit codes, then the 8-bit tiles,
     // rather than each tile unpacking it again. The same integers, so the same results.
     thread_local std::vector<int8_t> codes;
     codes.resize(static_cast<size_t>(nb) * kI8BlockBytes);
     i5_panel_as_i8(L, p, nb, codes.data());
-    for_each_tile(t_lo, t_hi, [&](auto nt, int t0) {
-      constexpr int NT = decltype(nt)::value;
-      if (L.steps16) i8b_tile<NT, 1, Steps::Half>(xb, t0, L, p, codes.data(), y);
-      else i8b_tile<NT, 1, Steps::F32>(xb, t0, L, p, codes.data(), y);
-    });
-    return;
+    w = codes.data();
   }
-  const int8_t* w = L.w_i8b ? L.w_i8b + static_cast<size_t>(p) * nb * kI8BlockBytes : nullptr;
-  for_each_tile(t_lo, t_hi, [&](auto nt, int t0) {
-    constexpr int NT = decltype(nt)::value;
-    if (L.type == WeightType::I5Blocks) {
-      if (L.steps16) i5_tile<NT, Steps::Half>(xb, t0, L, p, y);
-      else i5_tile<NT, Steps::F32>(xb, t0, L, p, y);
-    } else if (L.i8b_groups == 2) {
-      if (L.k_sc8) i8b_tile<NT, 2, Steps::Q6K>(xb, t0, L, p, w, y);
-      else if (L.steps16) i8b_tile<NT, 2, Steps::Half>(xb, t0, L, p, w, y);
-      else i8b_tile<NT, 2, Steps::F32>(xb, t0, L, p, w, y);
-    } else {
-      if (L.steps16) i8b_tile<NT, 1, Steps::Half>(xb, t0, L, p, w, y);
-      else i8b_tile<NT, 1, Steps::F32>(xb, t0, L, p, w, y);
-    }
-  });
+  // w null: an I5Blocks layer's own tiles (a decode step, or one tile).
+  for_each_tile(t_lo, t_hi, [&](auto nt, int t0) { any_block_tile<decltype(nt)::value>(xb, t0, L, p, w, y); });
 }
 
 }  // namespace DECODELAB_ISA

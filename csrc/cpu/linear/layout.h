@@ -82,12 +82,13 @@ static inline int i4_shift(int r) { return r < 8 ? 0 : 4; }
 constexpr int kI8BlockBytes = kPanel * kI4Block;
 static inline int i8b_byte(int r, int j) { return (j / 4) * 64 + (r / 8) * 32 + (r % 8) * 4 + j % 4; }
 
-// 5-bit block weights (I5Blocks: a GGUF layer in Q5_0, Q5_1 or Q5_K under int4, in the file's 5.5
-// bits a weight rather than I8Blocks' 8.5) hold unsigned codes u = q + offset in 0..31 per panel
-// of kPanel rows and block of kI4Block inputs: the low 4 bits as I4's kI4BlockBytes, then per step
-// of 4 inputs 8 bytes of fifth bits, whose bit i5_bit(r, j) is that of I4's byte i4_byte(r, j) % 32
-// in the half (rows 0-7 or 8-15) it unpacks to. Steps and minima lie as I8Blocks' (one group).
-constexpr int kI5BlockBytes = kI4BlockBytes + kI4Block / 4 * 8;
+// 5- and 6-bit block weights (I5Blocks: a GGUF layer in Q5_0, Q5_1, Q5_K or Q6_K under int4, in
+// the file's 5.5 or 6.6 bits a weight rather than I8Blocks' 8.5) hold unsigned codes u = q + offset
+// in 0..31 (0..63) per panel of kPanel rows and block of kI4Block inputs: the low 4 bits as I4's
+// kI4BlockBytes, then per step of 4 inputs 8 bytes per plane of higher bits (bit 4, then bit 5),
+// whose bit i5_bit(r, j) is that of I4's byte i4_byte(r, j) % 32 in the half (rows 0-7 or 8-15)
+// it unpacks to. Steps and minima lie as I8Blocks' (Q6_K: two groups).
+static inline int i5_block_bytes(int planes) { return kI4BlockBytes + kI4Block / 4 * 8 * planes; }
 static inline int i5_bit(int r, int j) { return (r / 8) * 32 + (r % 8) * 4 + j % 4; }
 
 }  // namespace DECODELAB_ISA

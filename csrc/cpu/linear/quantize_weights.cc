@@ -191,7 +191,8 @@ size_t quantized_size(const Linear& L, WeightType type) {
     case WeightType::I8A8: return packed_size(L.out, L.in, kA8Step);
     case WeightType::I4: return static_cast<size_t>(panel_count(L.out)) * i4_panel_bytes(L.in);
     case WeightType::I8Blocks: return static_cast<size_t>(panel_count(L.out)) * i4_blocks(L.in) * kI8BlockBytes;
-    case WeightType::I5Blocks: return static_cast<size_t>(panel_count(L.out)) * i4_blocks(L.in) * kI5BlockBytes;
+    case WeightType::I5Blocks:  // L.i5_planes set first
+      return static_cast<size_t>(panel_count(L.out)) * i4_blocks(L.in) * i5_block_bytes(L.i5_planes);
     default: return 0;
   }
 }
@@ -228,7 +229,7 @@ bool linear_row_view(const Linear& L, int first, int count, Linear* view) {
     // steps per panel, block and group; minima per panel and block
     const size_t per_panel = static_cast<size_t>(i4_blocks(L.in)) * kPanel;
     if (L.w_i8b) view->w_i8b = L.w_i8b + static_cast<size_t>(first / kPanel) * i4_blocks(L.in) * kI8BlockBytes;
-    if (L.w_i5) view->w_i5 = L.w_i5 + static_cast<size_t>(first / kPanel) * i4_blocks(L.in) * kI5BlockBytes;
+    if (L.w_i5) view->w_i5 = L.w_i5 + static_cast<size_t>(first / kPanel) * i4_blocks(L.in) * i5_block_bytes(L.i5_planes);
     const size_t panel = first / kPanel;
     if (L.k_sc8) {
       view->k_sc8 = L.k_sc8 + panel * per_panel * L.i8b_groups;
@@ -271,7 +272,7 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
   if (type == WeightType::BF16) {
     // The group layout (see bf16_ld): a panel's 16 rows are its 4 groups.
     uint16_t* w = reinterpret_cast<uint16_t*>(dst);
-    const int ld = bf16_ld(in), groups = (out + 3) / 4;
+    const int groups = (out + 3) / 4;
     L.w_bf16 = w;
 #pragma omp parallel
     {
@@ -478,16 +479,24 @@ void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
 
 void pack_i5_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
                     const RowsDone* done) {
-  if (f.bits != 5 || q8_group(f) != kI4Block)
-    throw std::invalid_argument(std::string("5-bit blocks: ") + f.name + " is not a 5-bit format with a step per 32");
+  const bool six = f.type == BlockType::Q6_K;
+  if (!six && (f.bits != 5 || q8_group(f) != kI4Block))
+    throw std::invalid_argument(std::string("5- and 6-bit blocks: ") + f.name +
+                                " is neither a 5-bit format with a step per 32 nor Q6_K");
+  const int planes = six ? 2 : 1;
+  L.i5_planes = planes;
   dst = destination(q, DECODELAB_ISA::quantized_size(L, WeightType::I5Blocks), dst);
   const int in = L.in, out = L.out, panels = panel_count(out), nb = i4_blocks(in);
+  const int G = kI4Block / q8_group(f), block_bytes = i5_block_bytes(planes);
+  const bool q6k_codes = six && nb % 8 == 0;
+  if (q6k_codes) done = nullptr;  // keep_q6k_codes reads the source again
   const bool with_min = q8_has_min(f);
-  const int offset = with_min ? 0 : 16;  // Q5_0's codes come centred, q - 16
+  const int offset = with_min ? 0 : six ? 32 : 16;  // Q5_0's codes come centred, q - 16; Q6_K's q - 32
+  const int limit = 16 << planes;
   const size_t per = static_cast<size_t>(panels) * nb * kPanel;
-  q.scales.assign(per + (with_min ? per : 0), 0.0f);
+  q.scales.assign(per * G + (with_min ? per : 0), 0.0f);
   float* steps = q.scales.data();
-  float* mins = with_min ? steps + per : nullptr;
+  float* mins = with_min ? steps + per * G : nullptr;
   const size_t row_bytes = static_cast<size_t>(in) / f.elems * f.bytes;
   const int in_pad = nb * kI4Block;
   bool in_range = true;
@@ -496,7 +505,7 @@ void pack_i5_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
     // A panel's codes (rows past the last and inputs past `in` zero), then each block built whole.
     std::vector<uint8_t> codes(static_cast<size_t>(kPanel) * in_pad);
     std::vector<int8_t> values(in);
-    std::vector<float> st(nb), mn(nb);
+    std::vector<float> st(static_cast<size_t>(nb) * G), mn(nb);
     DoneRows finished(done);
 #pragma omp for schedule(static)
     for (int p = 0; p < panels; ++p) {
@@ -504,40 +513,44 @@ void pack_i5_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
       for (int r = 0; r < kPanel && p * kPanel + r < out; ++r) {
         q8_sub_blocks(f, src + static_cast<size_t>(p * kPanel + r) * row_bytes, in, values.data(), st.data(), mn.data());
         for (int b = 0; b < nb; ++b) {
-          steps[(static_cast<size_t>(p) * nb + b) * kPanel + r] = st[b];
+          for (int g = 0; g < G; ++g) steps[((static_cast<size_t>(p) * nb + b) * G + g) * kPanel + r] = st[b * G + g];
           if (mins) mins[(static_cast<size_t>(p) * nb + b) * kPanel + r] = mn[b];
         }
         for (int i = 0; i < in; ++i) {
           const int u = values[i] + offset;
-          in_range = in_range && u >= 0 && u < 32;
+          in_range = in_range && u >= 0 && u < limit;
           codes[static_cast<size_t>(r) * in_pad + i] = static_cast<uint8_t>(u);
         }
       }
       for (int b = 0; b < nb; ++b) {
-        uint8_t* blk = dst + (static_cast<size_t>(p) * nb + b) * kI5BlockBytes;
+        uint8_t* blk = dst + (static_cast<size_t>(p) * nb + b) * block_bytes;
         for (int k = 0; k < kI4Block / 4; ++k) {
-          uint64_t fifth = 0;
+          uint64_t high[2] = {0, 0};  // bit 4, bit 5
           for (int l = 0; l < 8; ++l)
             for (int j = 4 * k; j < 4 * k + 4; ++j) {
               const uint8_t a = codes[static_cast<size_t>(l) * in_pad + b * kI4Block + j];
               const uint8_t c = codes[static_cast<size_t>(l + 8) * in_pad + b * kI4Block + j];
               blk[i4_byte(l, j)] = static_cast<uint8_t>((a & 15) | (c & 15) << 4);
-              fifth |= static_cast<uint64_t>(a >> 4) << i5_bit(l, j) | static_cast<uint64_t>(c >> 4) << i5_bit(l + 8, j);
+              for (int h = 0; h < planes; ++h)
+                high[h] |= static_cast<uint64_t>(a >> (4 + h) & 1) << i5_bit(l, j) |
+                           static_cast<uint64_t>(c >> (4 + h) & 1) << i5_bit(l + 8, j);
             }
-          std::memcpy(blk + kI4BlockBytes + 8 * k, &fifth, 8);
+          std::memcpy(blk + kI4BlockBytes + 8 * planes * k, high, 8 * planes);
         }
       }
       finished.add(p * kPanel, std::min(kPanel, out - p * kPanel));
     }
   }
-  if (!in_range)  // not expected: every 5-bit format's decoded codes lie in 0..31
-    throw std::logic_error(std::string("5-bit blocks: a ") + f.name + " code outside 0..31");
+  if (!in_range)  // not expected: every such format's decoded codes lie in 0..31 (Q6_K: 0..63)
+    throw std::logic_error(std::string("5- and 6-bit blocks: a ") + f.name + " code outside 0.." +
+                           std::to_string(limit - 1));
   L.w_i5 = dst;
   L.i5_offset = offset;
   L.scales = steps;
   L.mins = mins;
-  L.i8b_groups = 1;
-  keep_i8b_halves(L, q, per, with_min ? per : 0);
+  L.i8b_groups = G;
+  if (q6k_codes) keep_q6k_codes(L, q, src, row_bytes, per);
+  else keep_i8b_halves(L, q, per * G, with_min ? per : 0);
   L.type = WeightType::I5Blocks;
   L.in_major = false;
   L.w = nullptr;

@@ -61,10 +61,12 @@ struct Linear {
   const int8_t* k_sc8 = nullptr;
   const int8_t* w_i8b = nullptr;  // I8Blocks: in panels of 16 rows per block of 32 inputs; mins may be null
   int i8b_groups = 1;             // I8Blocks: steps per block of 32 inputs (Q6_K: 2)
-  // I5Blocks: unsigned 5-bit codes in panels (cpu/linear/layout.h), steps and minima as I8Blocks';
-  // the code is q + i5_offset (Q5_0's centred q - 16 is kept as q, offset 16).
+  // I5Blocks: unsigned 5- or 6-bit codes in panels (cpu/linear/layout.h), steps and minima as
+  // I8Blocks'; the code is q + i5_offset (Q5_0's centred q - 16 is kept as q, offset 16; Q6_K's
+  // q - 32 as q, offset 32). i5_planes: the bits above the low nibble, 1 (5-bit) or 2 (6-bit).
   const uint8_t* w_i5 = nullptr;
   int i5_offset = 0;
+  int i5_planes = 1;
   // BF16 and I8: from gemm_min_rows rows the matmul rounds its input to bf16 and multiplies bf16 by
   // bf16 (fp32 sums) instead of widening bf16 weights to fp32 or running the int8 panels on 16-bit
   // fixed-point inputs (see linear).
@@ -103,7 +105,8 @@ void pack_i4_blocks(Linear& layer, const BlockFormat& f, const uint8_t* src, Qua
 // are (quantized_size(layer, I8Blocks) bytes at dst).
 void pack_i8_blocks(Linear& layer, const BlockFormat& f, const uint8_t* src, QuantizedWeights& store,
                     uint8_t* dst = nullptr, const RowsDone* done = nullptr);
-// An I5Blocks layer from a 5-bit format's blocks (f.bits == 5), likewise.
+// An I5Blocks layer from a 5-bit format's blocks with a step per 32 (Q5_0, Q5_1, Q5_K) or from
+// Q6_K's, likewise.
 void pack_i5_blocks(Linear& layer, const BlockFormat& f, const uint8_t* src, QuantizedWeights& store,
                     uint8_t* dst = nullptr, const RowsDone* done = nullptr);
 
