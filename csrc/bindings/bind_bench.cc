@@ -104,8 +104,7 @@ void register_bench(py::module_& m) {
         if (type == WeightType::F32) throw std::invalid_argument("dtype must be a converted one, got 'float32'");
         if (type == WeightType::I4 && f->bits == 4 && !as_head) {
           pack_i4_blocks(L, *f, src, store);
-        } else if (type == WeightType::I4 && narrow &&
-                   ((f->bits == 5 && q8_group(*f) == 32) || f->type == BlockType::Q6_K)) {
+        } else if (type == WeightType::I4 && narrow && narrow_planes(*f)) {
           pack_i5_blocks(L, *f, src, store);
         } else if (type == WeightType::I4) {  // wider formats, and any format as a 4-bit model's head
           pack_i8_blocks(L, *f, src, store);

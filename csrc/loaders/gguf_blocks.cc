@@ -180,6 +180,11 @@ void q4k_codes(const uint8_t* src, size_t n, uint8_t* sc, uint8_t* m, uint16_t* 
 
 int q8_group(const BlockFormat& f) { return f.type == BlockType::Q6_K ? 16 : 32; }
 
+int narrow_planes(const BlockFormat& f) {
+  if (f.type == BlockType::Q6_K) return 2;
+  return f.bits == 5 && q8_group(f) == 32 ? 1 : 0;
+}
+
 bool q8_has_min(const BlockFormat& f) {
   return f.type == BlockType::Q4_1 || f.type == BlockType::Q5_1 || f.type == BlockType::Q4_K ||
          f.type == BlockType::Q5_K;

@@ -321,7 +321,7 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
       const bool blocks = b != blocks_of.end();
       if (blocks) {
         const BlockFormat& f = *b->second.format;
-        if ((f.bits == 5 && q8_group(f) == 32) || f.type == BlockType::Q6_K) return WeightType::I5Blocks;
+        if (narrow_planes(f)) return WeightType::I5Blocks;
         return f.bits > 4 ? WeightType::I8Blocks : WeightType::I4;
       }
       return x == &lm_head_ ? WeightType::I8 : WeightType::I4;
@@ -329,7 +329,7 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     std::vector<size_t> bytes;
     for (Linear* x : all) {
       const WeightType type = type_of(x);
-      if (type == WeightType::I5Blocks) x->i5_planes = blocks_of.at(x).format->type == BlockType::Q6_K ? 2 : 1;
+      if (type == WeightType::I5Blocks) x->i5_planes = narrow_planes(*blocks_of.at(x).format);
       bytes.push_back(quantized_size(*x, type));
     }
     const std::vector<size_t> at = aligned_offsets(bytes);

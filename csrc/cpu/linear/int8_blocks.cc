@@ -76,6 +76,28 @@ constexpr bool kOffsetCodes =
     false;
 #endif
 
+#if defined(__AVX2__) && defined(__FMA__)
+// acc plus group g of block b: each tile row's int32 sums s, less `offset` times the row's sum of x
+// over the group (codes held as q + offset), times the group's steps and the row's scale dx.
+template <int NT, int G, Steps K>
+static inline void add_group(__m256i (&s)[NT][2], int offset, const GroupSteps<K, G>& steps, const Q8Blocks& xb,
+                             int t0, int b, int g, __m256 (&acc)[NT][2]) {
+  const __m256 st[2] = {steps.step8(b, g, 0), steps.step8(b, g, 1)};
+  for (int t = 0; t < NT; ++t) {
+    const size_t xi = static_cast<size_t>(t0 + t) * xb.blocks + b;
+    if (offset) {
+      const int32_t* h = xb.sum16.data() + 2 * xi;
+      const __m256i off = _mm256_set1_epi32(offset * (G == 1 ? h[0] + h[1] : h[g]));
+      s[t][0] = _mm256_sub_epi32(s[t][0], off);
+      s[t][1] = _mm256_sub_epi32(s[t][1], off);
+    }
+    const __m256 dx = _mm256_set1_ps(xb.d[xi]);
+    for (int h = 0; h < 2; ++h)
+      acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t][h]), _mm256_mul_ps(st[h], dx), acc[t][h]);
+  }
+}
+#endif
+
 // Panel p's outputs for rows t0 .. t0 + NT, its 8-bit codes at w (the layer's, or a 5-bit
 // panel's unpacked).
 template <int NT, int G, Steps K>
@@ -123,20 +145,7 @@ void i8b_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, const int8_t* 
           }
         }
       }
-      if constexpr (kOffsetCodes<NT>) {
-        for (int t = 0; t < NT; ++t) {
-          const int32_t* h = xb.sum16.data() + (static_cast<size_t>(t0 + t) * nb + b) * 2;
-          const __m256i off = _mm256_set1_epi32(128 * (G == 1 ? h[0] + h[1] : h[g]));
-          s[t][0] = _mm256_sub_epi32(s[t][0], off);
-          s[t][1] = _mm256_sub_epi32(s[t][1], off);
-        }
-      }
-      const __m256 st[2] = {steps.step8(b, g, 0), steps.step8(b, g, 1)};
-      for (int t = 0; t < NT; ++t) {
-        const __m256 dx = _mm256_set1_ps(xb.d[static_cast<size_t>(t0 + t) * nb + b]);
-        for (int h = 0; h < 2; ++h)
-          acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t][h]), _mm256_mul_ps(st[h], dx), acc[t][h]);
-      }
+      add_group<NT>(s, kOffsetCodes<NT> ? 128 : 0, steps, xb, t0, b, g, acc);
     }
     if (mins) add_minima<NT>({steps.min8(b, 0), steps.min8(b, 1)}, xb, t0, b, acc);
   }
@@ -265,19 +274,7 @@ void i5_tile(const Q8Blocks& xb, int t0, const Linear& L, int p, float* y) {
           s[t][1] = add_quad_products(s[t][1], hi, xv);
         }
       }
-      const __m256 st[2] = {steps.step8(b, g, 0), steps.step8(b, g, 1)};
-      for (int t = 0; t < NT; ++t) {
-        const size_t xi = static_cast<size_t>(t0 + t) * nb + b;
-        if (offset) {
-          const int32_t* h = xb.sum16.data() + 2 * xi;
-          const __m256i off = _mm256_set1_epi32(offset * (G == 1 ? h[0] + h[1] : h[g]));
-          s[t][0] = _mm256_sub_epi32(s[t][0], off);
-          s[t][1] = _mm256_sub_epi32(s[t][1], off);
-        }
-        const __m256 dx = _mm256_set1_ps(xb.d[xi]);
-        for (int h = 0; h < 2; ++h)
-          acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t][h]), _mm256_mul_ps(st[h], dx), acc[t][h]);
-      }
+      add_group<NT>(s, offset, steps, xb, t0, b, g, acc);
     }
     if (mins) add_minima<NT>({steps.min8(b, 0), steps.min8(b, 1)}, xb, t0, b, acc);
   }

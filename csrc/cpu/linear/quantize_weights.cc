@@ -479,11 +479,11 @@ void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
 
 void pack_i5_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
                     const RowsDone* done) {
-  const bool six = f.type == BlockType::Q6_K;
-  if (!six && (f.bits != 5 || q8_group(f) != kI4Block))
+  const int planes = narrow_planes(f);
+  if (!planes)
     throw std::invalid_argument(std::string("5- and 6-bit blocks: ") + f.name +
                                 " is neither a 5-bit format with a step per 32 nor Q6_K");
-  const int planes = six ? 2 : 1;
+  const bool six = planes == 2;
   L.i5_planes = planes;
   dst = destination(q, DECODELAB_ISA::quantized_size(L, WeightType::I5Blocks), dst);
   const int in = L.in, out = L.out, panels = panel_count(out), nb = i4_blocks(in);

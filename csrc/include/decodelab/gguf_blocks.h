@@ -49,5 +49,9 @@ void q4k_codes(const uint8_t* src, size_t n, uint8_t* sc, uint8_t* m, uint16_t* 
 int q8_group(const BlockFormat& f);
 bool q8_has_min(const BlockFormat& f);
 void q8_sub_blocks(const BlockFormat& f, const uint8_t* src, size_t n, int8_t* q, float* step, float* min);
+// The planes of high bits a 4-bit model keeps above a layer's low nibbles in the file's own width
+// (I5Blocks): 1 for the 5-bit formats with a step per 32 (Q5_0, Q5_1, Q5_K), 2 for Q6_K; 0 for the
+// rest, which keep 8-bit codes (or 4-bit ones).
+int narrow_planes(const BlockFormat& f);
 
 }  // namespace decodelab
