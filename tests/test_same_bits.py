@@ -4,6 +4,7 @@ batched beside other sequences, on one thread or two, and at every instruction s
 (each level in a child process). float32 and bfloat16 weights keep the greedy tokens across levels
 and paths, their logits within a stated tolerance: their prompts run oneDNN's matmul, whose sums
 follow the CPU."""
+import base64
 import json
 import os
 import subprocess
@@ -121,7 +122,7 @@ def test_float_weights_keep_their_tokens_on_every_path(checkpoint, dtype, bf16_m
 # A child process at one level: logits (as bytes, hex) and greedy tokens of each model and dtype,
 # and the precision guide's example answers.
 CHILD = r"""
-import hashlib, json, sys
+import base64, json, sys
 import numpy as np
 import decodelab
 out = {"info": decodelab.cpu_info(), "runs": {}}
@@ -131,7 +132,9 @@ def run(key, path, dtype, ids):
     full = m.forward(ids)
     cache = m.new_cache()
     one = np.stack([m.decode(t, cache) for t in ids])
-    out["runs"][key] = {"prompt": full.tolist(), "one": one.tolist(),
+    # Logits travel as base64 of their float32 bytes: exact, and far cheaper than JSON numbers.
+    out["runs"][key] = {"shape": list(full.shape), "prompt": base64.b64encode(full.astype(np.float32).tobytes()).decode(),
+                        "one": base64.b64encode(one.astype(np.float32).tobytes()).decode(),
                         "tokens": m.generate(ids, max_new_tokens=16, eos_token_id=[]).token_ids}
 for name, path in shapes.items():
     for dtype in ["int4", "int8", "w8a8", "float32", "bfloat16"]:
@@ -162,14 +165,19 @@ def _levels(shapes, smollm):
     return runs
 
 
+def _logits(run, name):
+    """A child's logits array `name` ("prompt" or "one") from its base64 float32 bytes."""
+    return np.frombuffer(base64.b64decode(run[name]), np.float32).reshape(run["shape"])
+
+
 def _assert_same(runs):
     first = runs[info["supported"][0]]
     for level, got in runs.items():
         for key, run in got["runs"].items():
             ref = first["runs"][key]
             assert run["tokens"] == ref["tokens"], (level, key)
-            a, b = np.asarray(run["prompt"]), np.asarray(ref["prompt"])
-            one = np.asarray(run["one"])
+            a, b = _logits(run, "prompt"), _logits(ref, "prompt")
+            one = _logits(run, "one")
             if key.split()[-1] in QUANTIZED:
                 assert np.array_equal(a, b), (level, key, np.abs(a - b).max())
                 assert np.array_equal(a, one), (level, key, np.abs(a - one).max())
