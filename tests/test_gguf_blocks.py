@@ -90,7 +90,7 @@ def int4_emulation(x, fmt, raw, out):
 
 
 @pytest.mark.parametrize("fmt", ["Q4_0", "Q4_1", "Q4_K"])
-@pytest.mark.parametrize("T,out", [(1, 37), (5, 16), (17, 3)])
+@pytest.mark.parametrize("T,out", [(1, 37), (5, 16), (10, 9), (17, 3)])
 def test_int4_layers_keep_the_files_values(fmt, T, out):
     """4-bit blocks repacked as they are: the kernel equals the emulation on the file's own q, step
     and min, and each row is the same bits at any row count."""
@@ -144,11 +144,12 @@ def test_8_bit_block_layers_keep_the_files_values(fmt, T, out, as_head):
 
 
 @pytest.mark.parametrize("fmt", ["Q5_0", "Q5_1", "Q5_K", "Q6_K"])
-@pytest.mark.parametrize("T,out", [(1, 37), (2, 16), (3, 20), (4, 33), (9, 17), (70, 5)])
+@pytest.mark.parametrize("T,out", [(1, 37), (2, 16), (3, 20), (4, 33), (5, 16), (6, 20), (7, 3), (9, 17),
+                                   (70, 5)])
 def test_5_and_6_bit_layers_give_the_8_bit_layers_bits(fmt, T, out):
     """Under int4, 5-bit layers and Q6_K's keep their codes in 5 and 6 bits (about the file's
     size) and give the same bits as the same codes held in 8, at every tile width (1 to 4 rows,
-    then 4 and the rest) and where a prompt's rows unpack each panel once to 8 bits."""
+    or 6 with AVX-512, then full tiles and the rest) and where a prompt's rows unpack each panel once to 8 bits."""
     rng = np.random.default_rng(T * 1000 + out + FORMATS.index(fmt))
     n = 768
     elems, _ = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[fmt]]
