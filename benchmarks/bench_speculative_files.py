@@ -3,13 +3,16 @@ Qwen2.5-Coder-1.5B-Instruct (the same 151,936-token vocabulary), both Q4_K_M as
 ../shared/models/fetch --large downloads them, at their default dtype (int4), on code tasks.
 
     python benchmarks/bench_speculative_files.py [--max-tokens 128] [--threads 2] [--k 2 3 4 5 6]
+        [--p-min 0 0.6]
 
-Per task and draft length k: decode tokens/s against the target's own greedy decode (best of
---repeats runs each, the same tokens checked), acceptance, tokens per round, the draft's cost per
-step against the target's (c), and the standard cost model's prediction for that acceptance:
-tokens per round / (k c + v), with v the target's cost to verify k + 1 tokens in one call against
-one decode step (measured). Prompt lookup (draft="prompt_lookup") runs beside them. Results go to
-benchmarks/results/bench_speculative_files.json.
+Per task, draft length k and draft_p_min (0: every round drafts k; p > 0: a round ends where the
+draft's likeliest next token is below p, so k is the most): decode tokens/s against the target's
+own greedy decode (best of --repeats runs each, the same tokens checked), acceptance, tokens per
+round, drafts per round, the draft's cost per step against the target's (c), and the standard
+cost model's prediction for those rounds: tokens per round / (drafts per round x c + v), with v
+the target's cost to verify a round's drafts + 1 tokens in one call against one decode step
+(measured per length, averaged over the rounds). Prompt lookup (draft="prompt_lookup") runs
+beside them. Results go to benchmarks/results/bench_speculative_files.json.
 """
 import argparse
 import json
@@ -88,6 +91,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--k", type=int, nargs="+", default=[2, 3, 4, 5, 6])
+    ap.add_argument("--p-min", type=float, nargs="+", default=[0.0])
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     a = ap.parse_args()
     paths = {n: testing.fetched_model(n) for n in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")}
@@ -99,9 +103,9 @@ def main():
     draft.generate([1, 2, 3], max_new_tokens=4)
     t1, d1 = step_seconds(target), step_seconds(draft)
     c = d1 / t1
-    verify = {k: step_seconds(target, k + 1) / t1 for k in a.k}
+    verify = {k: step_seconds(target, k + 1) / t1 for k in range(max(a.k) + 1)}
     print(f"target step {t1 * 1e3:.1f} ms, draft step {d1 * 1e3:.1f} ms: c = {c:.3f}; verify k+1 tokens / one step: "
-          + ", ".join(f"k={k} {v:.2f}" for k, v in verify.items()), flush=True)
+          + ", ".join(f"k={k} {verify[k]:.2f}" for k in a.k), flush=True)
     rows = []
     for task in a.tasks:
         ids = chat_ids(target, task)
@@ -109,17 +113,22 @@ def main():
         rows.append({"task": task, "draft": None, "k": 0, "decode_tok_s": plain, "speedup": 1.0,
                      "tokens": len(want.token_ids)})
         print(f"{task}: plain {plain:.1f} tok/s, {len(want.token_ids)} tokens", flush=True)
-        for k in a.k:
-            rate, g = best_rate(target, ids, a.max_tokens, a.repeats, draft=draft, num_draft_tokens=k)
-            assert g.token_ids == want.token_ids, "speculative greedy must equal plain greedy"
-            s = g.speculation
-            predicted = s.tokens_per_round / (k * c + verify[k])
-            rows.append({"task": task, "draft": "qwen2.5-coder-0.5b", "k": k, "decode_tok_s": rate,
-                         "speedup": rate / plain, "acceptance": s.acceptance_rate,
-                         "tokens_per_round": s.tokens_per_round, "draft_cost": c, "verify_cost": verify[k],
-                         "predicted_speedup": predicted})
-            print(f"  k={k}: {rate:.1f} tok/s, {rate / plain:.2f}x (model {predicted:.2f}x), acceptance "
-                  f"{s.acceptance_rate:.2f}, {s.tokens_per_round:.2f} tokens a round", flush=True)
+        for p_min in a.p_min:
+            for k in a.k:
+                rate, g = best_rate(target, ids, a.max_tokens, a.repeats, draft=draft, num_draft_tokens=k,
+                                    draft_p_min=p_min or None)
+                assert g.token_ids == want.token_ids, "speculative greedy must equal plain greedy"
+                s = g.speculation
+                drafts = s.drafted / len(s.rounds)
+                v = sum(verify[len(r.draft)] for r in s.rounds) / len(s.rounds)
+                predicted = s.tokens_per_round / (drafts * c + v)
+                rows.append({"task": task, "draft": "qwen2.5-coder-0.5b", "k": k, "draft_p_min": p_min,
+                             "decode_tok_s": rate, "speedup": rate / plain, "acceptance": s.acceptance_rate,
+                             "tokens_per_round": s.tokens_per_round, "drafts_per_round": drafts, "draft_cost": c,
+                             "verify_cost": v, "predicted_speedup": predicted})
+                print(f"  k={k} p_min={p_min}: {rate:.1f} tok/s, {rate / plain:.2f}x (model {predicted:.2f}x), "
+                      f"acceptance {s.acceptance_rate:.2f}, {s.tokens_per_round:.2f} tokens and {drafts:.2f} drafts "
+                      "a round", flush=True)
         rate, g = best_rate(target, ids, a.max_tokens, a.repeats, draft="prompt_lookup", num_draft_tokens=10)
         assert g.token_ids == want.token_ids
         rows.append({"task": task, "draft": "prompt_lookup", "k": 10, "decode_tok_s": rate, "speedup": rate / plain,

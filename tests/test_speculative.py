@@ -1,5 +1,6 @@
 """Speculative decoding: greedy output equal to plain greedy token for token (draft models and
-prompt lookup, k = 1..8, stop strings, streams, EOS inside a draft); sampled output drawn from
+prompt lookup, k = 1..8, stop strings, streams, EOS inside a draft, rounds ended early by
+draft_p_min); sampled output drawn from
 the same distribution as plain sampling (chi-square over many seeds, chains with penalties and
 truncation); Generation.speculation's counts; options refused with a clear error."""
 import numpy as np
@@ -39,6 +40,39 @@ def test_greedy_is_plain_greedy_token_for_token(stories, drafts, which, k):
     if which == "int8":
         assert s.acceptance_rate > 0.8 and s.tokens_per_round > 1.5
     assert s.acceptance_rate == s.accepted / s.drafted
+
+
+def _probs(model, ids):
+    logits = model.prefill(ids, model.new_cache()).astype(np.float64)
+    e = np.exp(logits - logits.max())
+    return e / e.sum()
+
+
+def test_draft_p_min_ends_a_round_before_a_doubtful_token(stories, drafts):
+    """With draft_p_min, every drafted token is the draft's greedy choice at probability >= p_min,
+    and a round shorter than k ends where the draft's next choice falls below it; the output stays
+    plain greedy's, and the random draft, sure of nothing, drafts almost nothing."""
+    prompt = "Once upon a time, there was a little girl named Lily. Lily"
+    ids = list(stories.tokenizer.encode(prompt))
+    want = stories.generate(ids, max_new_tokens=60)
+    k, p_min, draft = 6, 0.6, drafts["int8"]
+    got = stories.generate(ids, max_new_tokens=60, draft=draft, num_draft_tokens=k, draft_p_min=p_min)
+    assert got.token_ids == want.token_ids
+    gen, pos, short = want.token_ids, 1, 0
+    for r in got.speculation.rounds:
+        ctx = ids + gen[:pos]
+        for j, d in enumerate(r.draft):
+            q = _probs(draft, ctx + r.draft[:j])
+            assert d == q.argmax() and q[d] >= p_min, (pos, j, q.max())
+        if len(r.draft) < k and len(gen) - pos > k + 1:
+            assert _probs(draft, ctx + r.draft).max() < p_min, pos
+            short += 1
+        pos += r.accepted + 1
+    assert short > 0 and pos == len(gen)
+    plain = stories.generate(ids, max_new_tokens=60, draft=draft, num_draft_tokens=k).speculation
+    assert got.speculation.acceptance_rate >= plain.acceptance_rate
+    bad = stories.generate(ids, max_new_tokens=60, draft=drafts["random"], num_draft_tokens=k, draft_p_min=0.5)
+    assert bad.token_ids == want.token_ids and bad.speculation.drafted < 5
 
 
 def test_stop_strings_streams_eos_inside_a_draft_and_logprobs(stories, drafts):
@@ -84,16 +118,17 @@ def _positions(model, prompt, n_seeds, **kw):
 @pytest.mark.slow
 @pytest.mark.parametrize("chain", [dict(temperature=1.3, repetition_penalty=1.5, top_k=10),
                                    dict(temperature=0.8, top_p=0.9, presence_penalty=1.0, min_p=0.02)])
-@pytest.mark.parametrize("which", ["model", "prompt_lookup"])
+@pytest.mark.parametrize("which", ["model", "model with draft_p_min", "prompt_lookup"])
 def test_sampled_tokens_follow_the_plain_distribution(tiny16, chain, which):
     """Tokens 2-4 over 1500 seeds, with and without a draft: a chi-square test per position cannot
     tell the two apart (p > 0.001), with many drafts both accepted and rejected. Accepting
-    drafts more often than p / q allows fails it."""
+    drafts more often than p / q allows fails it; so would a round length that broke exactness."""
     target, other = tiny16
     prompt = [3, 7, 3, 7, 3, 9, 3, 7, 3]  # repeats, so prompt lookup finds drafts
-    draft = other if which == "model" else "prompt_lookup"
+    draft = "prompt_lookup" if which == "prompt_lookup" else other
+    extra = {"draft_p_min": 0.2} if which.endswith("draft_p_min") else {}
     plain, _ = _positions(target, prompt, 1500, **chain)
-    spec, gens = _positions(target, prompt, 1500, draft=draft, num_draft_tokens=3, **chain)
+    spec, gens = _positions(target, prompt, 1500, draft=draft, num_draft_tokens=3, **extra, **chain)
     for pos in range(3):
         table = np.array([np.bincount(plain[:, pos], minlength=16), np.bincount(spec[:, pos], minlength=16)])
         table = table[:, table.sum(0) > 0]
@@ -135,6 +170,12 @@ def test_bad_drafts_and_options_are_refused(stories, drafts, tiny16):
     with pytest.raises(ValueError, match="needs a chain ending in Greedy or Dist.*mirostat"):
         stories.generate("Once", sampler=samplers.Chain([samplers.Mirostat(5.0, 0.1, seed=1)]),
                          draft="prompt_lookup")
+    with pytest.raises(ValueError, match="draft_p_min needs a draft model .*got draft='prompt_lookup'"):
+        stories.generate("Once", draft="prompt_lookup", draft_p_min=0.5)
+    with pytest.raises(ValueError, match="draft_p_min needs a draft model"):
+        stories.generate("Once", draft_p_min=0.5)
+    with pytest.raises(ValueError, match="draft_p_min must be <= 1.0, got 1.5"):
+        stories.generate("Once", draft=drafts["int8"], draft_p_min=1.5)
     with pytest.raises(ValueError, match="trace is not recorded with a draft"):
         stories.generate("Once", trace=True, draft=drafts["int8"])
     assert stories.generate("Once", max_new_tokens=0, draft="prompt_lookup").token_ids == []

@@ -57,6 +57,8 @@ void register_options(py::module_& m) {
       .def_readwrite("num_draft_tokens", &DecodeOptions::num_draft_tokens, "Speculative decoding: tokens per draft.")
       .def_readwrite("prompt_lookup_max_ngram", &DecodeOptions::prompt_lookup_max_ngram,
                      "Prompt lookup: the longest n-gram of the text's end looked for earlier in it.")
+      .def_readwrite("draft_p_min", &DecodeOptions::draft_p_min,
+                     "A draft model's round ends where its likeliest next token is below this probability; 0: off.")
       .def("__repr__", [](const DecodeOptions& o) {
         return "DecodeOptions(max_new_tokens=" + std::to_string(o.max_new_tokens) + ", eos_ids=" + ids_repr(o.eos_ids) +
                ", sequence=" + std::to_string(o.sequence) + ", logprobs=" + std::to_string(o.logprobs) +

@@ -38,6 +38,10 @@ SpeculativeDecoder::SpeculativeDecoder(const Transformer& target, KVCache& cache
   if (opts_.prompt_lookup_max_ngram < 1 || opts_.prompt_lookup_max_ngram > kMaxNgram)
     throw std::invalid_argument("prompt_lookup_max_ngram must be in [1, " + std::to_string(kMaxNgram) + "], got " +
                                 std::to_string(opts_.prompt_lookup_max_ngram));
+  if (!(opts_.draft_p_min >= 0.0f && opts_.draft_p_min <= 1.0f))
+    throw std::invalid_argument("draft_p_min must be in [0, 1], got " + std::to_string(opts_.draft_p_min));
+  if (opts_.draft_p_min > 0.0f && !draft)
+    throw std::invalid_argument("draft_p_min needs a draft model: prompt lookup has no probabilities");
   if (opts_.trace) throw std::invalid_argument("trace is not supported with a draft; Generation.speculation records "
                                                "each round");
   if (opts_.guidance_scale != 1.0f || !opts_.negative_prompt.empty())
@@ -137,14 +141,16 @@ int SpeculativeDecoder::propose(int k, std::vector<int32_t>& out) {
   for (int j = 0; j < k; ++j) {
     const int pos = gen + j;
     process(*draft_chain_, dlogits_.data(), pos, work_.data());
-    int32_t d;
-    if (pick_ == Sampler::Pick::MostLikely) {
-      d = select(*draft_chain_, work_.data(), pos);
-    } else {
-      float* q = q_.data() + static_cast<size_t>(j) * V;
-      softmax(work_.data(), V, q);
-      d = draw_token(q, V, counter_uniform(seed_, opts_.sequence, pos, kSaltDraft));
-    }
+    float* q = q_.data() + static_cast<size_t>(j) * V;
+    if (pick_ == Sampler::Pick::Draw || opts_.draft_p_min > 0.0f) softmax(work_.data(), V, q);
+    // Where the draft is unsure of its next token, that token is likely rejected: the round ends
+    // before it and the target's pass spends no row on it. The rule reads the draft's distribution
+    // before a token is drawn from it, never the token, so sampled output keeps its distribution
+    // (a rule that looked at the drawn token would skew it).
+    if (opts_.draft_p_min > 0.0f && *std::max_element(q, q + V) < opts_.draft_p_min) break;
+    const int32_t d = pick_ == Sampler::Pick::MostLikely
+                          ? select(*draft_chain_, work_.data(), pos)
+                          : draw_token(q, V, counter_uniform(seed_, opts_.sequence, pos, kSaltDraft));
     out.push_back(d);
     history_.push_back(d);  // the next draft position sees it; taken back below
     if (j + 1 == k || std::find(opts_.eos_ids.begin(), opts_.eos_ids.end(), d) != opts_.eos_ids.end()) break;

@@ -149,6 +149,7 @@ class DecodeOptions:
     negative_prompt: List[int]
     num_draft_tokens: int
     prompt_lookup_max_ngram: int
+    draft_p_min: float
     def __init__(self) -> None: ...
 
 class BeamOptions:

@@ -535,8 +535,9 @@ class Model:
                  num_return_sequences: Optional[int] = None, cache=None, logprobs: Optional[int] = None,
                  logprobs_mode: str = "raw", trace: Union[bool, str] = False,
                  guidance_scale: Optional[float] = None, negative_prompt: Optional[Prompt] = None,
-                 draft=None, num_draft_tokens: Optional[int] = None, json_schema=None, regex: Optional[str] = None,
-                 grammar=None, choice: Optional[Sequence[str]] = None):
+                 draft=None, num_draft_tokens: Optional[int] = None, draft_p_min: Optional[float] = None,
+                 json_schema=None, regex: Optional[str] = None, grammar=None,
+                 choice: Optional[Sequence[str]] = None):
         """Generate a continuation of ``prompt`` (text or token ids), or of each prompt in a list
         (then a list of Generation comes back, equal to the one-by-one results).
 
@@ -672,6 +673,12 @@ class Model:
                 decoding.
             num_draft_tokens: tokens the draft proposes per round, 1 to 64. None (the default): 5,
                 or 10 for prompt lookup. Needs a draft.
+            draft_p_min: a draft model's round ends where the most likely token of its processed
+                distribution has less than this probability (as llama.cpp's ``--draft-p-min``), so
+                ``num_draft_tokens`` becomes the most per round and a doubtful position costs the
+                target no row; in [0, 1]. The rule reads the draft's distribution before a token
+                is drawn, so sampled output keeps its distribution. None (the default): 0, off.
+                Needs a draft model.
             json_schema: constrain the output to JSON matching this schema (a dict or its JSON
                 text). None (the default): no constraint.
             regex: constrain the output so the whole of it matches this regular expression (str).
@@ -690,7 +697,7 @@ class Model:
                 keywords, ``order`` or ``preset``; a truncation sampler with temperature 0; a keyword
                 outside ``order``; ``num_beams`` with ``n``, ``stop``, ``logprobs`` or a draft;
                 ``guidance_scale`` with beams, samples or a draft; ``negative_prompt`` without
-                guidance; ``num_draft_tokens`` without a draft; ``trace`` with a draft; more than
+                guidance; ``num_draft_tokens`` without a draft, ``draft_p_min`` without a draft model; ``trace`` with a draft; more than
                 one of json_schema, regex, grammar and choice; ``cache`` with a list of prompts; a
                 list of samplers without a list of prompts, or of another length); a prompt is
                 empty, outside the vocabulary, or with ``max_new_tokens`` does not fit the context
@@ -741,7 +748,7 @@ class Model:
             num_beams=num_beams, length_penalty=length_penalty, early_stopping=early_stopping,
             num_return_sequences=num_return_sequences, logprobs=logprobs, logprobs_mode=logprobs_mode, trace=trace,
             guidance_scale=guidance_scale, negative_prompt=negative_prompt, draft=draft,
-            num_draft_tokens=num_draft_tokens, json_schema=json_schema, regex=regex, grammar=grammar, choice=choice),
+            num_draft_tokens=num_draft_tokens, draft_p_min=draft_p_min, json_schema=json_schema, regex=regex, grammar=grammar, choice=choice),
             dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
                  repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                  frequency_penalty=frequency_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
@@ -1182,7 +1189,7 @@ class Model:
 _RUN_KEYS = {"max_new_tokens", "seed", "sampler", "order", "preset", "eos_token_id", "stop",
              "include_stop_str_in_output", "n", "num_beams", "length_penalty", "early_stopping",
              "num_return_sequences", "logprobs", "logprobs_mode", "trace", "guidance_scale", "negative_prompt",
-             "draft", "num_draft_tokens", "json_schema", "regex", "grammar", "choice"}
+             "draft", "num_draft_tokens", "draft_p_min", "json_schema", "regex", "grammar", "choice"}
 
 
 __all__ = ["Model", "Generation", "GeneratedSequence", "TokenLogprob"]

@@ -351,7 +351,8 @@ def resolve(run: dict, sampling: dict, *, vocab_size: int, block_bytes: int, def
     Args:
         run: the run keywords of generate() (max_new_tokens, n, num_beams, num_return_sequences, logprobs,
             logprobs_mode, trace, early_stopping, length_penalty, stop, include_stop_str_in_output, seed,
-            eos_token_id, sampler, order, preset, guidance_scale, negative_prompt, draft, num_draft_tokens);
+            eos_token_id, sampler, order, preset, guidance_scale, negative_prompt, draft, num_draft_tokens,
+            draft_p_min);
             missing keys take their defaults.
         sampling: the sampling keywords (temperature, top_k, ...), passed to ``make_chain`` unchecked.
         vocab_size: the model's vocabulary size: the range of token ids and of logprobs.
@@ -442,7 +443,11 @@ def resolve(run: dict, sampling: dict, *, vocab_size: int, block_bytes: int, def
         raise ValueError("guidance_scale guides one sequence: num_beams and n must be 1")
     negative = [] if neg is None else list(encode(neg))
     # Speculative decoding: a draft model (a Model; Model._options checks its vocabulary) or prompt lookup.
-    draft, k = run.get("draft"), run.get("num_draft_tokens")
+    draft, k, p_min = run.get("draft"), run.get("num_draft_tokens"), run.get("draft_p_min")
+    if p_min is not None:
+        if draft is None or isinstance(draft, str):
+            raise ValueError(f"draft_p_min needs a draft model (prompt lookup has no probabilities), got draft={draft!r}")
+        p_min = real("draft_p_min", p_min, 0.0, 1.0)
     if draft is None:
         if k is not None:
             raise ValueError("num_draft_tokens needs a draft (a decodelab Model or 'prompt_lookup')")
@@ -467,7 +472,7 @@ def resolve(run: dict, sampling: dict, *, vocab_size: int, block_bytes: int, def
                       trace={False: 0, True: 1, "full": 2}[trace], stops=list(stops), include_stop=include_stop, n=n,
                       num_beams=num_beams, length_penalty=lp, early_stopping={True: 1, False: 0, "never": -1}[es],
                       num_return_sequences=nrs or 1, guidance_scale=gs, negative_prompt=negative, draft=draft,
-                      num_draft_tokens=k)
+                      num_draft_tokens=k, draft_p_min=p_min or 0.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -496,6 +501,8 @@ class RunOptions:
         negative_prompt: the unconditional sequence's token ids for guidance; default []: the prompt's last token.
         draft: speculative decoding: a Model, "prompt_lookup", or None (default): none.
         num_draft_tokens: tokens the draft proposes per round, in [1, 64]; default 5.
+        draft_p_min: a draft model's round ends where its most likely next token has less than this
+            probability; in [0, 1]; default 0.0: off.
 
     Examples:
         >>> from decodelab.options import RunOptions
@@ -523,6 +530,7 @@ class RunOptions:
     negative_prompt: List[int] = dataclasses.field(default_factory=list)  # [] : the prompt's last token
     draft: object = None          # speculative decoding: a Model, "prompt_lookup", or None
     num_draft_tokens: int = 5
+    draft_p_min: float = 0.0
 
     def decode_options(self, *, sequence: int = 0, logprobs: Optional[int] = None) -> "_core.DecodeOptions":
         """The options of one sequence's decode loop (generate, a stream, one of n samples).
@@ -555,6 +563,7 @@ class RunOptions:
         o.guidance_scale = self.guidance_scale
         o.negative_prompt = self.negative_prompt
         o.num_draft_tokens = self.num_draft_tokens
+        o.draft_p_min = self.draft_p_min
         return o
 
     def beam_options(self, *, do_sample: bool) -> "_core.BeamOptions":

@@ -31,6 +31,9 @@ struct DecodeOptions {
   // the longest n-gram of the text's end that is looked for earlier in it.
   int num_draft_tokens = 5;
   int prompt_lookup_max_ngram = 2;
+  // A draft model's round ends where its most likely next token has less than this probability
+  // (as llama.cpp's draft p-min): 0 off; num_draft_tokens is then the most per round.
+  float draft_p_min = 0.0f;
 };
 
 struct GenerateResult {
