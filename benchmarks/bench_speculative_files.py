@@ -12,11 +12,15 @@ round, drafts per round, the draft's cost per step against the target's (c), and
 cost model's prediction for those rounds: tokens per round / (drafts per round x c + v), with v
 the target's cost to verify a round's drafts + 1 tokens in one call against one decode step
 (measured per length, averaged over the rounds). Prompt lookup (draft="prompt_lookup") runs
-beside them. Results go to benchmarks/results/bench_speculative_files.json.
+beside them. llama.cpp (llama-cpp-python, which exposes prompt lookup but no draft model) runs
+the same prompt ids in a process of its own, greedy, alone and with LlamaPromptLookupDecoding
+(10 tokens), as the peer rows. Results go to benchmarks/results/bench_speculative_files.json.
 """
 import argparse
 import json
 import os
+import subprocess
+import sys
 import time
 
 import decodelab
@@ -85,7 +89,41 @@ def step_seconds(model, tokens=1, repeats=12):
     return best
 
 
+def llamacpp_rows(path, prompts, max_tokens, threads, repeats):
+    """llama.cpp's greedy decode of each prompt (token ids) alone and with its prompt lookup draft:
+    decode tokens/s after the first token, best of repeats; run in a process of its own."""
+    import llama_cpp
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    rows = []
+    for draft in (None, "prompt_lookup"):
+        llm = llama_cpp.Llama(path, n_ctx=1024, n_batch=512, n_threads=threads, n_threads_batch=threads,
+                              logits_all=draft is not None, verbose=False,
+                              draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10) if draft else None)
+        for task, ids in prompts.items():
+            best, out = 0.0, []
+            for _ in range(repeats):
+                out, t_first = [], None
+                for tok in llm.generate(ids, top_k=1, temp=0.0, reset=True):
+                    if t_first is None:
+                        t_first = time.perf_counter()
+                    out.append(tok)
+                    if len(out) == max_tokens or tok == llm.token_eos():
+                        break
+                if len(out) > 1:
+                    best = max(best, (len(out) - 1) / (time.perf_counter() - t_first))
+            rows.append({"task": task, "engine": "llama.cpp", "draft": draft, "decode_tok_s": best,
+                         "tokens": len(out), "token_ids": out})
+        del llm
+    return rows
+
+
 def main():
+    if sys.argv[1:2] == ["--llama-cpp-worker"]:  # llama.cpp in a process of its own
+        job = json.loads(sys.stdin.read())
+        print(json.dumps(llamacpp_rows(job["path"], job["prompts"], job["max_tokens"], job["threads"],
+                                       job["repeats"])))
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
@@ -111,7 +149,7 @@ def main():
         ids = chat_ids(target, task)
         plain, want = best_rate(target, ids, a.max_tokens, a.repeats)
         rows.append({"task": task, "draft": None, "k": 0, "decode_tok_s": plain, "speedup": 1.0,
-                     "tokens": len(want.token_ids)})
+                     "tokens": len(want.token_ids), "token_ids": list(want.token_ids)})
         print(f"{task}: plain {plain:.1f} tok/s, {len(want.token_ids)} tokens", flush=True)
         for p_min in a.p_min:
             for k in a.k:
@@ -135,6 +173,24 @@ def main():
                      "acceptance": g.speculation.acceptance_rate, "tokens_per_round": g.speculation.tokens_per_round})
         print(f"  prompt lookup: {rate:.1f} tok/s, {rate / plain:.2f}x, {g.speculation.tokens_per_round:.2f} tokens a "
               "round", flush=True)
+    # The peer: llama.cpp on the same prompt ids, after decodelab's rows (one engine at a time).
+    job = {"path": paths["qwen2.5-coder-1.5b"], "prompts": {t: chat_ids(target, t) for t in a.tasks},
+           "max_tokens": a.max_tokens, "threads": a.threads, "repeats": a.repeats}
+    del target, draft
+    r = subprocess.run([sys.executable, os.path.abspath(__file__), "--llama-cpp-worker"], input=json.dumps(job),
+                       capture_output=True, text=True, check=True)
+    peer = json.loads(r.stdout.strip().splitlines()[-1])
+    plain_peer = {row["task"]: row["decode_tok_s"] for row in peer if row["draft"] is None}
+    ours = {row["task"]: row for row in rows if row["draft"] is None}
+    for row in peer:
+        row["speedup"] = row["decode_tok_s"] / plain_peer[row["task"]]
+        row["same_tokens_as_decodelab"] = row["token_ids"] == ours[row["task"]]["token_ids"]
+        del row["token_ids"]
+        print(f"llama.cpp {row['task']} {row['draft'] or 'plain'}: {row['decode_tok_s']:.1f} tok/s, "
+              f"{row['speedup']:.2f}x its own greedy", flush=True)
+    for row in ours.values():
+        del row["token_ids"]
+    rows += peer
     out = {"target": os.path.basename(paths["qwen2.5-coder-1.5b"]), "draft": os.path.basename(paths["qwen2.5-coder-0.5b"]),
            "threads": a.threads, "max_tokens": a.max_tokens, "host": decodelab.cpu_info(), "target_step_s": t1,
            "draft_step_s": d1, "rows": rows}
