@@ -127,14 +127,14 @@ import numpy as np
 import decodelab
 out = {"info": decodelab.cpu_info(), "runs": {}}
 shapes, smollm = json.loads(sys.argv[1]), sys.argv[2]
+def b64(a):  # logits as base64 of their float32 bytes: exact, and far cheaper than JSON numbers
+    return base64.b64encode(a.astype(np.float32).tobytes()).decode()
 def run(key, path, dtype, ids):
     m = decodelab.load(path, dtype=dtype)
     full = m.forward(ids)
     cache = m.new_cache()
     one = np.stack([m.decode(t, cache) for t in ids])
-    # Logits travel as base64 of their float32 bytes: exact, and far cheaper than JSON numbers.
-    out["runs"][key] = {"shape": list(full.shape), "prompt": base64.b64encode(full.astype(np.float32).tobytes()).decode(),
-                        "one": base64.b64encode(one.astype(np.float32).tobytes()).decode(),
+    out["runs"][key] = {"shape": list(full.shape), "prompt": b64(full), "one": b64(one),
                         "tokens": m.generate(ids, max_new_tokens=16, eos_token_id=[]).token_ids}
 for name, path in shapes.items():
     for dtype in ["int4", "int8", "w8a8", "float32", "bfloat16"]:

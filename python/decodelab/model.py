@@ -697,9 +697,10 @@ class Model:
                 keywords, ``order`` or ``preset``; a truncation sampler with temperature 0; a keyword
                 outside ``order``; ``num_beams`` with ``n``, ``stop``, ``logprobs`` or a draft;
                 ``guidance_scale`` with beams, samples or a draft; ``negative_prompt`` without
-                guidance; ``num_draft_tokens`` without a draft, ``draft_p_min`` without a draft model; ``trace`` with a draft; more than
-                one of json_schema, regex, grammar and choice; ``cache`` with a list of prompts; a
-                list of samplers without a list of prompts, or of another length); a prompt is
+                guidance; ``num_draft_tokens`` without a draft; ``draft_p_min`` without a draft
+                model; ``trace`` with a draft; more than one of json_schema, regex, grammar and
+                choice; ``cache`` with a list of prompts; a list of samplers without a list of
+                prompts, or of another length); a prompt is
                 empty, outside the vocabulary, or with ``max_new_tokens`` does not fit the context
                 window or the cache; text or stop strings are given to a model without a tokenizer;
                 a draft's vocabulary or tokenizer differs from this model's; or beams, samples or
@@ -748,7 +749,8 @@ class Model:
             num_beams=num_beams, length_penalty=length_penalty, early_stopping=early_stopping,
             num_return_sequences=num_return_sequences, logprobs=logprobs, logprobs_mode=logprobs_mode, trace=trace,
             guidance_scale=guidance_scale, negative_prompt=negative_prompt, draft=draft,
-            num_draft_tokens=num_draft_tokens, draft_p_min=draft_p_min, json_schema=json_schema, regex=regex, grammar=grammar, choice=choice),
+            num_draft_tokens=num_draft_tokens, draft_p_min=draft_p_min, json_schema=json_schema, regex=regex,
+            grammar=grammar, choice=choice),
             dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
                  repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                  frequency_penalty=frequency_penalty, no_repeat_ngram_size=no_repeat_ngram_size,

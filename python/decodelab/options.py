@@ -446,7 +446,8 @@ def resolve(run: dict, sampling: dict, *, vocab_size: int, block_bytes: int, def
     draft, k, p_min = run.get("draft"), run.get("num_draft_tokens"), run.get("draft_p_min")
     if p_min is not None:
         if draft is None or isinstance(draft, str):
-            raise ValueError(f"draft_p_min needs a draft model (prompt lookup has no probabilities), got draft={draft!r}")
+            raise ValueError("draft_p_min needs a draft model (prompt lookup has no probabilities), "
+                             f"got draft={draft!r}")
         p_min = real("draft_p_min", p_min, 0.0, 1.0)
     if draft is None:
         if k is not None:
