@@ -178,6 +178,44 @@ void q4k_codes(const uint8_t* src, size_t n, uint8_t* sc, uint8_t* m, uint16_t* 
   }
 }
 
+void q4k_nibbles(const uint8_t* src, size_t n, uint8_t* u) {
+  for (size_t i = 0; i < n / 256; ++i, src += 144)
+    for (int pair = 0; pair < 4; ++pair, u += 64) {  // 32 bytes: sub-block 2 pair low, 2 pair + 1 high
+      const uint8_t* qs = src + 16 + 32 * pair;
+      for (int l = 0; l < 32; ++l) u[l] = qs[l] & 0x0F;
+      for (int l = 0; l < 32; ++l) u[32 + l] = qs[l] >> 4;
+    }
+}
+
+void q6k_unsigned(const uint8_t* src, size_t n, uint8_t* u) {
+  for (size_t i = 0; i < n / 256; ++i, src += 210) {
+    const uint8_t* ql = src;
+    const uint8_t* qh = src + 128;
+    for (int n128 = 0; n128 < 2; ++n128, u += 128, ql += 64, qh += 32)
+      for (int l = 0; l < 32; ++l) {  // the order q8_sub_blocks writes
+        u[l] = static_cast<uint8_t>((ql[l] & 0x0F) | ((qh[l] & 3) << 4));
+        u[l + 32] = static_cast<uint8_t>((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4));
+        u[l + 64] = static_cast<uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+        u[l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+      }
+  }
+}
+
+void q5_unsigned(const BlockFormat& f, const uint8_t* src, size_t n, uint8_t* u, uint16_t* d, uint16_t* m) {
+  const bool one = f.type == BlockType::Q5_1;
+  for (size_t i = 0; i < n / 32; ++i, src += f.bytes, u += 32) {
+    std::memcpy(d + i, src, 2);
+    if (one) std::memcpy(m + i, src + 2, 2);
+    uint32_t qh;
+    std::memcpy(&qh, src + (one ? 4 : 2), 4);
+    const uint8_t* qs = src + (one ? 8 : 6);
+    for (int j = 0; j < 16; ++j) {  // as five_bits
+      u[j] = static_cast<uint8_t>((qs[j] & 0x0F) | ((qh >> j & 1) << 4));
+      u[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | ((qh >> (j + 16) & 1) << 4));
+    }
+  }
+}
+
 int q8_group(const BlockFormat& f) { return f.type == BlockType::Q6_K ? 16 : 32; }
 
 int narrow_planes(const BlockFormat& f) {

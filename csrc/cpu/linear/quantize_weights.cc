@@ -1,8 +1,11 @@
-// fp32 weights converted to the reduced-precision layouts (bf16 groups, int8, w8a8 and 4-bit panels), and
-// views of a layer's output rows in place.
+// fp32 weights converted to the reduced-precision layouts (bf16 groups, int8, w8a8 and 4-bit panels), a
+// GGUF file's blocks packed as they are (I4, I8Blocks, I5Blocks), and views of a layer's output rows.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -45,13 +48,15 @@ static size_t packed_size(int out, int in, int G) {
 }
 
 // Where a conversion of `bytes` goes: dst, or the store's own buffer; zeroed (padding stays zero)
-// by all threads, so that the first touch of fresh pages, the costly part, is shared.
-static uint8_t* destination(QuantizedWeights& q, size_t bytes, uint8_t* dst) {
+// by all threads, so that the first touch of fresh pages, the costly part, is shared. A packing
+// that writes every byte itself, on all threads, skips the zeroing (`zero` false).
+static uint8_t* destination(QuantizedWeights& q, size_t bytes, uint8_t* dst, bool zero = true) {
   q.bytes = bytes;
   if (!dst) {
     q.own.resize(bytes);
     dst = q.own.data();
   }
+  if (!zero) return dst;
   constexpr size_t kChunk = size_t(1) << 20;
   const long chunks = static_cast<long>((bytes + kChunk - 1) / kChunk);
 #pragma omp parallel for schedule(static) if (chunks > 1)
@@ -92,43 +97,135 @@ static void keep_halves(Linear& L, QuantizedWeights& q, size_t per, bool round) 
 }
 
 // A Q4_K layer's steps and minima as the file's codes (Linear::k_sc and the rest): per panel,
-// block and row the 6-bit codes, per panel, super-block and row the halves d and -dmin. Kept only
-// where d sc and -dmin m give exactly q.scales' values, as they do by construction.
-static void keep_q4k_codes(Linear& L, QuantizedWeights& q, const uint8_t* src, size_t row_bytes, size_t per) {
-  const int in = L.in, out = L.out, nb = i4_blocks(in), ns = nb / 8;
-  const size_t per_super = per / 8;
-  q.codes.assign(2 * per, 0);
-  q.halves.assign(2 * per_super, 0);
-  uint8_t *sc = q.codes.data(), *m = sc + per;
-  uint16_t *d = q.halves.data(), *nd = d + per_super;
-  bool same = true;
-#pragma omp parallel reduction(&& : same)
-  {
-    std::vector<uint8_t> rsc(nb), rm(nb);
-    std::vector<uint16_t> rd(ns), rnd(ns);
-#pragma omp for schedule(static)
-    for (int o = 0; o < out; ++o) {
-      q4k_codes(src + static_cast<size_t>(o) * row_bytes, static_cast<size_t>(in), rsc.data(), rm.data(), rd.data(),
-                rnd.data());
-      const int p = o / kPanel, r = o % kPanel;
-      for (int b = 0; b < nb; ++b) {
-        const size_t k = (static_cast<size_t>(p) * nb + b) * kPanel + r;
-        const size_t ks = (static_cast<size_t>(p) * ns + b / 8) * kPanel + r;
-        sc[k] = rsc[b], m[k] = rm[b], d[ks] = rd[b / 8], nd[ks] = rnd[b / 8];
-        same = same && f16_to_f32(d[ks]) * static_cast<float>(sc[k]) == L.scales[k] &&
-               f16_to_f32(nd[ks]) * static_cast<float>(m[k]) == L.mins[k];
+// block and row the 6-bit codes, per panel, super-block and row the halves d and -dmin; step = d sc
+// and minimum = -dmin m, the products q4_sub_blocks forms, so the same values.
+struct Q4KCodes {
+  uint8_t *sc, *m;
+  uint16_t *d, *nd;
+  Q4KCodes(QuantizedWeights& q, size_t per) {
+    q.codes.assign(2 * per, 0);
+    q.halves.assign(2 * (per / 8), 0);
+    sc = q.codes.data(), m = sc + per, d = q.halves.data(), nd = d + per / 8;
+  }
+  // Output row r of panel p (nb blocks), from the row's blocks; `scratch` holds nb + nb + 2 nb / 8.
+  void put(const uint8_t* row, int nb, int p, int r, std::vector<uint8_t>& scratch) const {
+    const int ns = nb / 8;
+    scratch.resize(static_cast<size_t>(2) * nb + 4 * ns);
+    uint8_t *rsc = scratch.data(), *rm = rsc + nb;
+    uint16_t rd[64], rnd[64];  // a super-block per 256 inputs: rows up to 16,384 wide
+    for (int s0 = 0; s0 < ns; s0 += 64) {
+      const int n = std::min(64, ns - s0);
+      q4k_codes(row + static_cast<size_t>(s0) * 144, static_cast<size_t>(n) * 256, rsc + 8 * s0, rm + 8 * s0, rd, rnd);
+      for (int s = 0; s < n; ++s) {
+        const size_t ks = (static_cast<size_t>(p) * ns + s0 + s) * kPanel + r;
+        d[ks] = rd[s], nd[ks] = rnd[s];
+      }
+    }
+    for (int b = 0; b < nb; ++b) {
+      const size_t k = (static_cast<size_t>(p) * nb + b) * kPanel + r;
+      sc[k] = rsc[b], m[k] = rm[b];
+    }
+  }
+  void point(Linear& L) const { L.k_sc = sc, L.k_m = m, L.k_d = d, L.k_dmin = nd; }
+};
+
+// A Q6_K layer's steps as the file's signed 8-bit scales per panel, block, group of 16 and row
+// and its half d per panel, super-block and row: step = d sc, as q8_sub_blocks forms it.
+struct Q6KScales {
+  int8_t* sc;
+  uint16_t* d;
+  Q6KScales(QuantizedWeights& q, size_t per) {
+    q.codes.assign(2 * per, 0);  // two groups of 16 per block of 32
+    q.halves.assign(per / 8, 0);
+    sc = reinterpret_cast<int8_t*>(q.codes.data()), d = q.halves.data();
+  }
+  void put(const uint8_t* row, int nb, int p, int r) const {
+    const int ns = nb / 8;
+    for (int s = 0; s < ns; ++s) {
+      const uint8_t* blk = row + static_cast<size_t>(s) * 210;  // Q6_K: ql[128] qh[64] sc[16] d
+      std::memcpy(&d[(static_cast<size_t>(p) * ns + s) * kPanel + r], blk + 208, 2);
+      for (int g = 0; g < 16; ++g)  // group g of 16: block s * 8 + g / 2, its group g % 2
+        sc[((static_cast<size_t>(p) * nb + s * 8 + g / 2) * 2 + g % 2) * kPanel + r] = static_cast<int8_t>(blk[192 + g]);
+    }
+  }
+  void point(Linear& L) const { L.k_sc8 = sc, L.k_d = d; }
+};
+
+// A Q5_0 or Q5_1 layer's steps (and minima) as the file's halves per panel, block and row, the
+// form keep_i8b_halves leaves them in (Linear::steps16, mins16).
+struct Q5Halves {
+  uint16_t *st, *mn = nullptr;
+  Q5Halves(QuantizedWeights& q, size_t per, bool with_min) {
+    q.halves.assign(with_min ? 2 * per : per, 0);
+    st = q.halves.data();
+    if (with_min) mn = st + per;
+  }
+  // Output row r of panel p (nb blocks): its codes to u, its halves in place.
+  void put(const BlockFormat& f, const uint8_t* row, int nb, int p, int r, uint8_t* u,
+           std::vector<uint16_t>& scratch) const {
+    scratch.resize(static_cast<size_t>(2) * nb);
+    q5_unsigned(f, row, static_cast<size_t>(nb) * kI4Block, u, scratch.data(), scratch.data() + nb);
+    for (int b = 0; b < nb; ++b) {
+      const size_t k = (static_cast<size_t>(p) * nb + b) * kPanel + r;
+      st[k] = scratch[b];
+      if (mn) mn[k] = scratch[nb + b];
+    }
+  }
+  void point(Linear& L) const { L.steps16 = st, L.mins16 = mn; }
+};
+
+// A panel's unsigned codes in the order its blocks' bytes take them: per block and step of 4
+// inputs, 64 bytes, row l's 4 codes at (l / 8) * 32 + (l % 8) * 4. That is I4's byte order (rows
+// l and l + 8 share a byte) and I5's bit order (i5_bit), so each step packs from one 64-byte run.
+class PanelCodes {
+ public:
+  explicit PanelCodes(int nb) : v_(static_cast<size_t>(nb) * 8 * 64), nb_(nb) {}
+  void clear() { std::fill(v_.begin(), v_.end(), uint8_t(0)); }
+  // Row r's codes u[0, 32 nb).
+  void put(int r, const uint8_t* u) {
+    uint8_t* at = v_.data() + (r / 8) * 32 + (r % 8) * 4;
+    for (int g = 0; g < 8 * nb_; ++g) std::memcpy(at + 64 * g, u + 4 * g, 4);
+  }
+  // The panel's blocks at dst: per step the low nibbles (I4's 32 bytes), then under I5 a plane of
+  // 64 bits per high bit (bit 4, then bit 5).
+  void write(int planes, uint8_t* dst) const {
+    const int block_bytes = planes ? i5_block_bytes(planes) : kI4BlockBytes;
+    for (int b = 0; b < nb_; ++b) {
+      uint8_t* blk = dst + static_cast<size_t>(b) * block_bytes;
+      for (int k = 0; k < kI4Block / 4; ++k) {
+        const uint8_t* s = v_.data() + (static_cast<size_t>(b) * 8 + k) * 64;
+        for (int i = 0; i < 32; ++i) blk[32 * k + i] = static_cast<uint8_t>((s[i] & 0x0F) | (s[32 + i] << 4));
+        for (int h = 0; h < planes; ++h) {
+          const uint64_t bits = bit_plane(s, 4 + h);
+          std::memcpy(blk + kI4BlockBytes + 8 * planes * k + 8 * h, &bits, 8);
+        }
       }
     }
   }
-  if (!same) {  // not expected: keep the fp32 steps
-    std::vector<uint8_t>().swap(q.codes);
-    std::vector<uint16_t>().swap(q.halves);
-    return;
+
+ private:
+  // Bit `bit` of each of 64 bytes, byte i at bit i.
+  static uint64_t bit_plane(const uint8_t* s, int bit) {
+#if defined(DECODELAB_AVX512)
+    return _mm512_test_epi8_mask(_mm512_loadu_si512(s), _mm512_set1_epi8(static_cast<char>(1 << bit)));
+#elif defined(__AVX2__)
+    // A 16-bit shift by 7 - bit takes each byte's bit to its bit 7 (none crosses into another's).
+    const __m128i n = _mm_cvtsi32_si128(7 - bit);
+    const uint32_t lo = static_cast<uint32_t>(
+        _mm256_movemask_epi8(_mm256_sll_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)), n)));
+    const uint32_t hi = static_cast<uint32_t>(
+        _mm256_movemask_epi8(_mm256_sll_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32)), n)));
+    return lo | static_cast<uint64_t>(hi) << 32;
+#else
+    uint64_t bits = 0;
+    for (int i = 0; i < 64; ++i) bits |= static_cast<uint64_t>(s[i] >> bit & 1) << i;
+    return bits;
+#endif
   }
-  L.k_sc = sc, L.k_m = m, L.k_d = d, L.k_dmin = nd;
-  L.scales = L.mins = nullptr;
-  std::vector<float>().swap(q.scales);
-}
+
+  std::vector<uint8_t> v_;
+  int nb_;
+};
 
 // An I8Blocks layer's steps (n_steps) and minima (n_mins) as halves where every one of them is a
 // half as it is (Q8_0, Q5_0, Q5_1 always), in half the bytes; otherwise they stay fp32.
@@ -149,37 +246,13 @@ static void keep_i8b_halves(Linear& L, QuantizedWeights& q, size_t n_steps, size
   std::vector<float>().swap(q.scales);
 }
 
-// A Q6_K layer's steps as the file's signed 8-bit scales per panel, block, group of 16 and row
-// and its half d per panel, super-block and row; kept where d sc gives exactly q.scales' values.
+// An I8Blocks layer of Q6_K with the file's scales in place of the fp32 steps q8_sub_blocks gave.
 static void keep_q6k_codes(Linear& L, QuantizedWeights& q, const uint8_t* src, size_t row_bytes, size_t per) {
-  const int in = L.in, out = L.out, nb = i4_blocks(in), ns = nb / 8;
-  q.codes.assign(2 * per, 0);  // two groups of 16 per block of 32
-  q.halves.assign(per / 8, 0);
-  int8_t* sc = reinterpret_cast<int8_t*>(q.codes.data());
-  uint16_t* d = q.halves.data();
-  bool same = true;
-#pragma omp parallel for schedule(static) reduction(&& : same)
-  for (int o = 0; o < out; ++o) {
-    const uint8_t* row = src + static_cast<size_t>(o) * row_bytes;
-    const int p = o / kPanel, r = o % kPanel;
-    for (int s = 0; s < ns; ++s) {
-      const uint8_t* blk = row + static_cast<size_t>(s) * 210;  // Q6_K: ql[128] qh[64] sc[16] d
-      uint16_t dh;
-      std::memcpy(&dh, blk + 208, 2);
-      d[(static_cast<size_t>(p) * ns + s) * kPanel + r] = dh;
-      for (int g = 0; g < 16; ++g) {  // group g of 16: block s * 8 + g / 2, its group g % 2
-        const size_t k = ((static_cast<size_t>(p) * nb + s * 8 + g / 2) * 2 + g % 2) * kPanel + r;
-        sc[k] = static_cast<int8_t>(blk[192 + g]);
-        same = same && f16_to_f32(dh) * static_cast<float>(sc[k]) == L.scales[k];
-      }
-    }
-  }
-  if (!same) {  // not expected: keep the fp32 steps
-    std::vector<uint8_t>().swap(q.codes);
-    std::vector<uint16_t>().swap(q.halves);
-    return;
-  }
-  L.k_sc8 = sc, L.k_d = d;
+  const int out = L.out, nb = i4_blocks(L.in);
+  const Q6KScales codes(q, per);
+#pragma omp parallel for schedule(static)
+  for (int o = 0; o < out; ++o) codes.put(src + static_cast<size_t>(o) * row_bytes, nb, o / kPanel, o % kPanel);
+  codes.point(L);
   L.scales = nullptr;
   std::vector<float>().swap(q.scales);
 }
@@ -377,56 +450,56 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
 
 void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
                     const RowsDone* done) {
-  dst = destination(q, DECODELAB_ISA::quantized_size(L, WeightType::I4), dst);
+  dst = destination(q, DECODELAB_ISA::quantized_size(L, WeightType::I4), dst, false);  // PanelCodes writes it all
   const int in = L.in, out = L.out, panels = panel_count(out), nb = i4_blocks(in);
-  const bool q4k_codes = f.type == BlockType::Q4_K && nb % 8 == 0;
-  if (q4k_codes) done = nullptr;  // keep_q4k_codes reads the source again
+  // Q4_K keeps the file's scale codes; Q4_0 and Q4_1 their steps and minima, as halves below.
+  const bool k_codes = f.type == BlockType::Q4_K && nb % 8 == 0;
   const size_t per = static_cast<size_t>(panels) * nb * kPanel;
-  q.scales.assign(2 * per, 0.0f);
-  float* steps = q.scales.data();
-  float* mins = steps + per;
+  std::optional<Q4KCodes> codes;
+  float *steps = nullptr, *mins = nullptr;
+  if (k_codes) {
+    codes.emplace(q, per);
+  } else {
+    q.scales.assign(2 * per, 0.0f);
+    steps = q.scales.data(), mins = steps + per;
+  }
   const size_t row_bytes = static_cast<size_t>(in) / f.elems * f.bytes;
-  static_assert(kPanel == 16, "rows r and r + 8 of a panel share each byte");
 #pragma omp parallel
   {
-    std::vector<uint8_t> lo(in), hi(in);  // rows r and r + 8 (zeros past the last row)
-    std::vector<float> st(2 * nb), mn(2 * nb);
+    PanelCodes panel(nb);
+    std::vector<uint8_t> u(static_cast<size_t>(nb) * kI4Block), scratch;
+    std::vector<float> st(nb), mn(nb);
     DoneRows finished(done);
 #pragma omp for schedule(static)
     for (int p = 0; p < panels; ++p) {
-      for (int r = 0; r < kPanel / 2; ++r) {
-        for (int h = 0; h < 2; ++h) {
-          const int o = p * kPanel + r + 8 * h;
-          uint8_t* v = h ? hi.data() : lo.data();
-          if (o < out) {
-            q4_sub_blocks(f, src + static_cast<size_t>(o) * row_bytes, in, v, st.data() + h * nb, mn.data() + h * nb);
-          } else {
-            std::fill(v, v + in, uint8_t(0));
-            std::fill(st.begin() + h * nb, st.begin() + (h + 1) * nb, 0.0f);
-            std::fill(mn.begin() + h * nb, mn.begin() + (h + 1) * nb, 0.0f);
+      const int rows = std::min(kPanel, out - p * kPanel);
+      if (rows < kPanel) panel.clear();  // rows past the last stay zero
+      for (int r = 0; r < rows; ++r) {
+        const uint8_t* row = src + static_cast<size_t>(p * kPanel + r) * row_bytes;
+        if (k_codes) {
+          q4k_nibbles(row, in, u.data());
+          codes->put(row, nb, p, r, scratch);
+        } else {
+          q4_sub_blocks(f, row, in, u.data(), st.data(), mn.data());
+          for (int b = 0; b < nb; ++b) {
+            const size_t k = (static_cast<size_t>(p) * nb + b) * kPanel + r;
+            steps[k] = st[b], mins[k] = mn[b];
           }
         }
-        for (int b = 0; b < nb; ++b) {
-          const size_t k = (static_cast<size_t>(p) * nb + b) * kPanel + r;
-          steps[k] = st[b], mins[k] = mn[b];
-          steps[k + 8] = st[nb + b], mins[k + 8] = mn[nb + b];
-          uint8_t* blk = dst + (static_cast<size_t>(p) * nb + b) * kI4BlockBytes;
-          const uint8_t* a = lo.data() + b * kI4Block;
-          const uint8_t* c = hi.data() + b * kI4Block;
-          for (int j = 0; j < kI4Block; ++j) blk[i4_byte(r, j)] = static_cast<uint8_t>(a[j] | c[j] << 4);
-        }
+        panel.put(r, u.data());
       }
-      finished.add(p * kPanel, std::min(kPanel, out - p * kPanel));
+      panel.write(0, dst + static_cast<size_t>(p) * nb * kI4BlockBytes);
+      finished.add(p * kPanel, rows);
     }
   }
   L.w_i4 = dst;
-  L.scales = steps;
-  L.mins = mins;
-  if (q4k_codes) {
-    keep_q4k_codes(L, q, src, row_bytes, per);
+  if (k_codes) {
+    codes->point(L);
+    L.scales = L.mins = nullptr;
   } else {
-    // A file's steps and minima as they are: halves where all of them are (always for Q4_0 and Q4_1).
-    keep_halves(L, q, per, false);
+    L.scales = steps;
+    L.mins = mins;
+    keep_halves(L, q, per, false);  // a file's steps and minima as they are: halves (Q4_0, Q4_1)
   }
   L.type = WeightType::I4;
   L.in_major = false;
@@ -485,60 +558,66 @@ void pack_i5_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
                                 " is neither a 5-bit format with a step per 32 nor Q6_K");
   const bool six = planes == 2;
   L.i5_planes = planes;
-  dst = destination(q, DECODELAB_ISA::quantized_size(L, WeightType::I5Blocks), dst);
+  dst = destination(q, DECODELAB_ISA::quantized_size(L, WeightType::I5Blocks), dst, false);  // PanelCodes writes it all
   const int in = L.in, out = L.out, panels = panel_count(out), nb = i4_blocks(in);
   const int G = kI4Block / q8_group(f), block_bytes = i5_block_bytes(planes);
-  const bool q6k_codes = six && nb % 8 == 0;
-  if (q6k_codes) done = nullptr;  // keep_q6k_codes reads the source again
+  // Q6_K keeps the file's scales and its unsigned codes as they are, Q5_0 and Q5_1 their halves and
+  // codes u = q + offset; Q5_K its steps and minima, formed in fp32 (kept as halves below if they are).
+  const bool k_codes = six && nb % 8 == 0;
+  const bool h_codes = f.type == BlockType::Q5_0 || f.type == BlockType::Q5_1;
   const bool with_min = q8_has_min(f);
   const int offset = with_min ? 0 : six ? 32 : 16;  // Q5_0's codes come centred, q - 16; Q6_K's q - 32
   const int limit = 16 << planes;
   const size_t per = static_cast<size_t>(panels) * nb * kPanel;
-  q.scales.assign(per * G + (with_min ? per : 0), 0.0f);
-  float* steps = q.scales.data();
-  float* mins = with_min ? steps + per * G : nullptr;
+  std::optional<Q6KScales> codes;
+  std::optional<Q5Halves> halves;
+  float *steps = nullptr, *mins = nullptr;
+  if (k_codes) {
+    codes.emplace(q, per);
+  } else if (h_codes) {
+    halves.emplace(q, per, with_min);
+  } else {
+    q.scales.assign(per * G + (with_min ? per : 0), 0.0f);
+    steps = q.scales.data();
+    mins = with_min ? steps + per * G : nullptr;
+  }
   const size_t row_bytes = static_cast<size_t>(in) / f.elems * f.bytes;
-  const int in_pad = nb * kI4Block;
   bool in_range = true;
 #pragma omp parallel reduction(&& : in_range)
   {
-    // A panel's codes (rows past the last and inputs past `in` zero), then each block built whole.
-    std::vector<uint8_t> codes(static_cast<size_t>(kPanel) * in_pad);
+    PanelCodes panel(nb);
+    std::vector<uint8_t> u(static_cast<size_t>(nb) * kI4Block);
     std::vector<int8_t> values(in);
     std::vector<float> st(static_cast<size_t>(nb) * G), mn(nb);
+    std::vector<uint16_t> scratch;
     DoneRows finished(done);
 #pragma omp for schedule(static)
     for (int p = 0; p < panels; ++p) {
-      std::fill(codes.begin(), codes.end(), uint8_t(0));
-      for (int r = 0; r < kPanel && p * kPanel + r < out; ++r) {
-        q8_sub_blocks(f, src + static_cast<size_t>(p * kPanel + r) * row_bytes, in, values.data(), st.data(), mn.data());
-        for (int b = 0; b < nb; ++b) {
-          for (int g = 0; g < G; ++g) steps[((static_cast<size_t>(p) * nb + b) * G + g) * kPanel + r] = st[b * G + g];
-          if (mins) mins[(static_cast<size_t>(p) * nb + b) * kPanel + r] = mn[b];
+      const int rows = std::min(kPanel, out - p * kPanel);
+      if (rows < kPanel) panel.clear();  // rows past the last stay zero
+      for (int r = 0; r < rows; ++r) {
+        const uint8_t* row = src + static_cast<size_t>(p * kPanel + r) * row_bytes;
+        if (k_codes) {
+          q6k_unsigned(row, in, u.data());
+          codes->put(row, nb, p, r);
+        } else if (h_codes) {
+          halves->put(f, row, nb, p, r, u.data(), scratch);
+        } else {
+          q8_sub_blocks(f, row, in, values.data(), st.data(), mn.data());
+          for (int b = 0; b < nb; ++b) {
+            for (int g = 0; g < G; ++g) steps[((static_cast<size_t>(p) * nb + b) * G + g) * kPanel + r] = st[b * G + g];
+            if (mins) mins[(static_cast<size_t>(p) * nb + b) * kPanel + r] = mn[b];
+          }
+          for (int i = 0; i < in; ++i) {
+            const int c = values[i] + offset;
+            in_range = in_range && c >= 0 && c < limit;
+            u[i] = static_cast<uint8_t>(c);
+          }
         }
-        for (int i = 0; i < in; ++i) {
-          const int u = values[i] + offset;
-          in_range = in_range && u >= 0 && u < limit;
-          codes[static_cast<size_t>(r) * in_pad + i] = static_cast<uint8_t>(u);
-        }
+        panel.put(r, u.data());
       }
-      for (int b = 0; b < nb; ++b) {
-        uint8_t* blk = dst + (static_cast<size_t>(p) * nb + b) * block_bytes;
-        for (int k = 0; k < kI4Block / 4; ++k) {
-          uint64_t high[2] = {0, 0};  // bit 4, bit 5
-          for (int l = 0; l < 8; ++l)
-            for (int j = 4 * k; j < 4 * k + 4; ++j) {
-              const uint8_t a = codes[static_cast<size_t>(l) * in_pad + b * kI4Block + j];
-              const uint8_t c = codes[static_cast<size_t>(l + 8) * in_pad + b * kI4Block + j];
-              blk[i4_byte(l, j)] = static_cast<uint8_t>((a & 15) | (c & 15) << 4);
-              for (int h = 0; h < planes; ++h)
-                high[h] |= static_cast<uint64_t>(a >> (4 + h) & 1) << i5_bit(l, j) |
-                           static_cast<uint64_t>(c >> (4 + h) & 1) << i5_bit(l + 8, j);
-            }
-          std::memcpy(blk + kI4BlockBytes + 8 * planes * k, high, 8 * planes);
-        }
-      }
-      finished.add(p * kPanel, std::min(kPanel, out - p * kPanel));
+      panel.write(planes, dst + static_cast<size_t>(p) * nb * block_bytes);
+      finished.add(p * kPanel, rows);
     }
   }
   if (!in_range)  // not expected: every such format's decoded codes lie in 0..31 (Q6_K: 0..63)
@@ -546,11 +625,17 @@ void pack_i5_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
                            std::to_string(limit - 1));
   L.w_i5 = dst;
   L.i5_offset = offset;
-  L.scales = steps;
-  L.mins = mins;
   L.i8b_groups = G;
-  if (q6k_codes) keep_q6k_codes(L, q, src, row_bytes, per);
-  else keep_i8b_halves(L, q, per * G, with_min ? per : 0);
+  L.scales = L.mins = nullptr;
+  if (k_codes) {
+    codes->point(L);
+  } else if (h_codes) {
+    halves->point(L);
+  } else {
+    L.scales = steps;
+    L.mins = mins;
+    keep_i8b_halves(L, q, per * G, with_min ? per : 0);
+  }
   L.type = WeightType::I5Blocks;
   L.in_major = false;
   L.w = nullptr;

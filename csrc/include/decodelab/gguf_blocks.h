@@ -41,6 +41,15 @@ void q4_sub_blocks(const BlockFormat& f, const uint8_t* src, size_t n, uint8_t* 
 // minimum are d sc and -dmin m of these, exactly.
 void q4k_codes(const uint8_t* src, size_t n, uint8_t* sc, uint8_t* m, uint16_t* d, uint16_t* neg_dmin);
 
+// The unsigned codes of n values (whole 256-value blocks), in order, one a byte: Q4_K's nibbles
+// (0..15, q4_sub_blocks' q) and Q6_K's six bits (0..63, q8_sub_blocks' q + 32). With q4k_codes and
+// Q6_K's own scales, what a packed layer keeps, read without forming a step in fp32.
+void q4k_nibbles(const uint8_t* src, size_t n, uint8_t* u);
+void q6k_unsigned(const uint8_t* src, size_t n, uint8_t* u);
+// Q5_0's and Q5_1's unsigned codes of n values (0..31; Q5_0's value is d (u - 16), Q5_1's d u + m)
+// and per 32 the half bits of d (and of m, Q5_1), as the file holds them.
+void q5_unsigned(const BlockFormat& f, const uint8_t* src, size_t n, uint8_t* u, uint16_t* d, uint16_t* m);
+
 // Any format's blocks holding n values as int8 codes q and per group of q8_group(f) values a step
 // (and, where q8_has_min(f), a minimum per 32 values) with value = step q + min: the exact values,
 // in the form the engine's 8-bit block kernel keeps (cpu/linear/layout.h). Q8_0 (q, d), Q5_0
