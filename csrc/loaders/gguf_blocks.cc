@@ -201,17 +201,18 @@ void q6k_unsigned(const uint8_t* src, size_t n, uint8_t* u) {
   }
 }
 
-void q5_unsigned(const BlockFormat& f, const uint8_t* src, size_t n, uint8_t* u, uint16_t* d, uint16_t* m) {
-  const bool one = f.type == BlockType::Q5_1;
+void half_step_codes(const BlockFormat& f, const uint8_t* src, size_t n, uint8_t* u, uint16_t* d, uint16_t* m) {
+  const bool with_min = f.type == BlockType::Q4_1 || f.type == BlockType::Q5_1;
+  const bool five = f.bits == 5;
   for (size_t i = 0; i < n / 32; ++i, src += f.bytes, u += 32) {
     std::memcpy(d + i, src, 2);
-    if (one) std::memcpy(m + i, src + 2, 2);
-    uint32_t qh;
-    std::memcpy(&qh, src + (one ? 4 : 2), 4);
-    const uint8_t* qs = src + (one ? 8 : 6);
-    for (int j = 0; j < 16; ++j) {  // as five_bits
-      u[j] = static_cast<uint8_t>((qs[j] & 0x0F) | ((qh >> j & 1) << 4));
-      u[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | ((qh >> (j + 16) & 1) << 4));
+    if (with_min) std::memcpy(m + i, src + 2, 2);
+    const uint8_t* q = src + (with_min ? 4 : 2);
+    uint32_t qh = 0;  // 5-bit formats: bit j is value j's fifth bit, before the nibbles
+    if (five) std::memcpy(&qh, q, 4), q += 4;
+    for (int j = 0; j < 16; ++j) {  // as five_bits and q4_sub_blocks
+      u[j] = static_cast<uint8_t>((q[j] & 0x0F) | ((qh >> j & 1) << 4));
+      u[j + 16] = static_cast<uint8_t>((q[j] >> 4) | ((qh >> (j + 16) & 1) << 4));
     }
   }
 }

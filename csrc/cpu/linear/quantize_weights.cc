@@ -67,25 +67,24 @@ static uint8_t* destination(QuantizedWeights& q, size_t bytes, uint8_t* dst, boo
   return dst;
 }
 
-// An I4 layer's steps and minima (q.scales: `per` of each) as halves, in half the bytes, where
-// every one of them is a half as it is (!round), or a normal half or zero once rounded to the
-// nearest (round: as GGUF's Q4_1 stores them); otherwise they stay fp32 as they are.
-static void keep_halves(Linear& L, QuantizedWeights& q, size_t per, bool round) {
+// An I4 layer's steps and minima (q.scales: `per` of each) rounded to halves, as GGUF's Q4_1 stores
+// them, in half the bytes, where every one of them is a normal half or zero once rounded;
+// otherwise they stay fp32 as they are.
+static void keep_halves(Linear& L, QuantizedWeights& q, size_t per) {
   q.halves.resize(2 * per);
   bool ok = true;
   for (size_t i = 0; i < 2 * per && ok; ++i) {
     const float x = q.scales[i];
     const uint16_t h = f32_to_f16(x);
     const uint32_t e = (h >> 10) & 0x1fu;
-    ok = round ? x == 0.0f || (e != 0 && e != 0x1f)  // no overflow, and no loss to a subnormal
-               : e != 0x1f && f16_to_f32(h) == x;    // the same value
+    ok = x == 0.0f || (e != 0 && e != 0x1f);  // no overflow, and no loss to a subnormal
     q.halves[i] = h;
   }
   if (!ok) {
     std::vector<uint16_t>().swap(q.halves);
     return;
   }
-  // Every minimum -8 steps (Q4_0's centred codes): the minima are not kept, the kernels form
+  // Every minimum -8 steps (centred codes, as Q4_0's): the minima are not kept, the kernels form
   // them as -8 x step, the same values.
   bool centred = true;
   for (size_t i = 0; i < per && centred; ++i) centred = q.scales[per + i] == -8.0f * q.scales[i];
@@ -151,11 +150,11 @@ struct Q6KScales {
   void point(Linear& L) const { L.k_sc8 = sc, L.k_d = d; }
 };
 
-// A Q5_0 or Q5_1 layer's steps (and minima) as the file's halves per panel, block and row, the
-// form keep_i8b_halves leaves them in (Linear::steps16, mins16).
-struct Q5Halves {
+// A Q4_0, Q4_1, Q5_0 or Q5_1 layer's steps (and minima) as the file's halves per panel, block and
+// row (Linear::steps16, mins16; Q4_0's and Q5_0's minima are formed from the step and offset).
+struct FileHalves {
   uint16_t *st, *mn = nullptr;
-  Q5Halves(QuantizedWeights& q, size_t per, bool with_min) {
+  FileHalves(QuantizedWeights& q, size_t per, bool with_min) {
     q.halves.assign(with_min ? 2 * per : per, 0);
     st = q.halves.data();
     if (with_min) mn = st + per;
@@ -164,7 +163,7 @@ struct Q5Halves {
   void put(const BlockFormat& f, const uint8_t* row, int nb, int p, int r, uint8_t* u,
            std::vector<uint16_t>& scratch) const {
     scratch.resize(static_cast<size_t>(2) * nb);
-    q5_unsigned(f, row, static_cast<size_t>(nb) * kI4Block, u, scratch.data(), scratch.data() + nb);
+    half_step_codes(f, row, static_cast<size_t>(nb) * kI4Block, u, scratch.data(), scratch.data() + nb);
     for (int b = 0; b < nb; ++b) {
       const size_t k = (static_cast<size_t>(p) * nb + b) * kPanel + r;
       st[k] = scratch[b];
@@ -404,7 +403,7 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
     L.w_i4 = dst;
     L.scales = steps;
     L.mins = mins;
-    keep_halves(L, q, per, true);
+    keep_halves(L, q, per);
   } else {
     // int8 per output row (scale max|w| / 127), packed into panels of G-value steps. w8a8 also
     // fills wsums[(p * blocks + b) * 16 + r] with -64 x the sum of row 16p + r over block b: the
@@ -450,25 +449,24 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
 
 void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, QuantizedWeights& q, uint8_t* dst,
                     const RowsDone* done) {
+  if (f.bits != 4 || L.in % f.elems != 0)
+    throw std::invalid_argument(std::string("4-bit blocks: ") + f.name + " rows of " + std::to_string(L.in) +
+                                " values are not whole blocks of a 4-bit format");
   dst = destination(q, DECODELAB_ISA::quantized_size(L, WeightType::I4), dst, false);  // PanelCodes writes it all
   const int in = L.in, out = L.out, panels = panel_count(out), nb = i4_blocks(in);
-  // Q4_K keeps the file's scale codes; Q4_0 and Q4_1 their steps and minima, as halves below.
-  const bool k_codes = f.type == BlockType::Q4_K && nb % 8 == 0;
+  // Q4_K keeps the file's scale codes, Q4_0 and Q4_1 their halves (Q4_0's minimum -8 steps).
+  const bool k_codes = f.type == BlockType::Q4_K;
   const size_t per = static_cast<size_t>(panels) * nb * kPanel;
   std::optional<Q4KCodes> codes;
-  float *steps = nullptr, *mins = nullptr;
-  if (k_codes) {
-    codes.emplace(q, per);
-  } else {
-    q.scales.assign(2 * per, 0.0f);
-    steps = q.scales.data(), mins = steps + per;
-  }
+  std::optional<FileHalves> halves;
+  if (k_codes) codes.emplace(q, per);
+  else halves.emplace(q, per, f.type == BlockType::Q4_1);
   const size_t row_bytes = static_cast<size_t>(in) / f.elems * f.bytes;
 #pragma omp parallel
   {
     PanelCodes panel(nb);
     std::vector<uint8_t> u(static_cast<size_t>(nb) * kI4Block), scratch;
-    std::vector<float> st(nb), mn(nb);
+    std::vector<uint16_t> scratch16;
     DoneRows finished(done);
 #pragma omp for schedule(static)
     for (int p = 0; p < panels; ++p) {
@@ -480,11 +478,7 @@ void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
           q4k_nibbles(row, in, u.data());
           codes->put(row, nb, p, r, scratch);
         } else {
-          q4_sub_blocks(f, row, in, u.data(), st.data(), mn.data());
-          for (int b = 0; b < nb; ++b) {
-            const size_t k = (static_cast<size_t>(p) * nb + b) * kPanel + r;
-            steps[k] = st[b], mins[k] = mn[b];
-          }
+          halves->put(f, row, nb, p, r, u.data(), scratch16);
         }
         panel.put(r, u.data());
       }
@@ -493,14 +487,9 @@ void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
     }
   }
   L.w_i4 = dst;
-  if (k_codes) {
-    codes->point(L);
-    L.scales = L.mins = nullptr;
-  } else {
-    L.scales = steps;
-    L.mins = mins;
-    keep_halves(L, q, per, false);  // a file's steps and minima as they are: halves (Q4_0, Q4_1)
-  }
+  L.scales = L.mins = nullptr;
+  if (k_codes) codes->point(L);
+  else halves->point(L);
   L.type = WeightType::I4;
   L.in_major = false;
   L.w = nullptr;
@@ -570,7 +559,7 @@ void pack_i5_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
   const int limit = 16 << planes;
   const size_t per = static_cast<size_t>(panels) * nb * kPanel;
   std::optional<Q6KScales> codes;
-  std::optional<Q5Halves> halves;
+  std::optional<FileHalves> halves;
   float *steps = nullptr, *mins = nullptr;
   if (k_codes) {
     codes.emplace(q, per);

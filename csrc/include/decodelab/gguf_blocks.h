@@ -46,9 +46,10 @@ void q4k_codes(const uint8_t* src, size_t n, uint8_t* sc, uint8_t* m, uint16_t* 
 // Q6_K's own scales, what a packed layer keeps, read without forming a step in fp32.
 void q4k_nibbles(const uint8_t* src, size_t n, uint8_t* u);
 void q6k_unsigned(const uint8_t* src, size_t n, uint8_t* u);
-// Q5_0's and Q5_1's unsigned codes of n values (0..31; Q5_0's value is d (u - 16), Q5_1's d u + m)
-// and per 32 the half bits of d (and of m, Q5_1), as the file holds them.
-void q5_unsigned(const BlockFormat& f, const uint8_t* src, size_t n, uint8_t* u, uint16_t* d, uint16_t* m);
+// The unsigned codes of n values of the formats with a half step per 32 values (Q4_0, Q4_1, Q5_0,
+// Q5_1: 0..15 or 0..31; Q4_0's value is d (u - 8), Q5_0's d (u - 16), the others' d u + m) and per
+// 32 the half bits of d (and of m, Q4_1 and Q5_1), as the file holds them.
+void half_step_codes(const BlockFormat& f, const uint8_t* src, size_t n, uint8_t* u, uint16_t* d, uint16_t* m);
 
 // Any format's blocks holding n values as int8 codes q and per group of q8_group(f) values a step
 // (and, where q8_has_min(f), a minimum per 32 values) with value = step q + min: the exact values,
