@@ -43,6 +43,37 @@ class DoneRows {
   int begin_ = 0, end_ = 0;
 };
 
+// The largest |x| of n values (0 for none; a NaN is passed over, as std::max passes it over).
+static float max_abs(const float* x, int n) {
+  float mx = 0.0f;
+  int i = 0;
+#if defined(__AVX2__)
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), m);  // NaN: m
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  for (float v : lanes) mx = std::max(mx, v);
+#endif
+  for (; i < n; ++i) mx = std::max(mx, std::fabs(x[i]));
+  return mx;
+}
+
+// x / scale rounded to the nearest integer, ties to even (lrint in the default rounding mode), kept
+// as the int8 cast keeps it, for n values.
+static void round_codes(const float* x, int n, float scale, int8_t* q) {
+  int i = 0;
+#if defined(__AVX2__)
+  const __m256 s = _mm256_set1_ps(scale);
+  alignas(32) int32_t lanes[8];
+  for (; i + 8 <= n; i += 8) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_cvtps_epi32(_mm256_div_ps(_mm256_loadu_ps(x + i), s)));
+    for (int k = 0; k < 8; ++k) q[i + k] = static_cast<int8_t>(lanes[k]);
+  }
+#endif
+  for (; i < n; ++i) q[i] = static_cast<int8_t>(std::lrint(x[i] / scale));
+}
+
 static size_t packed_size(int out, int in, int G) {
   return static_cast<size_t>(panel_count(out)) * kPanel * panel_steps(in, G) * G;
 }
@@ -417,6 +448,7 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
 #pragma omp parallel
     {
       std::vector<float> scratch;
+      std::vector<int8_t> codes(in);
       DoneRows finished(done);
 #pragma omp for schedule(static)
       for (int p = 0; p < panels; ++p) {
@@ -425,12 +457,12 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
         for (int r = 0; r < kPanel && p * kPanel + r < out; ++r) {
           const int o = p * kPanel + r;
           const float* row = rows + static_cast<size_t>(r) * in;
-          float mx = 0.0f;
-          for (int i = 0; i < in; ++i) mx = std::max(mx, std::fabs(row[i]));
+          const float mx = max_abs(row, in);
           const float scale = mx > 0.0f ? mx / 127.0f : 1.0f;
           q.scales[o] = scale;
+          round_codes(row, in, scale, codes.data());
           for (int i = 0; i < in; ++i) {
-            const int8_t v = static_cast<int8_t>(std::lrint(row[i] / scale));
+            const int8_t v = codes[i];
             panel[static_cast<size_t>(i / G) * kPanel * G + r * G + i % G] = v;
             if (a8) q.wsums[(static_cast<size_t>(p) * blocks + i / kI8Block) * kPanel + r] -= kA8Offset * v;
           }
