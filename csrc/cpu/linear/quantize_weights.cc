@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -257,6 +258,35 @@ class PanelCodes {
   int nb_;
 };
 
+// A layer of a file's blocks packed panel by panel on all threads: row_codes(p, r, row, u, scratch)
+// decodes output row 16 p + r (its blocks at `row`) into u (its 32 nb codes) and keeps the row's
+// steps, with a thread's own Scratch; each panel's blocks then go to dst with `planes` planes of
+// high bits (I5Blocks; none: I4), and its source rows to `done`.
+template <class Scratch, class RowCodes>
+static void pack_panels(const Linear& L, const uint8_t* src, size_t row_bytes, int planes, uint8_t* dst,
+                        const RowsDone* done, RowCodes&& row_codes) {
+  const int out = L.out, panels = panel_count(out), nb = i4_blocks(L.in);
+  const size_t panel_bytes = static_cast<size_t>(nb) * (planes ? i5_block_bytes(planes) : kI4BlockBytes);
+#pragma omp parallel
+  {
+    PanelCodes panel(nb);
+    std::vector<uint8_t> u(static_cast<size_t>(nb) * kI4Block);
+    Scratch scratch;
+    DoneRows finished(done);
+#pragma omp for schedule(static)
+    for (int p = 0; p < panels; ++p) {
+      const int rows = std::min(kPanel, out - p * kPanel);
+      if (rows < kPanel) panel.clear();  // rows past the last stay zero
+      for (int r = 0; r < rows; ++r) {
+        row_codes(p, r, src + static_cast<size_t>(p * kPanel + r) * row_bytes, u.data(), scratch);
+        panel.put(r, u.data());
+      }
+      panel.write(planes, dst + static_cast<size_t>(p) * panel_bytes);
+      finished.add(p * kPanel, rows);
+    }
+  }
+}
+
 // An I8Blocks layer's steps (n_steps) and minima (n_mins) as halves where every one of them is a
 // half as it is (Q8_0, Q5_0, Q5_1 always), in half the bytes; otherwise they stay fp32.
 static void keep_i8b_halves(Linear& L, QuantizedWeights& q, size_t n_steps, size_t n_mins) {
@@ -485,7 +515,7 @@ void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
     throw std::invalid_argument(std::string("4-bit blocks: ") + f.name + " rows of " + std::to_string(L.in) +
                                 " values are not whole blocks of a 4-bit format");
   dst = destination(q, DECODELAB_ISA::quantized_size(L, WeightType::I4), dst, false);  // PanelCodes writes it all
-  const int in = L.in, out = L.out, panels = panel_count(out), nb = i4_blocks(in);
+  const int in = L.in, panels = panel_count(L.out), nb = i4_blocks(in);
   // Q4_K keeps the file's scale codes, Q4_0 and Q4_1 their halves (Q4_0's minimum -8 steps).
   const bool k_codes = f.type == BlockType::Q4_K;
   const size_t per = static_cast<size_t>(panels) * nb * kPanel;
@@ -494,30 +524,19 @@ void pack_i4_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
   if (k_codes) codes.emplace(q, per);
   else halves.emplace(q, per, f.type == BlockType::Q4_1);
   const size_t row_bytes = static_cast<size_t>(in) / f.elems * f.bytes;
-#pragma omp parallel
-  {
-    PanelCodes panel(nb);
-    std::vector<uint8_t> u(static_cast<size_t>(nb) * kI4Block), scratch;
-    std::vector<uint16_t> scratch16;
-    DoneRows finished(done);
-#pragma omp for schedule(static)
-    for (int p = 0; p < panels; ++p) {
-      const int rows = std::min(kPanel, out - p * kPanel);
-      if (rows < kPanel) panel.clear();  // rows past the last stay zero
-      for (int r = 0; r < rows; ++r) {
-        const uint8_t* row = src + static_cast<size_t>(p * kPanel + r) * row_bytes;
-        if (k_codes) {
-          q4k_nibbles(row, in, u.data());
-          codes->put(row, nb, p, r, scratch);
-        } else {
-          halves->put(f, row, nb, p, r, u.data(), scratch16);
-        }
-        panel.put(r, u.data());
-      }
-      panel.write(0, dst + static_cast<size_t>(p) * nb * kI4BlockBytes);
-      finished.add(p * kPanel, rows);
-    }
-  }
+  struct Scratch {
+    std::vector<uint8_t> codes;
+    std::vector<uint16_t> halves;
+  };
+  pack_panels<Scratch>(L, src, row_bytes, 0, dst, done,
+                       [&](int p, int r, const uint8_t* row, uint8_t* u, Scratch& scratch) {
+                         if (k_codes) {
+                           q4k_nibbles(row, in, u);
+                           codes->put(row, nb, p, r, scratch.codes);
+                         } else {
+                           halves->put(f, row, nb, p, r, u, scratch.halves);
+                         }
+                       });
   L.w_i4 = dst;
   L.scales = L.mins = nullptr;
   if (k_codes) codes->point(L);
@@ -580,8 +599,8 @@ void pack_i5_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
   const bool six = planes == 2;
   L.i5_planes = planes;
   dst = destination(q, DECODELAB_ISA::quantized_size(L, WeightType::I5Blocks), dst, false);  // PanelCodes writes it all
-  const int in = L.in, out = L.out, panels = panel_count(out), nb = i4_blocks(in);
-  const int G = kI4Block / q8_group(f), block_bytes = i5_block_bytes(planes);
+  const int in = L.in, panels = panel_count(L.out), nb = i4_blocks(in);
+  const int G = kI4Block / q8_group(f);
   // Q6_K keeps the file's scales and its unsigned codes as they are, Q5_0 and Q5_1 their halves and
   // codes u = q + offset; Q5_K its steps and minima, formed in fp32 (kept as halves below if they are).
   const bool k_codes = six && nb % 8 == 0;
@@ -603,44 +622,38 @@ void pack_i5_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
     mins = with_min ? steps + per * G : nullptr;
   }
   const size_t row_bytes = static_cast<size_t>(in) / f.elems * f.bytes;
-  bool in_range = true;
-#pragma omp parallel reduction(&& : in_range)
-  {
-    PanelCodes panel(nb);
-    std::vector<uint8_t> u(static_cast<size_t>(nb) * kI4Block);
-    std::vector<int8_t> values(in);
-    std::vector<float> st(static_cast<size_t>(nb) * G), mn(nb);
-    std::vector<uint16_t> scratch;
-    DoneRows finished(done);
-#pragma omp for schedule(static)
-    for (int p = 0; p < panels; ++p) {
-      const int rows = std::min(kPanel, out - p * kPanel);
-      if (rows < kPanel) panel.clear();  // rows past the last stay zero
-      for (int r = 0; r < rows; ++r) {
-        const uint8_t* row = src + static_cast<size_t>(p * kPanel + r) * row_bytes;
-        if (k_codes) {
-          q6k_unsigned(row, in, u.data());
-          codes->put(row, nb, p, r);
-        } else if (h_codes) {
-          halves->put(f, row, nb, p, r, u.data(), scratch);
-        } else {
-          q8_sub_blocks(f, row, in, values.data(), st.data(), mn.data());
-          for (int b = 0; b < nb; ++b) {
-            for (int g = 0; g < G; ++g) steps[((static_cast<size_t>(p) * nb + b) * G + g) * kPanel + r] = st[b * G + g];
-            if (mins) mins[(static_cast<size_t>(p) * nb + b) * kPanel + r] = mn[b];
-          }
-          for (int i = 0; i < in; ++i) {
-            const int c = values[i] + offset;
-            in_range = in_range && c >= 0 && c < limit;
-            u[i] = static_cast<uint8_t>(c);
-          }
-        }
-        panel.put(r, u.data());
-      }
-      panel.write(planes, dst + static_cast<size_t>(p) * nb * block_bytes);
-      finished.add(p * kPanel, rows);
-    }
-  }
+  std::atomic<bool> in_range{true};
+  struct Scratch {
+    std::vector<int8_t> values;
+    std::vector<float> st, mn;
+    std::vector<uint16_t> halves;
+  };
+  pack_panels<Scratch>(L, src, row_bytes, planes, dst, done,
+                       [&](int p, int r, const uint8_t* row, uint8_t* u, Scratch& scratch) {
+                         if (k_codes) {
+                           q6k_unsigned(row, in, u);
+                           codes->put(row, nb, p, r);
+                           return;
+                         }
+                         if (h_codes) {
+                           halves->put(f, row, nb, p, r, u, scratch.halves);
+                           return;
+                         }
+                         scratch.values.resize(in), scratch.st.resize(static_cast<size_t>(nb) * G), scratch.mn.resize(nb);
+                         q8_sub_blocks(f, row, in, scratch.values.data(), scratch.st.data(), scratch.mn.data());
+                         for (int b = 0; b < nb; ++b) {
+                           for (int g = 0; g < G; ++g)
+                             steps[((static_cast<size_t>(p) * nb + b) * G + g) * kPanel + r] = scratch.st[b * G + g];
+                           if (mins) mins[(static_cast<size_t>(p) * nb + b) * kPanel + r] = scratch.mn[b];
+                         }
+                         bool ok = true;
+                         for (int i = 0; i < in; ++i) {
+                           const int c = scratch.values[i] + offset;
+                           ok = ok && c >= 0 && c < limit;
+                           u[i] = static_cast<uint8_t>(c);
+                         }
+                         if (!ok) in_range.store(false, std::memory_order_relaxed);
+                       });
   if (!in_range)  // not expected: every such format's decoded codes lie in 0..31 (Q6_K: 0..63)
     throw std::logic_error(std::string("5- and 6-bit blocks: a ") + f.name + " code outside 0.." +
                            std::to_string(limit - 1));
