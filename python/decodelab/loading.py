@@ -347,9 +347,11 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
         dtype = native or "float32"
     if bf16_matmul is None:  # int8 keeps one kernel at every row count: the same bits on every path
         bf16_matmul = dtype == "bfloat16" and kernel_choice.bf16_matmul()
-    _core.trim_heap()  # what reading the files freed (a GGUF vocabulary's lists) goes back before the weights come
-    file_tokenizer = _Beside(read_tokenizer) if tokenizer is None else None
+    _core.trim_heap()  # what reading the files freed goes back before the weights come
+    file_tokenizer = None
     try:
+        if tokenizer is None:  # the file's own, read while the engine converts (see _Beside)
+            file_tokenizer = _Beside(read_tokenizer)
         engine = _core.Engine(core_config, files, tensors, n_threads, dtype, zero_copy, int(kv_block_size),
                               bf16_matmul)
     except BaseException:
@@ -368,7 +370,7 @@ def load(path: Union[str, os.PathLike], *, dtype: Optional[str] = None, threads:
         else:
             tok = load_tokenizer(os.fspath(tokenizer), config.vocab_size)
     except _MALFORMED as e:
-        raise ValueError(f"malformed tokenizer beside {path} ({type(e).__name__}: {e})") from None
+        raise ValueError(f"{path}: malformed tokenizer ({type(e).__name__}: {e})") from None
     _core.trim_heap()
     model = Model(engine, config, tok, path)
     # What another process needs to load the same model again (threads aside), e.g. a Ray replica.

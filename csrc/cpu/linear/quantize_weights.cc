@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -60,19 +61,26 @@ static float max_abs(const float* x, int n) {
   return mx;
 }
 
-// x / scale rounded to the nearest integer, ties to even (lrint in the default rounding mode), kept
-// as the int8 cast keeps it, for n values.
+// x / scale rounded to the nearest integer, ties to even (lrint in the default rounding mode), held
+// to [-127, 127], for n values. Only a row of subnormal values (its scale rounded) or one holding a
+// NaN or an infinity can fall outside; a cast alone would wrap 128 to -128.
 static void round_codes(const float* x, int n, float scale, int8_t* q) {
   int i = 0;
 #if defined(__AVX2__)
   const __m256 s = _mm256_set1_ps(scale);
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
   alignas(32) int32_t lanes[8];
   for (; i + 8 <= n; i += 8) {
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_cvtps_epi32(_mm256_div_ps(_mm256_loadu_ps(x + i), s)));
+    const __m256i v = _mm256_cvtps_epi32(_mm256_div_ps(_mm256_loadu_ps(x + i), s));  // NaN, overflow: INT_MIN
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_min_epi32(_mm256_max_epi32(v, lo), hi));
     for (int k = 0; k < 8; ++k) q[i + k] = static_cast<int8_t>(lanes[k]);
   }
 #endif
-  for (; i < n; ++i) q[i] = static_cast<int8_t>(std::lrint(x[i] / scale));
+  for (; i < n; ++i) {
+    const float v = x[i] / scale;  // as the vector lanes: NaN and anything past int32 give INT_MIN
+    const long r = v == v && std::fabs(v) < 2147483648.0f ? std::lrint(v) : std::numeric_limits<int32_t>::min();
+    q[i] = static_cast<int8_t>(std::clamp(r, -127L, 127L));
+  }
 }
 
 static size_t packed_size(int out, int in, int G) {
@@ -488,7 +496,8 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
           const int o = p * kPanel + r;
           const float* row = rows + static_cast<size_t>(r) * in;
           const float mx = max_abs(row, in);
-          const float scale = mx > 0.0f ? mx / 127.0f : 1.0f;
+          float scale = mx / 127.0f;
+          if (!(scale > 0.0f)) scale = 1.0f;  // all zeros, or subnormals whose step rounds to 0
           q.scales[o] = scale;
           round_codes(row, in, scale, codes.data());
           for (int i = 0; i < in; ++i) {
