@@ -29,16 +29,6 @@ void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
   }
 }
 
-// One block's 32 values q (0..31) of Q5_0 / Q5_1: low nibbles then high ones, bit j of qh on top.
-void five_bits(const uint8_t* qh4, const uint8_t* qs, int* q) {
-  uint32_t qh;
-  std::memcpy(&qh, qh4, 4);
-  for (int j = 0; j < 16; ++j) {
-    q[j] = (qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10);
-    q[j + 16] = (qs[j] >> 4) | ((qh >> (j + 12)) & 0x10);
-  }
-}
-
 }  // namespace
 
 const BlockFormat* find_block_format(const std::string& name) {
@@ -73,15 +63,17 @@ void dequantize_blocks(const BlockFormat& f, const uint8_t* src, size_t n, float
         break;
       }
       case BlockType::Q5_0: {
-        int q[32];
-        five_bits(src + 2, src + 6, q);
+        uint8_t q[32];
+        uint16_t dh, mh;
+        half_step_codes(f, src, 32, q, &dh, &mh);
         const float d = half(src);
         for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(q[j] - 16) * d;
         break;
       }
       case BlockType::Q5_1: {
-        int q[32];
-        five_bits(src + 4, src + 8, q);
+        uint8_t q[32];
+        uint16_t dh, mh;
+        half_step_codes(f, src, 32, q, &dh, &mh);
         const float d = half(src), m = half(src + 2);
         for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(q[j]) * d + m;
         break;
@@ -108,24 +100,12 @@ void dequantize_blocks(const BlockFormat& f, const uint8_t* src, size_t n, float
         }
         break;
       }
-      case BlockType::Q6_K: {
-        const uint8_t* ql = src;
-        const uint8_t* qh = src + 128;
+      case BlockType::Q6_K: {  // value o: d sc[o / 16] (u - 32)
+        uint8_t u[256];
+        q6k_unsigned(src, 256, u);
         const int8_t* sc = reinterpret_cast<const int8_t*>(src + 192);
         const float d = half(src + 208);
-        float* out = y;
-        for (int n128 = 0; n128 < 2; ++n128, out += 128, ql += 64, qh += 32, sc += 8)
-          for (int l = 0; l < 32; ++l) {
-            const int is = l / 16;
-            const int q1 = ((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
-            const int q2 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
-            const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-            const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-            out[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
-            out[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
-            out[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
-            out[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
-          }
+        for (int o = 0; o < 256; ++o) y[o] = d * static_cast<float>(sc[o / 16]) * static_cast<float>(u[o] - 32);
         break;
       }
     }
@@ -133,32 +113,24 @@ void dequantize_blocks(const BlockFormat& f, const uint8_t* src, size_t n, float
 }
 
 void q4_sub_blocks(const BlockFormat& f, const uint8_t* src, size_t n, uint8_t* q, float* step, float* min) {
-  const size_t nb = n / f.elems;
-  for (size_t i = 0; i < nb; ++i, src += f.bytes) {
-    if (f.type == BlockType::Q4_0 || f.type == BlockType::Q4_1) {
-      const float d = half(src);
-      *step++ = d;
-      *min++ = f.type == BlockType::Q4_0 ? -8.0f * d : half(src + 2);
-      const uint8_t* qs = src + (f.type == BlockType::Q4_0 ? 2 : 4);
-      for (int j = 0; j < 16; ++j) {
-        q[j] = qs[j] & 0x0F;
-        q[j + 16] = qs[j] >> 4;
-      }
-      q += 32;
-    } else {  // Q4_K: 8 sub-blocks of 32, in the order dequantize_blocks writes them
+  if (f.type == BlockType::Q4_K) {  // 8 sub-blocks of 32, in the order dequantize_blocks writes them
+    q4k_nibbles(src, n, q);
+    for (size_t i = 0; i < n / 256; ++i, src += f.bytes) {
       const float d = half(src), dmin = half(src + 2);
-      const uint8_t* ql = src + 16;
-      for (int is = 0; is < 8; is += 2, ql += 32) {
-        for (int h = 0; h < 2; ++h) {
-          int sc, m;
-          scale_min_k4(is + h, src + 4, &sc, &m);
-          *step++ = d * static_cast<float>(sc);
-          *min++ = -(dmin * static_cast<float>(m));
-          for (int l = 0; l < 32; ++l) q[l] = h ? ql[l] >> 4 : ql[l] & 0x0F;
-          q += 32;
-        }
+      for (int j = 0; j < 8; ++j) {
+        int sc, m;
+        scale_min_k4(j, src + 4, &sc, &m);
+        *step++ = d * static_cast<float>(sc);
+        *min++ = -(dmin * static_cast<float>(m));
       }
     }
+    return;
+  }
+  std::vector<uint16_t> d(n / 32), m(n / 32);  // Q4_0, Q4_1
+  half_step_codes(f, src, n, q, d.data(), m.data());
+  for (size_t i = 0; i < n / 32; ++i) {
+    step[i] = f16_to_f32(d[i]);
+    min[i] = f.type == BlockType::Q4_0 ? -8.0f * step[i] : f16_to_f32(m[i]);
   }
 }
 
@@ -250,10 +222,11 @@ void q8_sub_blocks(const BlockFormat& f, const uint8_t* src, size_t n, int8_t* q
       case BlockType::Q5_0:
       case BlockType::Q5_1: {
         const bool one = f.type == BlockType::Q5_1;
-        int v[32];
-        five_bits(src + (one ? 4 : 2), src + (one ? 8 : 6), v);
-        *step++ = half(src);
-        if (one) *min++ = half(src + 2);
+        uint8_t v[32];
+        uint16_t dh, mh;
+        half_step_codes(f, src, 32, v, &dh, &mh);
+        *step++ = f16_to_f32(dh);
+        if (one) *min++ = f16_to_f32(mh);
         for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(one ? v[j] : v[j] - 16);
         q += 32;
         break;
@@ -277,19 +250,14 @@ void q8_sub_blocks(const BlockFormat& f, const uint8_t* src, size_t n, int8_t* q
         break;
       }
       case BlockType::Q6_K: {  // 16 groups of 16 values, group g scaled by d sc[g]
-        const uint8_t* ql = src;
-        const uint8_t* qh = src + 128;
         const int8_t* sc = reinterpret_cast<const int8_t*>(src + 192);
         const float d = half(src + 208);
         for (int g = 0; g < 16; ++g) step[g] = d * static_cast<float>(sc[g]);
         step += 16;
-        for (int n128 = 0; n128 < 2; ++n128, q += 128, ql += 64, qh += 32)
-          for (int l = 0; l < 32; ++l) {
-            q[l] = static_cast<int8_t>(((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32);
-            q[l + 32] = static_cast<int8_t>(((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32);
-            q[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-            q[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-          }
+        uint8_t u[256];
+        q6k_unsigned(src, 256, u);
+        for (int j = 0; j < 256; ++j) q[j] = static_cast<int8_t>(u[j] - 32);
+        q += 256;
         break;
       }
       default: break;

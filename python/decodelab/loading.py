@@ -151,8 +151,8 @@ def _read_model_files(path: str):
 
 class _Beside:
     """A call run on a thread of its own while the caller goes on; result() waits for it and returns
-    its value or raises its exception. load() reads the tokenizer so while the engine converts the
-    weights (the engine lets go of the GIL): building a 150k-260k token BPE takes about as long as
+    its value or raises its exception. load() reads the tokenizer on one while the engine converts
+    the weights (the engine lets go of the GIL): building a 150k-260k token BPE takes about as long as
     packing a 4-bit file's layers. A thread per call, not a pool, so that a forked child never
     waits on a pool's thread that stayed in its parent."""
 
