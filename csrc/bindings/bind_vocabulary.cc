@@ -1,6 +1,6 @@
-// Vocabulary helpers for the Python readers: a GGUF string array read in one pass, and the
-// SentencePiece-BPE merge list (every split of a token into two vocabulary pieces, ranked by the
-// token's score). Both run per token over 100k-300k tokens, where a Python loop took seconds.
+// Vocabulary helpers for the Python readers: a GGUF string array read in one pass, a BPE file's
+// merges checked against the vocabulary, and the SentencePiece-BPE merge list (every split of a
+// token into two vocabulary pieces, ranked by the token's score). Both run per token over 100k-300k tokens, where a Python loop took seconds.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -9,7 +9,6 @@
 #include <cstring>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #ifdef __GLIBC__
@@ -56,6 +55,76 @@ py::tuple gguf_strings(const py::buffer& buf, uint64_t pos, uint64_t count, uint
   return py::make_tuple(out, pos);
 }
 
+// The tokens' UTF-8 text, borrowed from the list's str objects (which keep it alive).
+std::vector<std::string_view> utf8_views(const py::list& tokens) {
+  std::vector<std::string_view> text(tokens.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    Py_ssize_t len;
+    const char* p = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(tokens.ptr(), static_cast<Py_ssize_t>(i)), &len);
+    if (!p) throw py::error_already_set();
+    text[i] = std::string_view(p, static_cast<size_t>(len));
+  }
+  return text;
+}
+
+// Token text -> first id, in one flat open-addressed array: each slot holds the text's hash in its
+// high half and id + 1 in its low one (0: empty), so a probe rarely compares bytes. Node-based
+// std::unordered_map took a cache miss per lookup, and these loops look up millions of pieces.
+class TokenIndex {
+ public:
+  explicit TokenIndex(const std::vector<std::string_view>& text) : text_(text) {
+    size_t cap = 16;
+    while (cap < 2 * text.size()) cap *= 2;
+    slots_.assign(cap, 0);
+    mask_ = cap - 1;
+    for (size_t i = 0; i < text.size(); ++i) {
+      const uint64_t h = hash(text[i]);
+      for (size_t s = h & mask_;; s = (s + 1) & mask_) {
+        if (slots_[s] == 0) {
+          slots_[s] = (h & kHigh) | (i + 1);
+          break;
+        }
+        if (same(slots_[s], h, text[i])) break;  // a repeat keeps the first id
+      }
+    }
+  }
+  // The first id of `piece`, or -1.
+  int64_t find(std::string_view piece) const {
+    const uint64_t h = hash(piece);
+    for (size_t s = h & mask_; slots_[s] != 0; s = (s + 1) & mask_)
+      if (same(slots_[s], h, piece)) return static_cast<int64_t>(slots_[s] & ~kHigh) - 1;
+    return -1;
+  }
+
+ private:
+  static constexpr uint64_t kHigh = 0xFFFFFFFF00000000ull;
+  static uint64_t hash(std::string_view v) {  // FNV-1a, then mixed so the low bits pick the slot
+    uint64_t h = 1469598103934665603ull;
+    for (const char c : v) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+    return h ^ (h >> 29);
+  }
+  bool same(uint64_t slot, uint64_t h, std::string_view v) const {
+    return (slot & kHigh) == (h & kHigh) && text_[(slot & ~kHigh) - 1] == v;
+  }
+  const std::vector<std::string_view>& text_;
+  std::vector<uint64_t> slots_;
+  uint64_t mask_ = 0;
+};
+
+// (tokens[left], tokens[right]) as a tuple of the tokens' own str objects, not copies (Gemma 3:
+// 40 MiB of tuples rather than 125 MiB with a new str for every piece).
+PyObject* token_pair(const py::list& tokens, int64_t left, int64_t right) {
+  PyObject* a = PyList_GET_ITEM(tokens.ptr(), static_cast<Py_ssize_t>(left));
+  PyObject* b = PyList_GET_ITEM(tokens.ptr(), static_cast<Py_ssize_t>(right));
+  PyObject* pair = PyTuple_New(2);
+  if (!pair) throw py::error_already_set();
+  Py_INCREF(a);
+  Py_INCREF(b);
+  PyTuple_SET_ITEM(pair, 0, a);
+  PyTuple_SET_ITEM(pair, 1, b);
+  return pair;
+}
+
 // SentencePiece BPE as llama.cpp runs it merges the adjacent pair whose joined text is the
 // highest-scoring token (the leftmost among equals). As BPE merges: for every token with
 // eligible[i], each split at a character boundary into two vocabulary tokens (a token's id is its
@@ -66,16 +135,8 @@ py::list spm_merges(const py::list& tokens, const py::array_t<double, py::array:
   if (static_cast<size_t>(scores.size()) != n || static_cast<size_t>(eligible.size()) != n)
     throw py::value_error("spm_merges: " + std::to_string(n) + " tokens but " + std::to_string(scores.size()) +
                           " scores and " + std::to_string(eligible.size()) + " flags");
-  std::vector<std::string_view> text(n);
-  for (size_t i = 0; i < n; ++i) {
-    Py_ssize_t len;
-    const char* p = PyUnicode_AsUTF8AndSize(tokens[i].ptr(), &len);  // kept by the str object
-    if (!p) throw py::error_already_set();
-    text[i] = std::string_view(p, static_cast<size_t>(len));
-  }
-  std::unordered_map<std::string_view, int32_t> id;
-  id.reserve(n * 2);
-  for (size_t i = 0; i < n; ++i) id.emplace(text[i], static_cast<int32_t>(i));  // keeps the first
+  const std::vector<std::string_view> text = utf8_views(tokens);
+  const TokenIndex id(text);
   struct Merge {
     double neg_score;
     int32_t token, left, right;
@@ -88,11 +149,11 @@ py::list spm_merges(const py::list& tokens, const py::array_t<double, py::array:
     const std::string_view t = text[i];
     for (size_t k = 1; k < t.size(); ++k) {
       if ((static_cast<uint8_t>(t[k]) & 0xC0) == 0x80) continue;  // inside a character
-      const auto a = id.find(t.substr(0, k));
-      if (a == id.end()) continue;
-      const auto b = id.find(t.substr(k));
-      if (b == id.end()) continue;
-      ranked.push_back({-sc[i], static_cast<int32_t>(i), a->second, b->second});
+      const int64_t b = id.find(t.substr(k));  // a suffix is a token less often than a prefix
+      if (b < 0) continue;
+      const int64_t a = id.find(t.substr(0, k));
+      if (a < 0) continue;
+      ranked.push_back({-sc[i], static_cast<int32_t>(i), static_cast<int32_t>(a), static_cast<int32_t>(b)});
     }
   }
   std::sort(ranked.begin(), ranked.end(), [](const Merge& x, const Merge& y) {
@@ -100,12 +161,37 @@ py::list spm_merges(const py::list& tokens, const py::array_t<double, py::array:
     if (x.token != y.token) return x.token < y.token;
     return x.left < y.left;
   });
-  // Each piece is a vocabulary token: the pair holds the tokens' own str objects, not copies
-  // (Gemma 3: 40 MiB of tuples rather than 125 MiB with a new str for every piece).
   py::list out(ranked.size());
-  for (size_t j = 0; j < ranked.size(); ++j) {
-    py::tuple pair = py::make_tuple(tokens[ranked[j].left], tokens[ranked[j].right]);
-    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(j), pair.release().ptr());
+  for (size_t j = 0; j < ranked.size(); ++j)
+    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(j), token_pair(tokens, ranked[j].left, ranked[j].right));
+  return out;
+}
+
+// A byte-level BPE file's merges ("left right", split at the first space) as (left, right) pairs
+// of the tokens' own str objects. Each must name two tokens whose joined text is a token too:
+// `tokenizers` raises a bare Exception, or panics, on one that does not; here it is a ValueError
+// naming the merge, for the caller to name the file.
+py::list bpe_merges(const py::list& tokens, const py::list& merges) {
+  const std::vector<std::string_view> text = utf8_views(tokens);
+  const TokenIndex id(text);
+  const std::vector<std::string_view> lines = utf8_views(merges);
+  py::list out(lines.size());
+  std::string joined;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string_view m = lines[i];
+    const size_t sp = m.find(' ');
+    int64_t a = -1, b = -1;
+    if (sp != std::string_view::npos) {
+      a = id.find(m.substr(0, sp));
+      b = id.find(m.substr(sp + 1));
+      joined.assign(m.substr(0, sp)).append(m.substr(sp + 1));
+    }
+    if (a < 0 || b < 0 || id.find(joined) < 0) {
+      const py::object head = merges[i].attr("__getitem__")(py::slice(0, 64, 1));
+      throw py::value_error("merge " + std::to_string(i) + " (" + py::repr(head).cast<std::string>() +
+                            ") is not two vocabulary tokens, separated by a space, whose joined text is a token too");
+    }
+    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), token_pair(tokens, a, b));
   }
   return out;
 }
@@ -126,6 +212,8 @@ void register_vocabulary(py::module_& m) {
         "count GGUF strings from buffer[pos:]: (list of str, offset after them); ValueError names the element");
   m.def("spm_merges", &spm_merges, py::arg("tokens"), py::arg("scores"), py::arg("eligible"),
         "SentencePiece BPE's merges as (left, right) pairs, ranked by the joined token's score");
+  m.def("bpe_merges", &bpe_merges, py::arg("tokens"), py::arg("merges"),
+        "a BPE file's 'left right' merges as (left, right) pairs of vocabulary tokens; ValueError names the merge");
 }
 
 }  // namespace decodelab

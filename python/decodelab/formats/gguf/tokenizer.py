@@ -113,17 +113,14 @@ def _vocab(tokens: List[str]) -> Dict[str, int]:
     return vocab
 
 
-def _merges(g: GGUFFile, vocab: Dict[str, int]) -> List[tuple]:
-    """The file's merges as (left, right) pairs, each checked: `tokenizers` raises a bare Exception,
-    or panics, on a merge outside the vocabulary."""
-    merges = []
-    for i, m in enumerate(_array(g, "tokenizer.ggml.merges", -1, "str") or []):
-        a, sep, b = m.partition(" ")
-        if not sep or a not in vocab or b not in vocab or a + b not in vocab:
-            raise ValueError(f"{g.path}: GGUF merge {i} ({m[:64]!r}) is not two vocabulary tokens, separated "
-                             "by a space, whose joined text is a token too")
-        merges.append((a, b))
-    return merges
+def _merges(g: GGUFFile, tokens: List[str]) -> List[tuple]:
+    """The file's merges as (left, right) pairs, each checked (in C++: Qwen's 151,387 merges took
+    0.16 s as a Python loop): `tokenizers` raises a bare Exception, or panics, on a merge outside
+    the vocabulary."""
+    try:
+        return _core.bpe_merges(tokens, _array(g, "tokenizer.ggml.merges", -1, "str") or [])
+    except ValueError as e:
+        raise ValueError(f"{g.path}: GGUF {e}") from None
 
 
 def _gpt2_model(g: GGUFFile, tokens: List[str], _types):
@@ -141,7 +138,7 @@ def _gpt2_model(g: GGUFFile, tokens: List[str], _types):
             [pre_tokenizers.Split(Regex(r), behavior="isolated", invert=False) for r in SPLITS[pre]]
             + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     vocab = _vocab(tokens)
-    model = models.BPE(vocab=vocab, merges=_merges(g, vocab), fuse_unk=False, ignore_merges=pre in _LLAMA3_STYLE)
+    model = models.BPE(vocab=vocab, merges=_merges(g, tokens), fuse_unk=False, ignore_merges=pre in _LLAMA3_STYLE)
     return model, None, pre_tok, decoders.ByteLevel(), pre in _LLAMA3_STYLE, False
 
 
@@ -151,7 +148,7 @@ def _gemma4_model(g: GGUFFile, tokens: List[str], _types):
     from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers
 
     vocab = _vocab(tokens)
-    model = models.BPE(vocab=vocab, merges=_merges(g, vocab), fuse_unk=False, byte_fallback=True)
+    model = models.BPE(vocab=vocab, merges=_merges(g, tokens), fuse_unk=False, byte_fallback=True)
     decoder = decoders.Sequence([decoders.Replace(SPIECE_SPACE, " "), decoders.ByteFallback(), decoders.Fuse()])
     pre_tok = pre_tokenizers.Split(Regex(r"[^\n]+|[\n]+"), behavior="isolated", invert=False)
     return model, normalizers.Replace(" ", SPIECE_SPACE), pre_tok, decoder, True, False
