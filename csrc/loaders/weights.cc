@@ -63,11 +63,24 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     }
     data_ = static_cast<const uint8_t*>(p);
   }
-  ::close(fd);
+  fd_ = fd;
 }
 
 MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  ::close(fd_);
+}
+
+void MappedFile::read(uint64_t offset, size_t n, void* dst) const {
+  auto* out = static_cast<uint8_t*>(dst);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd_, out, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0)
+      throw std::runtime_error("model file " + path_ + " no longer holds the " + std::to_string(n) +
+                               " bytes at offset " + std::to_string(offset) + (got < 0 ? std::string(": ") + std::strerror(errno) : ""));
+    out += got, offset += static_cast<uint64_t>(got), n -= static_cast<size_t>(got);
+  }
 }
 
 WeightStore::WeightStore(const std::vector<std::string>& files, const std::vector<TensorInfo>& tensors) {
@@ -166,6 +179,12 @@ const uint8_t* WeightStore::blocks(const std::string& name, const std::vector<in
                                 " but the config implies " + shape_str(shape));
   *format = e.block;
   return files_[e.info.file]->data() + e.info.offset;
+}
+
+std::pair<const MappedFile*, uint64_t> WeightStore::source(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return {nullptr, 0};
+  return {files_[it->second.info.file].get(), it->second.info.offset};
 }
 
 bool WeightStore::in_place(const std::string& name) const {

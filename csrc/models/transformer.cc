@@ -207,7 +207,8 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     final_w_ = norm_w("model.norm.weight", D);
     if (blocks_of.count(&lm_head_)) {  // rows of the table decoded per token; a tied head reads the blocks too
       const Blocks& e = blocks_of[&lm_head_];
-      embed_blocks_ = {e.format, e.data, static_cast<size_t>(D) / e.format->elems * e.format->bytes};
+      const auto [file, offset] = W.source(e.name);
+      embed_blocks_ = {e.format, file, offset, static_cast<size_t>(D) / e.format->elems * e.format->bytes};
       if (!cfg_.tie_word_embeddings) blocks_of.erase(&lm_head_);
     }
     if (!cfg_.tie_word_embeddings && !from_blocks(lm_head_, "lm_head.weight", V, D))
@@ -654,14 +655,18 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
     }
   }
 
+  std::vector<uint8_t> raw(tok_embed_ ? 0 : embed_blocks_.row_bytes);
   for (int s = 0; s < n_seg; ++s)
     for (int t = 0; t < rows[s]; ++t) {
       const int r = first[s] + t;
       float* row = x + static_cast<size_t>(r) * D;
-      if (tok_embed_)
+      if (tok_embed_) {
         std::memcpy(row, tok_embed_ + static_cast<size_t>(tokens[r]) * D, D * sizeof(float));
-      else  // a table kept in a file's blocks: one row decoded
-        dequantize_blocks(*embed_blocks_.format, embed_blocks_.data + tokens[r] * embed_blocks_.row_bytes, D, row);
+      } else {  // a table kept in a file's blocks: one row read and decoded
+        embed_blocks_.file->read(embed_blocks_.offset + static_cast<uint64_t>(tokens[r]) * embed_blocks_.row_bytes,
+                                 raw.size(), raw.data());
+        dequantize_blocks(*embed_blocks_.format, raw.data(), D, row);
+      }
       if (cfg_.embed_scale > 0.0f)  // Gemma: embeddings times sqrt(hidden size), in fp32
         for (int i = 0; i < D; ++i) row[i] *= cfg_.embed_scale;
       if (pos_embed_) add_inplace(row, pos_embed_ + static_cast<size_t>(p0[s] + t) * D, D);

@@ -143,9 +143,12 @@ class Transformer {
   mutable std::atomic<bool> drop_pending_{false};
   mutable std::atomic<int> active_{0};
   const float* tok_embed_ = nullptr;   // (vocab, dim), unless the table stays in a file's blocks:
+  // read a row at a time with pread, not through the mapping, where a fault would map 64 KiB of
+  // neighbouring rows (the kernel's fault-around) that then stay resident.
   struct BlockRows {
     const BlockFormat* format = nullptr;
-    const uint8_t* data = nullptr;
+    const MappedFile* file = nullptr;
+    uint64_t offset = 0;  // of row 0 in the file
     size_t row_bytes = 0;
   } embed_blocks_;
   const float* pos_embed_ = nullptr;   // GPT-2: (max_position, dim)

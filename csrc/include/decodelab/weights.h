@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "decodelab/aligned.h"
@@ -41,11 +42,15 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Copies bytes [offset, offset + n) of the file into dst with pread, from the page cache,
+  // mapping nothing into the process; std::runtime_error if the file no longer holds them.
+  void read(uint64_t offset, size_t n, void* dst) const;
 
  private:
   std::string path_;
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
+  int fd_ = -1;  // kept open for read()
 };
 
 class WeightStore {
@@ -67,6 +72,8 @@ class WeightStore {
   // (gguf_blocks.h), setting *format; null for any other dtype or a missing tensor. The shape
   // must equal `shape`. f32() decodes such a tensor into an owned copy instead.
   const uint8_t* blocks(const std::string& name, const std::vector<int64_t>& shape, const BlockFormat** format) const;
+  // The file that holds tensor `name` and the byte offset of its data there; null for a missing one.
+  std::pair<const MappedFile*, uint64_t> source(const std::string& name) const;
   // Whether f32(name, ...) returns the mapped bytes themselves (fp32 at a 4-byte boundary).
   bool in_place(const std::string& name) const;
 
