@@ -11,7 +11,9 @@ own greedy decode (best of --repeats runs each, the same tokens checked), accept
 round, drafts per round, the draft's cost per step against the target's (c), and the standard
 cost model's prediction for those rounds: tokens per round / (drafts per round x c + v), with v
 the target's cost to verify a round's drafts + 1 tokens in one call against one decode step
-(measured per length, averaged over the rounds). Prompt lookup (draft="prompt_lookup") runs
+(measured per length with every row's logits, as verification computes them, averaged over
+the rounds). Beside it, where the run's time went: each round's drafting and verification in plain
+decode steps of the same run (s.draft_seconds and s.verify_seconds). Prompt lookup (draft="prompt_lookup") runs
 beside them. llama.cpp (llama-cpp-python, which exposes prompt lookup but no draft model) runs
 the same prompt ids in a process of its own, greedy, alone and with LlamaPromptLookupDecoding
 (10 tokens), as the peer rows. Results go to benchmarks/results/bench_speculative_files.json.
@@ -22,6 +24,8 @@ import os
 import subprocess
 import sys
 import time
+
+import numpy as np
 
 import decodelab
 from decodelab import testing
@@ -67,10 +71,12 @@ def chat_ids(model, task):
 
 
 def best_rate(model, ids, n, repeats, **kw):
+    """The best decode tokens/s of `repeats` runs, and that run's Generation."""
     best, g = 0.0, None
     for _ in range(repeats):
-        g = model.generate(ids, max_new_tokens=n, **kw)
-        best = max(best, g.decode_tokens_per_second)
+        run = model.generate(ids, max_new_tokens=n, **kw)
+        if g is None or run.decode_tokens_per_second > best:
+            best, g = run.decode_tokens_per_second, run
     return best, g
 
 
@@ -83,8 +89,8 @@ def step_seconds(model, tokens=1, repeats=12):
         t0 = time.perf_counter()
         if tokens == 1:
             model.decode(200 + i, cache)
-        else:  # k + 1 tokens onto the cache in one call, as a verification step reads the weights once
-            model.prefill(list(range(300, 300 + tokens)), cache)
+        else:  # k + 1 tokens onto the cache in one call with every row's logits, as verification runs
+            model._engine.forward(np.arange(300, 300 + tokens, dtype=np.int64), cache, True)
         best = min(best, time.perf_counter() - t0)
     return best
 
@@ -160,13 +166,19 @@ def main():
                 drafts = s.drafted / len(s.rounds)
                 v = sum(verify[len(r.draft)] for r in s.rounds) / len(s.rounds)
                 predicted = s.tokens_per_round / (drafts * c + v)
+                # Where the run's time went, per round in plain decode steps of this run.
+                step = 1.0 / plain
+                draft_steps = s.draft_seconds / len(s.rounds) / step
+                verify_steps = s.verify_seconds / len(s.rounds) / step
                 rows.append({"task": task, "draft": "qwen2.5-coder-0.5b", "k": k, "draft_p_min": p_min,
                              "decode_tok_s": rate, "speedup": rate / plain, "acceptance": s.acceptance_rate,
                              "tokens_per_round": s.tokens_per_round, "drafts_per_round": drafts, "draft_cost": c,
-                             "verify_cost": v, "predicted_speedup": predicted})
+                             "verify_cost": v, "predicted_speedup": predicted,
+                             "run_draft_steps_per_round": draft_steps, "run_verify_steps_per_round": verify_steps})
                 print(f"  k={k} p_min={p_min}: {rate:.1f} tok/s, {rate / plain:.2f}x (model {predicted:.2f}x), "
                       f"acceptance {s.acceptance_rate:.2f}, {s.tokens_per_round:.2f} tokens and {drafts:.2f} drafts "
-                      "a round", flush=True)
+                      f"a round; a round took {draft_steps:.2f} steps drafting and {verify_steps:.2f} verifying",
+                      flush=True)
         rate, g = best_rate(target, ids, a.max_tokens, a.repeats, draft="prompt_lookup", num_draft_tokens=10)
         assert g.token_ids == want.token_ids
         rows.append({"task": task, "draft": "prompt_lookup", "k": 10, "decode_tok_s": rate, "speedup": rate / plain,

@@ -259,6 +259,7 @@ def lesson_title(path):
 # Benchmarks page: the latest speed tables and a plot of the ratios against llama.cpp.
 
 SPEED_FILES = [
+    ("bench_speed_fetched_rows.json", "The three real GGUF files against llama.cpp, embedding rows read with pread"),
     ("bench_speed_fetched_pack.json", "The three real GGUF files against llama.cpp, after one-pass packing at load"),
     ("bench_speed_fetched_5bit.json", "Qwen2.5-Coder-0.5B and Gemma 3 270M with their 5-bit layers in 5 bits"),
     ("bench_speed_fetched.json", "Real GGUF files against llama.cpp (before 5-bit layers: the 1.5B row stands)"),
