@@ -50,7 +50,8 @@ def _unpermute(w, n_heads):
 class _Folder(Mapping):
     """A folder's safetensors tensors by name as float32. F32 tensors are views of the files'
     memory maps, read only when written out (an fp32 folder of any size streams through, one
-    tensor resident at a time: see release); others are converted on access."""
+    tensor resident at a time: see release); others are converted on access, or when written
+    out where `lazy` names them (a bf16 folder streams through too)."""
 
     def __init__(self, folder):
         self._maps, self._where = [], {}
@@ -77,6 +78,13 @@ class _Folder(Mapping):
             return (a.astype(np.uint32) << 16).view(np.float32)
         return a
 
+    def lazy(self, name):
+        """Tensor `name` as __getitem__ gives it, an F32 view at once, any other dtype converted
+        only when it is written (_Later): indexing converts at once, and the bf16 matrices of an
+        8B folder held as fp32 together took more than 24 GiB."""
+        m, dtype, shape, at, nbytes = self._where[name]
+        return self[name] if dtype == "F32" else _Later(self.__getitem__, name, shape=shape)
+
     def __iter__(self):
         return iter(self._where)
 
@@ -95,14 +103,16 @@ _tensors = _Folder  # the name benchmarks used before the folder was read lazily
 
 
 class _Later:
-    """A tensor computed when it is written (a permuted copy), so that the copies of all layers
-    are not held at once."""
+    """A tensor computed when it is written (a permuted copy, a converted bf16 matrix), so that
+    the copies of all layers are not held at once. `shape` defaults to the first argument's; an
+    argument that is itself a _Later is computed first."""
 
-    def __init__(self, fn, *args):
+    def __init__(self, fn, *args, shape=None):
         self.fn, self.args = fn, args
+        self.shape = tuple(args[0].shape if shape is None else shape)
 
     def __call__(self):
-        return self.fn(*self.args)
+        return self.fn(*(a() if isinstance(a, _Later) else a for a in self.args))
 
 
 # Layer counts llama.cpp takes for the 27B models, whose scores it scales by (hidden / heads)^-0.5.
@@ -290,9 +300,9 @@ def export(folder, out, tensor_type="F32"):
         w.add_rope_dimension_count(hd)
         w.add_rope_freq_base(model.rope_theta)
         w.add_layer_norm_rms_eps(model.norm_eps)
-        names = {"token_embd.weight": t["model.embed_tokens.weight"], "output_norm.weight": t["model.norm.weight"]}
+        names = {"token_embd.weight": t.lazy("model.embed_tokens.weight"), "output_norm.weight": t["model.norm.weight"]}
         if not model.tie_word_embeddings:
-            names["output.weight"] = t["lm_head.weight"]
+            names["output.weight"] = t.lazy("lm_head.weight")
         if model.rope.rope_type == "llama3":  # llama.cpp divides each frequency by its factor
             base = 1.0 / model.rope_theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
             names["rope_freqs.weight"] = (base.astype(np.float32) / np.asarray(model.rope.inv_freq, np.float32))
@@ -300,10 +310,10 @@ def export(folder, out, tensor_type="F32"):
             h = f"model.layers.{i}."
             names[f"blk.{i}.attn_norm.weight"] = t[h + "input_layernorm.weight"]
             names[f"blk.{i}.ffn_norm.weight"] = t[h + "post_attention_layernorm.weight"]
-            names[f"blk.{i}.attn_q.weight"] = permute(t[h + "self_attn.q_proj.weight"], nh)
-            names[f"blk.{i}.attn_k.weight"] = permute(t[h + "self_attn.k_proj.weight"], nkv)
-            names[f"blk.{i}.attn_v.weight"] = t[h + "self_attn.v_proj.weight"]
-            names[f"blk.{i}.attn_output.weight"] = t[h + "self_attn.o_proj.weight"]
+            names[f"blk.{i}.attn_q.weight"] = permute(t.lazy(h + "self_attn.q_proj.weight"), nh)
+            names[f"blk.{i}.attn_k.weight"] = permute(t.lazy(h + "self_attn.k_proj.weight"), nkv)
+            names[f"blk.{i}.attn_v.weight"] = t.lazy(h + "self_attn.v_proj.weight")
+            names[f"blk.{i}.attn_output.weight"] = t.lazy(h + "self_attn.o_proj.weight")
             for x, n in (("q", nh), ("k", nkv), ("v", 0), ("o", 0)):
                 b = t.get(h + f"self_attn.{x}_proj.bias")
                 if b is not None:
@@ -312,9 +322,9 @@ def export(folder, out, tensor_type="F32"):
             if model.qk_norm:
                 names[f"blk.{i}.attn_q_norm.weight"] = t[h + "self_attn.q_norm.weight"]
                 names[f"blk.{i}.attn_k_norm.weight"] = t[h + "self_attn.k_norm.weight"]
-            names[f"blk.{i}.ffn_gate.weight"] = t[h + "mlp.gate_proj.weight"]
-            names[f"blk.{i}.ffn_up.weight"] = t[h + "mlp.up_proj.weight"]
-            names[f"blk.{i}.ffn_down.weight"] = t[h + "mlp.down_proj.weight"]
+            names[f"blk.{i}.ffn_gate.weight"] = t.lazy(h + "mlp.gate_proj.weight")
+            names[f"blk.{i}.ffn_up.weight"] = t.lazy(h + "mlp.up_proj.weight")
+            names[f"blk.{i}.ffn_down.weight"] = t.lazy(h + "mlp.down_proj.weight")
     elif cfg["model_type"] in ("gemma2", "gemma3", "gemma3_text"):
         from ...config import from_hf_dict
 
@@ -355,7 +365,8 @@ def export(folder, out, tensor_type="F32"):
             elif model.rope.rope_type != "default":
                 raise ValueError(f"rope scaling {model.rope.rope_type!r} is not exported for gemma3 (linear is)")
         # llama.cpp stores Gemma's norm weights as the 1 + w they are applied as.
-        names = {"token_embd.weight": t["model.embed_tokens.weight"], "output_norm.weight": 1 + t["model.norm.weight"]}
+        names = {"token_embd.weight": t.lazy("model.embed_tokens.weight"),
+                 "output_norm.weight": 1 + t["model.norm.weight"]}
         for i in range(L):
             h = f"model.layers.{i}."
             for src, dst in (("input_layernorm", "attn_norm"), ("post_attention_layernorm", "post_attention_norm"),
@@ -366,7 +377,7 @@ def export(folder, out, tensor_type="F32"):
             for src, dst in (("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"), ("self_attn.v_proj", "attn_v"),
                              ("self_attn.o_proj", "attn_output"), ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"),
                              ("mlp.down_proj", "ffn_down")):
-                names[f"blk.{i}.{dst}.weight"] = t[h + src + ".weight"]
+                names[f"blk.{i}.{dst}.weight"] = t.lazy(h + src + ".weight")
     elif cfg["model_type"] == "phi3":
         from ...config import from_hf_dict
 
@@ -379,9 +390,9 @@ def export(folder, out, tensor_type="F32"):
         w.add_layer_norm_rms_eps(model.norm_eps)
         if model.sliding_window:  # llama.cpp ignores it (a different model past the window); decodelab reads it
             w.add_sliding_window(model.sliding_window[0])
-        names = {"token_embd.weight": t["model.embed_tokens.weight"], "output_norm.weight": t["model.norm.weight"]}
+        names = {"token_embd.weight": t.lazy("model.embed_tokens.weight"), "output_norm.weight": t["model.norm.weight"]}
         if not model.tie_word_embeddings:
-            names["output.weight"] = t["lm_head.weight"]
+            names["output.weight"] = t.lazy("lm_head.weight")
         if model.rope.rope_type == "longrope":  # the factors as tensors, as llama.cpp's converter writes them
             params = dict(cfg.get("rope_parameters") or {}, **(cfg.get("rope_scaling") or {}))
             w.add_rope_scaling_attn_factors(model.rope.attention_factor)
@@ -395,7 +406,7 @@ def export(folder, out, tensor_type="F32"):
             for src, dst in (("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"),
                              ("self_attn.qkv_proj", "attn_qkv"), ("self_attn.o_proj", "attn_output"),
                              ("mlp.gate_up_proj", "ffn_up"), ("mlp.down_proj", "ffn_down")):
-                names[f"blk.{i}.{dst}.weight"] = t[h + src + ".weight"]
+                names[f"blk.{i}.{dst}.weight"] = t.lazy(h + src + ".weight")
     elif cfg["model_type"] == "gpt_neox":
         from ...config import from_hf_dict
 
@@ -446,7 +457,7 @@ def export(folder, out, tensor_type="F32"):
         return gguf.GGMLQuantizationType["Q5_0" if tensor_type == "Q4_K" and shape[-1] % 256 else tensor_type]
 
     def shape_of(arr):
-        return tuple(arr.args[0].shape) if isinstance(arr, _Later) else tuple(arr.shape)
+        return tuple(arr.shape)
 
     for name, arr in names.items():
         qtype = stored_type(shape_of(arr))
