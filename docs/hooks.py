@@ -263,6 +263,7 @@ SPEED_FILES = [
     ("bench_speed_fetched_pack.json", "The three real GGUF files against llama.cpp, after one-pass packing at load"),
     ("bench_speed_fetched_5bit.json", "Qwen2.5-Coder-0.5B and Gemma 3 270M with their 5-bit layers in 5 bits"),
     ("bench_speed_fetched.json", "Real GGUF files against llama.cpp (before 5-bit layers: the 1.5B row stands)"),
+    ("bench_speed_shapes_8b.json", "A random checkpoint of the Llama 3 8B shape as GGUF (bf16 folder, streamed)"),
     ("bench_speed_shapes.json", "Random checkpoints of the Llama 3.2 1B and Qwen2.5 3B shapes as GGUF"),
     ("bench_speed_shapes_q4_0.json", "The Q4_0 shapes, rerun"),
     ("bench_speed.json", "Small models against every peer"),
