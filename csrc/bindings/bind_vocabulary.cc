@@ -1,6 +1,7 @@
 // Vocabulary helpers for the Python readers: a GGUF string array read in one pass, a BPE file's
 // merges checked against the vocabulary, and the SentencePiece-BPE merge list (every split of a
-// token into two vocabulary pieces, ranked by the token's score). Both run per token over 100k-300k tokens, where a Python loop took seconds.
+// token into two vocabulary pieces, ranked by the token's score). Each runs per token over
+// 100k-500k tokens or merges, where a Python loop took seconds.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 

@@ -76,9 +76,11 @@ void MappedFile::read(uint64_t offset, size_t n, void* dst) const {
   while (n > 0) {
     const ssize_t got = ::pread(fd_, out, n, static_cast<off_t>(offset));
     if (got < 0 && errno == EINTR) continue;
-    if (got <= 0)
+    if (got <= 0) {
+      const std::string why = got < 0 ? std::string(": ") + std::strerror(errno) : "";
       throw std::runtime_error("model file " + path_ + " no longer holds the " + std::to_string(n) +
-                               " bytes at offset " + std::to_string(offset) + (got < 0 ? std::string(": ") + std::strerror(errno) : ""));
+                               " bytes at offset " + std::to_string(offset) + why);
+    }
     out += got, offset += static_cast<uint64_t>(got), n -= static_cast<size_t>(got);
   }
 }
