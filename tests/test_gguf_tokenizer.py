@@ -239,6 +239,46 @@ def test_random_tokenizer_metadata_gives_a_tokenizer_or_a_value_error(tmp_path):
     assert 0 < built < 300
 
 
+def test_bpe_merges_equal_a_plain_loop(tmp_path):
+    """The file's merges, checked in C++: the pairs a plain loop over the vocabulary gives (each
+    piece a token, split at the first space, the joined text a token too), the pieces the
+    vocabulary's own strings, a repeated token's first place kept; a bad merge is named."""
+    rng = np.random.default_rng(5)
+    chars = list("abĠé日😀")
+    tokens = chars + ["".join(rng.choice(chars, rng.integers(2, 5))) for _ in range(300)] + ["", "a b"]
+    tokens += tokens[5:15]  # repeats
+    first = {}
+    for i, t in enumerate(tokens):
+        first.setdefault(t, i)
+    merges = [f"{a} {b}" for a in tokens[:40] for b in tokens[:40] if a + b in first][:500]
+    merges += [" a", "a  b"]  # an empty left piece; a right piece " b" (not a token here: refused below)
+    def valid(m):
+        a, sep, b = m.partition(" ")
+        return bool(sep) and a in first and b in first and a + b in first
+
+    good = [m for m in merges if valid(m)]
+    assert len(good) > 100
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_merges(good)
+    _finish(w)
+    with GGUFFile(str(tmp_path / "m.gguf")) as g:
+        got = gguf_tokenizer._merges(g, g.metadata["tokenizer.ggml.tokens"])
+        toks = g.metadata["tokenizer.ggml.tokens"]
+        assert got == [tuple(m.partition(" ")[::2]) for m in good]
+        assert all(a is toks[first[a]] and b is toks[first[b]] for a, b in got)
+    bad = next(m for m in merges if m not in good)
+    w = gguf.GGUFWriter(str(tmp_path / "bad.gguf"), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_merges(good[:3] + [bad])
+    _finish(w)
+    with GGUFFile(str(tmp_path / "bad.gguf")) as g:
+        with pytest.raises(ValueError, match=r"bad\.gguf: GGUF merge 3 \(.*\) is not two vocabulary tokens"):
+            gguf_tokenizer._merges(g, g.metadata["tokenizer.ggml.tokens"])
+
+
 def _spm_merges_reference(tokens, scores, types):
     """SentencePiece BPE's merges as a plain loop: every split at a character into two vocabulary
     tokens, ranked by (-score, token id, left piece's first id)."""

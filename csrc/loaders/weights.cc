@@ -47,7 +47,7 @@ size_t dtype_size(DType dtype) {
 }
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // kept for read(): not for a program this one starts
   if (fd < 0) throw std::invalid_argument("cannot open model file " + path + ": " + std::strerror(errno));
   struct stat st;
   if (::fstat(fd, &st) != 0) {
@@ -75,9 +75,10 @@ void MappedFile::read(uint64_t offset, size_t n, void* dst) const {
   auto* out = static_cast<uint8_t*>(dst);
   while (n > 0) {
     const ssize_t got = ::pread(fd_, out, n, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
+    const int err = errno;
+    if (got < 0 && err == EINTR) continue;
     if (got <= 0) {
-      const std::string why = got < 0 ? std::string(": ") + std::strerror(errno) : "";
+      const std::string why = got < 0 ? std::string(": ") + std::strerror(err) : "";
       throw std::runtime_error("model file " + path_ + " no longer holds the " + std::to_string(n) +
                                " bytes at offset " + std::to_string(offset) + why);
     }

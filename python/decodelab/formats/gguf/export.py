@@ -68,9 +68,7 @@ class _Folder(Mapping):
 
     def __getitem__(self, name):
         m, dtype, shape, at, nbytes = self._where[name]
-        kind = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}.get(dtype)
-        if kind is None:
-            raise ValueError(f"tensor {name!r} has dtype {dtype}; the exporter reads F32, F16 and BF16")
+        kind = self._kind(name, dtype)
         a = np.frombuffer(m, kind, nbytes // np.dtype(kind).itemsize, at).reshape(shape)
         if dtype == "F16":
             return a.astype(np.float32)
@@ -83,7 +81,15 @@ class _Folder(Mapping):
         only when it is written (_Later): indexing converts at once, and the bf16 matrices of an
         8B folder held as fp32 together took more than 24 GiB."""
         m, dtype, shape, at, nbytes = self._where[name]
+        self._kind(name, dtype)  # an unreadable dtype raises now, before any tensor is written
         return self[name] if dtype == "F32" else _Later(self.__getitem__, name, shape=shape)
+
+    @staticmethod
+    def _kind(name, dtype):
+        kind = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}.get(dtype)
+        if kind is None:
+            raise ValueError(f"tensor {name!r} has dtype {dtype}; the exporter reads F32, F16 and BF16")
+        return kind
 
     def __iter__(self):
         return iter(self._where)
