@@ -500,11 +500,16 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
           if (!(scale > 0.0f)) scale = 1.0f;  // all zeros, or subnormals whose step rounds to 0
           q.scales[o] = scale;
           round_codes(row, in, scale, codes.data());
-          for (int i = 0; i < in; ++i) {
-            const int8_t v = codes[i];
-            panel[static_cast<size_t>(i / G) * kPanel * G + r * G + i % G] = v;
-            if (a8) q.wsums[(static_cast<size_t>(p) * blocks + i / kI8Block) * kPanel + r] -= kA8Offset * v;
-          }
+          // Step s's G codes go to panel[s * 16 G + r G ...]: a copy per step, not a division per code.
+          for (int i0 = 0; i0 < in; i0 += G)
+            std::memcpy(panel + static_cast<size_t>(i0) * kPanel + r * G, codes.data() + i0,
+                        static_cast<size_t>(std::min(G, in - i0)));
+          if (a8)
+            for (int b = 0; b < blocks; ++b) {
+              int32_t sum = 0;
+              for (int i = b * kI8Block; i < std::min(in, (b + 1) * kI8Block); ++i) sum += codes[i];
+              q.wsums[(static_cast<size_t>(p) * blocks + b) * kPanel + r] -= kA8Offset * sum;
+            }
         }
         finished.add(p * kPanel, std::min(kPanel, out - p * kPanel));
       }
