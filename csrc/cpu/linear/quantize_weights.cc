@@ -83,6 +83,15 @@ static void round_codes(const float* x, int n, float scale, int8_t* q) {
   }
 }
 
+// Row r's codes into its panel: step s's G codes at panel[s * 16 G + r G ...], a step per move
+// (G a constant: one load and store each), not a division per code.
+template <int G>
+static void place_codes(const int8_t* codes, int in, int r, int8_t* panel) {
+  int i0 = 0;
+  for (; i0 + G <= in; i0 += G) std::memcpy(panel + static_cast<size_t>(i0) * kPanel + r * G, codes + i0, G);
+  for (int g = 0; i0 + g < in; ++g) panel[static_cast<size_t>(i0) * kPanel + r * G + g] = codes[i0 + g];
+}
+
 static size_t packed_size(int out, int in, int G) {
   return static_cast<size_t>(panel_count(out)) * kPanel * panel_steps(in, G) * G;
 }
@@ -500,10 +509,8 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
           if (!(scale > 0.0f)) scale = 1.0f;  // all zeros, or subnormals whose step rounds to 0
           q.scales[o] = scale;
           round_codes(row, in, scale, codes.data());
-          // Step s's G codes go to panel[s * 16 G + r G ...]: a copy per step, not a division per code.
-          for (int i0 = 0; i0 < in; i0 += G)
-            std::memcpy(panel + static_cast<size_t>(i0) * kPanel + r * G, codes.data() + i0,
-                        static_cast<size_t>(std::min(G, in - i0)));
+          if (a8) place_codes<kA8Step>(codes.data(), in, r, panel);
+          else place_codes<kI8Step>(codes.data(), in, r, panel);
           if (a8)
             for (int b = 0; b < blocks; ++b) {
               int32_t sum = 0;
