@@ -655,7 +655,9 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
     }
   }
 
-  std::vector<uint8_t> raw(tok_embed_ ? 0 : embed_blocks_.row_bytes);
+  // A row of the file's blocks is read into h, which the first norm fills only after this loop
+  // (a block format holds at most 4 bytes a value, so a row fits in D floats).
+  uint8_t* raw = reinterpret_cast<uint8_t*>(h);
   for (int s = 0; s < n_seg; ++s)
     for (int t = 0; t < rows[s]; ++t) {
       const int r = first[s] + t;
@@ -664,8 +666,8 @@ void Transformer::run(const int32_t* tokens, int R, KVCache* const* caches, cons
         std::memcpy(row, tok_embed_ + static_cast<size_t>(tokens[r]) * D, D * sizeof(float));
       } else {  // a table kept in a file's blocks: one row read and decoded
         embed_blocks_.file->read(embed_blocks_.offset + static_cast<uint64_t>(tokens[r]) * embed_blocks_.row_bytes,
-                                 raw.size(), raw.data());
-        dequantize_blocks(*embed_blocks_.format, raw.data(), D, row);
+                                 embed_blocks_.row_bytes, raw);
+        dequantize_blocks(*embed_blocks_.format, raw, D, row);
       }
       if (cfg_.embed_scale > 0.0f)  // Gemma: embeddings times sqrt(hidden size), in fp32
         for (int i = 0; i < D; ++i) row[i] *= cfg_.embed_scale;

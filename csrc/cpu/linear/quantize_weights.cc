@@ -509,14 +509,16 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
           if (!(scale > 0.0f)) scale = 1.0f;  // all zeros, or subnormals whose step rounds to 0
           q.scales[o] = scale;
           round_codes(row, in, scale, codes.data());
-          if (a8) place_codes<kA8Step>(codes.data(), in, r, panel);
-          else place_codes<kI8Step>(codes.data(), in, r, panel);
-          if (a8)
-            for (int b = 0; b < blocks; ++b) {
-              int32_t sum = 0;
-              for (int i = b * kI8Block; i < std::min(in, (b + 1) * kI8Block); ++i) sum += codes[i];
-              q.wsums[(static_cast<size_t>(p) * blocks + b) * kPanel + r] -= kA8Offset * sum;
-            }
+          if (!a8) {
+            place_codes<kI8Step>(codes.data(), in, r, panel);
+            continue;
+          }
+          place_codes<kA8Step>(codes.data(), in, r, panel);
+          for (int b = 0; b < blocks; ++b) {
+            int32_t sum = 0;
+            for (int i = b * kI8Block; i < std::min(in, (b + 1) * kI8Block); ++i) sum += codes[i];
+            q.wsums[(static_cast<size_t>(p) * blocks + b) * kPanel + r] -= kA8Offset * sum;
+          }
         }
         finished.add(p * kPanel, std::min(kPanel, out - p * kPanel));
       }
