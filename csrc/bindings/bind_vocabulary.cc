@@ -112,25 +112,21 @@ class TokenIndex {
   uint64_t mask_ = 0;
 };
 
-// (tokens[left], tokens[right]) as a tuple of the tokens' own str objects, not copies (Gemma 3:
-// 40 MiB of tuples rather than 125 MiB with a new str for every piece).
-PyObject* token_pair(const py::list& tokens, int64_t left, int64_t right) {
-  PyObject* a = PyList_GET_ITEM(tokens.ptr(), static_cast<Py_ssize_t>(left));
-  PyObject* b = PyList_GET_ITEM(tokens.ptr(), static_cast<Py_ssize_t>(right));
-  PyObject* pair = PyTuple_New(2);
-  if (!pair) throw py::error_already_set();
-  Py_INCREF(a);
-  Py_INCREF(b);
-  PyTuple_SET_ITEM(pair, 0, a);
-  PyTuple_SET_ITEM(pair, 1, b);
-  return pair;
+// Merges as two int32 arrays of token ids (left pieces, right pieces): 4 MiB for Gemma 3's
+// 514,847 rather than 40 MiB of tuples; the reader pairs the tokens' own str objects lazily.
+py::tuple id_pairs(const std::vector<std::pair<int32_t, int32_t>>& pairs) {
+  py::array_t<int32_t> left(static_cast<py::ssize_t>(pairs.size())), right(static_cast<py::ssize_t>(pairs.size()));
+  int32_t* l = left.mutable_data();
+  int32_t* r = right.mutable_data();
+  for (size_t j = 0; j < pairs.size(); ++j) l[j] = pairs[j].first, r[j] = pairs[j].second;
+  return py::make_tuple(left, right);
 }
 
 // SentencePiece BPE as llama.cpp runs it merges the adjacent pair whose joined text is the
 // highest-scoring token (the leftmost among equals). As BPE merges: for every token with
 // eligible[i], each split at a character boundary into two vocabulary tokens (a token's id is its
-// first position in `tokens`), ranked by (-score, token id, id of the left piece).
-py::list spm_merges(const py::list& tokens, const py::array_t<double, py::array::c_style | py::array::forcecast>& scores,
+// first position in `tokens`), ranked by (-score, token id, id of the left piece): (left ids, right ids).
+py::tuple spm_merges(const py::list& tokens, const py::array_t<double, py::array::c_style | py::array::forcecast>& scores,
                     const py::array_t<bool, py::array::c_style | py::array::forcecast>& eligible) {
   const size_t n = tokens.size();
   if (static_cast<size_t>(scores.size()) != n || static_cast<size_t>(eligible.size()) != n)
@@ -162,21 +158,21 @@ py::list spm_merges(const py::list& tokens, const py::array_t<double, py::array:
     if (x.token != y.token) return x.token < y.token;
     return x.left < y.left;
   });
-  py::list out(ranked.size());
-  for (size_t j = 0; j < ranked.size(); ++j)
-    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(j), token_pair(tokens, ranked[j].left, ranked[j].right));
-  return out;
+  std::vector<std::pair<int32_t, int32_t>> pairs(ranked.size());
+  for (size_t j = 0; j < ranked.size(); ++j) pairs[j] = {ranked[j].left, ranked[j].right};
+  ranked = {};
+  return id_pairs(pairs);
 }
 
-// A byte-level BPE file's merges ("left right", split at the first space) as (left, right) pairs
-// of the tokens' own str objects. Each must name two tokens whose joined text is a token too:
+// A byte-level BPE file's merges ("left right", split at the first space) as (left ids, right
+// ids). Each must name two tokens whose joined text is a token too:
 // `tokenizers` raises a bare Exception, or panics, on one that does not; here it is a ValueError
 // naming the merge, for the caller to name the file.
-py::list bpe_merges(const py::list& tokens, const py::list& merges) {
+py::tuple bpe_merges(const py::list& tokens, const py::list& merges) {
   const std::vector<std::string_view> text = utf8_views(tokens);
   const TokenIndex id(text);
   const std::vector<std::string_view> lines = utf8_views(merges);
-  py::list out(lines.size());
+  std::vector<std::pair<int32_t, int32_t>> pairs(lines.size());
   std::string joined;
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string_view m = lines[i];
@@ -192,9 +188,9 @@ py::list bpe_merges(const py::list& tokens, const py::list& merges) {
       throw py::value_error("merge " + std::to_string(i) + " (" + py::repr(head).cast<std::string>() +
                             ") is not two vocabulary tokens, separated by a space, whose joined text is a token too");
     }
-    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), token_pair(tokens, a, b));
+    pairs[i] = {static_cast<int32_t>(a), static_cast<int32_t>(b)};
   }
-  return out;
+  return id_pairs(pairs);
 }
 
 // Hands the C heap's free pages back to the system: building a tokenizer frees about as much
@@ -212,9 +208,9 @@ void register_vocabulary(py::module_& m) {
   m.def("gguf_strings", &gguf_strings, py::arg("buffer"), py::arg("pos"), py::arg("count"), py::arg("limit"),
         "count GGUF strings from buffer[pos:]: (list of str, offset after them); ValueError names the element");
   m.def("spm_merges", &spm_merges, py::arg("tokens"), py::arg("scores"), py::arg("eligible"),
-        "SentencePiece BPE's merges as (left, right) pairs, ranked by the joined token's score");
+        "SentencePiece BPE's merges as (left ids, right ids), ranked by the joined token's score");
   m.def("bpe_merges", &bpe_merges, py::arg("tokens"), py::arg("merges"),
-        "a BPE file's 'left right' merges as (left, right) pairs of vocabulary tokens; ValueError names the merge");
+        "a BPE file's 'left right' merges as (left ids, right ids); ValueError names the merge");
 }
 
 }  // namespace decodelab
