@@ -138,7 +138,7 @@ uint64_t WeightStore::mapped_bytes() const {
 }
 
 
-const float* WeightStore::f32(const std::string& name, const std::vector<int64_t>& shape) {
+const WeightStore::Entry& WeightStore::checked(const std::string& name, const std::vector<int64_t>& shape) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) throw std::invalid_argument("tensor '" + name + "' is missing from the checkpoint");
   const Entry& e = it->second;
@@ -146,28 +146,53 @@ const float* WeightStore::f32(const std::string& name, const std::vector<int64_t
   if (e.info.shape != shape)
     throw std::invalid_argument("tensor '" + name + "' has shape " + shape_str(e.info.shape) +
                                 " but the config implies " + shape_str(shape));
+  return e;
+}
+
+float* WeightStore::owned(size_t numel) {
+  owned_.emplace_back(numel);
+  owned_bytes_ += numel * sizeof(float);
+  return owned_.back().data();
+}
+
+// f16 / bf16 values at src (any alignment) widened into dst.
+static void widen_halves(const uint8_t* src, DType dtype, size_t numel, float* dst) {
+  for (size_t i = 0; i < numel; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    dst[i] = dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+  }
+}
+
+const float* WeightStore::f32(const std::string& name, const std::vector<int64_t>& shape) {
+  const Entry& e = checked(name, shape);
   const uint8_t* src = files_[e.info.file]->data() + e.info.offset;
   if (e.block) {  // decoded once into a buffer the store owns
     const size_t numel = e.info.nbytes / e.block->bytes * e.block->elems;
-    owned_.emplace_back(numel);
-    owned_bytes_ += numel * sizeof(float);
-    dequantize_blocks(*e.block, src, numel, owned_.back().data());
-    return owned_.back().data();
+    float* dst = owned(numel);
+    dequantize_blocks(*e.block, src, numel, dst);
+    return dst;
   }
   const size_t numel = e.info.nbytes / dtype_size(e.dtype);
   if (e.dtype == DType::F32 && reinterpret_cast<uintptr_t>(src) % alignof(float) == 0)
     return reinterpret_cast<const float*>(src);
-  owned_.emplace_back(numel);
-  float* dst = owned_.back().data();
-  owned_bytes_ += numel * sizeof(float);
+  float* dst = owned(numel);
+  if (e.dtype == DType::F32) std::memcpy(dst, src, numel * sizeof(float));
+  else widen_halves(src, e.dtype, numel, dst);
+  return dst;
+}
+
+const float* WeightStore::f32_read(const std::string& name, const std::vector<int64_t>& shape) {
+  const Entry& e = checked(name, shape);
+  if (e.block) return f32(name, shape);  // ggml keeps norms and biases in F32; a block vector decodes as before
+  const size_t numel = e.info.nbytes / dtype_size(e.dtype);
+  float* dst = owned(numel);
   if (e.dtype == DType::F32) {
-    std::memcpy(dst, src, numel * sizeof(float));
+    files_[e.info.file]->read(e.info.offset, e.info.nbytes, dst);
   } else {
-    for (size_t i = 0; i < numel; ++i) {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * i, 2);
-      dst[i] = e.dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
-    }
+    std::vector<uint8_t> raw(e.info.nbytes);
+    files_[e.info.file]->read(e.info.offset, raw.size(), raw.data());
+    widen_halves(raw.data(), e.dtype, numel, dst);
   }
   return dst;
 }

@@ -150,10 +150,15 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     if (src) blocks_of[&l] = Blocks{f, src, name};
     return src != nullptr;
   };
+  // A norm or bias vector: read in place from the mapping with fp32 weights (nothing copied under
+  // zero_copy), copied with pread where the layers are packed (see WeightStore::f32_read).
+  auto vec = [&](const std::string& name, int64_t n) {
+    return weight_type_ == WeightType::F32 ? W.f32(name, {n}) : W.f32_read(name, {n});
+  };
   auto lin = [&](Linear& l, const std::string& name, int64_t in, int64_t out, bool in_major, bool bias) {
     l.in = static_cast<int>(in);
     l.out = static_cast<int>(out);
-    if (bias) l.b = W.f32(name + ".bias", {out});
+    if (bias) l.b = vec(name + ".bias", out);
     if (!in_major && from_blocks(l, name + ".weight", out, in)) return;
     const bool copy = copy_f32 && W.in_place(name + ".weight");
     if (in_major && weight_type_ == WeightType::F32 && !copy) {
@@ -172,7 +177,7 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
   std::string head_name = cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";  // Llama's
   // An RMSNorm weight as the kernels apply it: Gemma's 1 + w, computed once here in fp32.
   auto norm_w = [&](const std::string& name, int64_t n) -> const float* {
-    const float* w = W.f32(name, {n});
+    const float* w = vec(name, n);
     if (!cfg_.norm_plus_one) return w;
     plus_one_.emplace_back(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) plus_one_.back()[i] = 1.0f + w[i];
@@ -235,17 +240,17 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     for (int i = 0; i < cfg_.n_layers; ++i) {
       const std::string p = n.layers + L(i) + ".";
       Layer& l = layers_[i];
-      l.norm1_w = W.f32(p + n.ln1 + ".weight", {D});
-      l.norm1_b = W.f32(p + n.ln1 + ".bias", {D});
-      l.norm2_w = W.f32(p + n.ln2 + ".weight", {D});
-      l.norm2_b = W.f32(p + n.ln2 + ".bias", {D});
+      l.norm1_w = vec(p + n.ln1 + ".weight", D);
+      l.norm1_b = vec(p + n.ln1 + ".bias", D);
+      l.norm2_w = vec(p + n.ln2 + ".weight", D);
+      l.norm2_b = vec(p + n.ln2 + ".bias", D);
       lin(l.qkv, p + n.qkv, D, 3 * D, n.conv1d, true);
       lin(l.o, p + n.o, D, D, n.conv1d, true);
       lin(l.fc, p + n.fc, D, H, n.conv1d, true);
       lin(l.down, p + n.down, H, D, n.conv1d, true);
     }
-    final_w_ = W.f32(final_norm + ".weight", {D});
-    final_b_ = W.f32(final_norm + ".bias", {D});
+    final_w_ = vec(final_norm + ".weight", D);
+    final_b_ = vec(final_norm + ".bias", D);
     head_name = cfg_.tie_word_embeddings ? embed : std::string(n.head) + ".weight";
     lm_head_.w = cfg_.tie_word_embeddings ? tok_embed_ : W.f32(head_name, {V, D});
   }

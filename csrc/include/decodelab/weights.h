@@ -63,6 +63,11 @@ class WeightStore {
   // is used in place (zero copy); f16 / bf16 / unaligned data is converted once into a buffer
   // owned by the store.
   const float* f32(const std::string& name, const std::vector<int64_t>& shape);
+  // The same values as f32(), always as an owned copy whose bytes are read with pread: no page of
+  // the mapping is touched. A model whose layers are packed reads its norm and bias vectors so;
+  // through the mapping, each would fault in (and keep resident) the kernel's read-around of
+  // neighbouring pages, which belong to layer sources already packed and released.
+  const float* f32_read(const std::string& name, const std::vector<int64_t>& shape);
 
   // Tensor `name` of shape (rows, cols) as an owned fp32 copy of shape (cols, rows). GPT-2 stores
   // its Conv1D weights (in, out); a matrix-vector product reads (out, in) rows faster.
@@ -99,6 +104,8 @@ class WeightStore {
     bool supported;  // F32, F16 or BF16
     const BlockFormat* block;  // one of ggml's block formats, else null
   };
+  const Entry& checked(const std::string& name, const std::vector<int64_t>& shape) const;
+  float* owned(size_t numel);  // a new fp32 buffer the store keeps
   std::vector<std::unique_ptr<MappedFile>> files_;
   std::unordered_map<std::string, Entry> tensors_;
   std::vector<std::vector<float, HugePageAllocator<float>>> owned_;  // read on every step, as the mapping is
