@@ -21,7 +21,8 @@ of L3); a model of about 100 MB whose weights partly stay in that cache between 
 above the bound (Llama 110M w8a8 at 106 % after a one-token prompt in one run). With --rounds N
 every row runs N times, the rounds interleaved over all rows, and each figure is the row's best
 round (the probe its largest), so a slow spell of this shared host does not land on one engine
-only; the JSON keeps every round. llama.cpp rows need
+only; the JSON keeps every round. Each row first reads the model's files once, so every load
+starts from a warm page cache. llama.cpp rows need
 llama-cpp-python (PyPI has only its source: `pip install llama-cpp-python gguf` builds llama.cpp,
 about 11 minutes on 2 cores); the GGUF files come from decodelab/gguf_export.py and llama.cpp's
 own quantizer. smollm2-q4_1 is the shared SmolLM2-135M-Instruct Q4_1 GGUF file itself, run by
@@ -205,6 +206,20 @@ def kv_bytes_per_step(folder, kv_dtype, context):
 
 
 # --- workers: one engine, one model, one precision -----------------------------------------------------
+
+def warm_page_cache(folder):
+    """Reads the model's files once (the folder's files, or the GGUF file, and the per-engine
+    conversions beside it, FOLDER.*), so that every row loads from a warm page cache: another
+    row's engine, holding gigabytes, may have pushed part of a large file out."""
+    parent, base = os.path.split(folder.rstrip(os.sep))
+    paths = [folder] if os.path.isfile(folder) else [os.path.join(folder, f) for f in sorted(os.listdir(folder))]
+    paths += [os.path.join(parent, f) for f in sorted(os.listdir(parent or ".")) if f.startswith(base + ".")]
+    for path in paths:
+        if os.path.isfile(path):
+            with open(path, "rb") as f:
+                while f.read(64 << 20):
+                    pass
+
 
 def timed(fn):
     t = time.perf_counter()
@@ -626,6 +641,7 @@ def main():
                    "--kv", kv]
             # This host's bandwidth drifts by a quarter over minutes (shared machine), so each row's
             # bound comes from probes taken just before and after it, the larger of the two.
+            warm_page_cache(folder)
             bw_before = _core.read_bandwidth(256 << 20, a.threads, 5)
             try:
                 p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.row_timeout)
