@@ -290,7 +290,7 @@ static void pack_panels(const Linear& L, const uint8_t* src, size_t row_bytes, i
     std::vector<uint8_t> u(static_cast<size_t>(nb) * kI4Block);
     Scratch scratch;
     DoneRows finished(done);
-#pragma omp for schedule(static)
+#pragma omp for schedule(guided)
     for (int p = 0; p < panels; ++p) {
       const int rows = std::min(kPanel, out - p * kPanel);
       if (rows < kPanel) panel.clear();  // rows past the last stay zero
@@ -428,7 +428,7 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
     {
       std::vector<float> scratch;
       DoneRows finished(done);
-#pragma omp for schedule(static)
+#pragma omp for schedule(guided)
       for (int p = 0; p < panels; ++p) {
         const float* rows = panel_rows(p, scratch);
         for (int g = 4 * p; g < std::min(groups, 4 * p + 4); ++g) {
@@ -455,7 +455,7 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
     {
       std::vector<float> scratch;
       DoneRows finished(done);
-#pragma omp for schedule(static)
+#pragma omp for schedule(guided)
       for (int p = 0; p < panels; ++p) {
         const float* rows = panel_rows(p, scratch);
         for (int r = 0; r < kPanel && p * kPanel + r < out; ++r) {
@@ -497,7 +497,7 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
       std::vector<float> scratch;
       std::vector<int8_t> codes(in);
       DoneRows finished(done);
-#pragma omp for schedule(static)
+#pragma omp for schedule(guided)
       for (int p = 0; p < panels; ++p) {
         const float* rows = panel_rows(p, scratch);
         int8_t* panel = packed + static_cast<size_t>(p) * kPanel * steps * G;
@@ -588,7 +588,7 @@ void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
     std::vector<int8_t> values(in);
     std::vector<float> st(static_cast<size_t>(nb) * G), mn(nb);
     DoneRows finished(done);
-#pragma omp for schedule(static)
+#pragma omp for schedule(guided)
     for (int p = 0; p < panels; ++p) {
       for (int r = 0; r < kPanel && p * kPanel + r < out; ++r) {
         q8_sub_blocks(f, src + static_cast<size_t>(p * kPanel + r) * row_bytes, in, values.data(), st.data(), mn.data());
