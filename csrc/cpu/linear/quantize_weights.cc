@@ -595,8 +595,9 @@ void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
         for (int b = 0; b < nb; ++b) {
           for (int g = 0; g < G; ++g) steps[((static_cast<size_t>(p) * nb + b) * G + g) * kPanel + r] = st[b * G + g];
           if (mins) mins[(static_cast<size_t>(p) * nb + b) * kPanel + r] = mn[b];
-          int8_t* blk = codes + (static_cast<size_t>(p) * nb + b) * kI8BlockBytes;
-          for (int j = 0; j < kI4Block; ++j) blk[i8b_byte(r, j)] = values[b * kI4Block + j];
+          // Each step's 4 codes of the row lie together (i8b_byte): one 4-byte move per step.
+          int8_t* blk = codes + (static_cast<size_t>(p) * nb + b) * kI8BlockBytes + i8b_byte(r, 0);
+          for (int k = 0; k < kI4Block / 4; ++k) std::memcpy(blk + 64 * k, values.data() + b * kI4Block + 4 * k, 4);
         }
       }
       finished.add(p * kPanel, std::min(kPanel, out - p * kPanel));
