@@ -207,18 +207,30 @@ def kv_bytes_per_step(folder, kv_dtype, context):
 
 # --- workers: one engine, one model, one precision -----------------------------------------------------
 
-def warm_page_cache(folder):
-    """Reads the model's files once (the folder's files, or the GGUF file, and the per-engine
-    conversions beside it, FOLDER.*), so that every row loads from a warm page cache: another
-    row's engine, holding gigabytes, may have pushed part of a large file out."""
-    parent, base = os.path.split(folder.rstrip(os.sep))
-    paths = [folder] if os.path.isfile(folder) else [os.path.join(folder, f) for f in sorted(os.listdir(folder))]
-    paths += [os.path.join(parent, f) for f in sorted(os.listdir(parent or ".")) if f.startswith(base + ".")]
+def engine_files(folder, engine, dtype):
+    """The model files a row's worker opens: the folder (or GGUF file) for decodelab and
+    transformers, and beside it the conversions the other engines read (made by earlier rows)."""
+    if folder.endswith(".gguf") or engine in ("decodelab", "transformers"):
+        return [folder]
+    if engine == "llama.cpp":
+        return [folder + (".f32.gguf" if dtype == "float32" else f".{dtype}.gguf")]
+    if engine == "ctranslate2":
+        return [folder, folder + f".ct2-{dtype}"]
+    if engine == "plain-C":
+        return [folder + ".llama2c.bin"]
+    return [folder]
+
+
+def warm_page_cache(paths):
+    """Reads each file (a folder's files) once, so that every row loads from a warm page cache:
+    another row's engine, holding gigabytes, may have pushed part of a large file out."""
     for path in paths:
-        if os.path.isfile(path):
-            with open(path, "rb") as f:
-                while f.read(64 << 20):
-                    pass
+        names = [os.path.join(path, f) for f in sorted(os.listdir(path))] if os.path.isdir(path) else [path]
+        for name in names:
+            if os.path.isfile(name):
+                with open(name, "rb") as f:
+                    while f.read(64 << 20):
+                        pass
 
 
 def timed(fn):
@@ -641,7 +653,7 @@ def main():
                    "--kv", kv]
             # This host's bandwidth drifts by a quarter over minutes (shared machine), so each row's
             # bound comes from probes taken just before and after it, the larger of the two.
-            warm_page_cache(folder)
+            warm_page_cache(engine_files(folder, engine, dtype))
             bw_before = _core.read_bandwidth(256 << 20, a.threads, 5)
             try:
                 p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.row_timeout)

@@ -77,8 +77,9 @@ void register_engine(py::module_& m) {
           "Bytes of the memory-mapped weight files.")
       .def_property_readonly(
           "owned_bytes", &Transformer::owned_bytes,
-          "Bytes of fp32 copies of weights: f16/bf16 or unaligned data, and with fp32 weights the linear layers and "
-          "head copied from the mapping (GPT-2 Conv1D weights transposed); 0 when every weight is read in place.")
+          "Bytes of fp32 copies of weights: f16/bf16 or unaligned data, with fp32 weights the linear layers and "
+          "head copied from the mapping (GPT-2 Conv1D weights transposed), and with packed layers the norm and "
+          "bias vectors (read with pread); 0 when every weight is read in place.")
       .def(
           "new_cache",
           [](const Transformer& e, int capacity, const std::string& dtype, bool grow) {

@@ -114,13 +114,18 @@ class TokenIndex {
 
 // Merges as two int32 arrays of token ids (left pieces, right pieces): 4 MiB for Gemma 3's
 // 514,847 rather than 40 MiB of tuples; the reader pairs the tokens' own str objects lazily.
-py::tuple id_pairs(const std::vector<std::pair<int32_t, int32_t>>& pairs) {
-  py::array_t<int32_t> left(static_cast<py::ssize_t>(pairs.size())), right(static_cast<py::ssize_t>(pairs.size()));
-  int32_t* l = left.mutable_data();
-  int32_t* r = right.mutable_data();
-  for (size_t j = 0; j < pairs.size(); ++j) l[j] = pairs[j].first, r[j] = pairs[j].second;
-  return py::make_tuple(left, right);
-}
+class IdPairs {
+ public:
+  explicit IdPairs(size_t n)
+      : left_(static_cast<py::ssize_t>(n)), right_(static_cast<py::ssize_t>(n)),
+        l_(left_.mutable_data()), r_(right_.mutable_data()) {}
+  void set(size_t j, int64_t a, int64_t b) { l_[j] = static_cast<int32_t>(a), r_[j] = static_cast<int32_t>(b); }
+  py::tuple result() const { return py::make_tuple(left_, right_); }
+
+ private:
+  py::array_t<int32_t> left_, right_;
+  int32_t *l_, *r_;
+};
 
 // SentencePiece BPE as llama.cpp runs it merges the adjacent pair whose joined text is the
 // highest-scoring token (the leftmost among equals). As BPE merges: for every token with
@@ -158,10 +163,9 @@ py::tuple spm_merges(const py::list& tokens, const py::array_t<double, py::array
     if (x.token != y.token) return x.token < y.token;
     return x.left < y.left;
   });
-  std::vector<std::pair<int32_t, int32_t>> pairs(ranked.size());
-  for (size_t j = 0; j < ranked.size(); ++j) pairs[j] = {ranked[j].left, ranked[j].right};
-  ranked = {};
-  return id_pairs(pairs);
+  IdPairs out(ranked.size());
+  for (size_t j = 0; j < ranked.size(); ++j) out.set(j, ranked[j].left, ranked[j].right);
+  return out.result();
 }
 
 // A byte-level BPE file's merges ("left right", split at the first space) as (left ids, right
@@ -172,7 +176,7 @@ py::tuple bpe_merges(const py::list& tokens, const py::list& merges) {
   const std::vector<std::string_view> text = utf8_views(tokens);
   const TokenIndex id(text);
   const std::vector<std::string_view> lines = utf8_views(merges);
-  std::vector<std::pair<int32_t, int32_t>> pairs(lines.size());
+  IdPairs out(lines.size());
   std::string joined;
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string_view m = lines[i];
@@ -188,9 +192,9 @@ py::tuple bpe_merges(const py::list& tokens, const py::list& merges) {
       throw py::value_error("merge " + std::to_string(i) + " (" + py::repr(head).cast<std::string>() +
                             ") is not two vocabulary tokens, separated by a space, whose joined text is a token too");
     }
-    pairs[i] = {static_cast<int32_t>(a), static_cast<int32_t>(b)};
+    out.set(i, a, b);
   }
-  return id_pairs(pairs);
+  return out.result();
 }
 
 // Hands the C heap's free pages back to the system: building a tokenizer frees about as much

@@ -185,8 +185,19 @@ const float* WeightStore::f32(const std::string& name, const std::vector<int64_t
 const float* WeightStore::f32_read(const std::string& name, const std::vector<int64_t>& shape) {
   const Entry& e = checked(name, shape);
   if (e.block) return f32(name, shape);  // ggml keeps norms and biases in F32; a block vector decodes as before
+  float* dst = owned(e.info.nbytes / dtype_size(e.dtype));
+  f32_read_into(name, shape, dst);
+  return dst;
+}
+
+void WeightStore::f32_read_into(const std::string& name, const std::vector<int64_t>& shape, float* dst) {
+  const Entry& e = checked(name, shape);
+  const uint8_t* src = files_[e.info.file]->data() + e.info.offset;
+  if (e.block) {
+    dequantize_blocks(*e.block, src, e.info.nbytes / e.block->bytes * e.block->elems, dst);
+    return;
+  }
   const size_t numel = e.info.nbytes / dtype_size(e.dtype);
-  float* dst = owned(numel);
   if (e.dtype == DType::F32) {
     files_[e.info.file]->read(e.info.offset, e.info.nbytes, dst);
   } else {
@@ -194,7 +205,6 @@ const float* WeightStore::f32_read(const std::string& name, const std::vector<in
     files_[e.info.file]->read(e.info.offset, raw.size(), raw.data());
     widen_halves(raw.data(), e.dtype, numel, dst);
   }
-  return dst;
 }
 
 const uint8_t* WeightStore::blocks(const std::string& name, const std::vector<int64_t>& shape,

@@ -177,11 +177,17 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
   std::string head_name = cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";  // Llama's
   // An RMSNorm weight as the kernels apply it: Gemma's 1 + w, computed once here in fp32.
   auto norm_w = [&](const std::string& name, int64_t n) -> const float* {
-    const float* w = vec(name, n);
-    if (!cfg_.norm_plus_one) return w;
+    if (!cfg_.norm_plus_one) return vec(name, n);
     plus_one_.emplace_back(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) plus_one_.back()[i] = 1.0f + w[i];
-    return plus_one_.back().data();
+    float* out = plus_one_.back().data();
+    if (weight_type_ == WeightType::F32) {
+      const float* w = W.f32(name, {n});
+      for (int64_t i = 0; i < n; ++i) out[i] = 1.0f + w[i];
+    } else {  // read with pread into place (see vec), then 1 + w there
+      W.f32_read_into(name, {n}, out);
+      for (int64_t i = 0; i < n; ++i) out[i] = 1.0f + out[i];
+    }
+    return out;
   };
   if (cfg_.is_llama()) {
     if (!from_blocks(lm_head_, "model.embed_tokens.weight", V, D))

@@ -96,8 +96,9 @@ class Model:
         ``load(..., zero_copy=True)`` only GPT-2's transposed matrices, and an fp32 Llama
         checkpoint is read in place (converted is 0); f16/bf16 stored weights, every one; with
         packed layers (bfloat16, int8, w8a8, int4), the norm and bias vectors too, read from
-        the file rather than through the mapping. ``quantized``: bytes of bf16/int8 weights (``load(dtype=...)``); the fp32 pages they came
-        from are dropped from the resident set after conversion."""
+        the file rather than through the mapping. ``quantized``: bytes of bf16/int8 weights
+        (``load(dtype=...)``); the fp32 pages they came from are dropped from the resident set
+        after conversion."""
         return {"mapped": self._engine.mapped_bytes, "converted": self._engine.owned_bytes,
                 "quantized": self._engine.quantized_bytes}
 

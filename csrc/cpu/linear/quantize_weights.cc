@@ -2,6 +2,8 @@
 // GGUF file's blocks packed as they are (I4, I8Blocks, I5Blocks), and views of a layer's output rows.
 #include <immintrin.h>
 
+#include <omp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -20,8 +22,15 @@
 namespace decodelab {
 namespace DECODELAB_ISA {
 
+// Panels per chunk of a packing loop: about eight chunks per thread, handed out as each thread is
+// free, so that a thread slowed by first writes to fresh memory does not leave the others waiting
+// at the end of every layer. A panel packs to the same bytes on any thread.
+// Called inside the parallel region: the team's size.
+static int pack_chunk(int panels) { return std::max(1, panels / (8 * omp_get_num_threads())); }
+
 // One thread's source rows that are read and done with, handed to `done` in runs of at least
-// kRows (so that a large layer costs a few hundred madvise calls, not one per panel) and at the end.
+// kRows (so that a large layer costs a few hundred madvise calls, not one per panel), where the
+// thread's next panels do not follow on (a new chunk of the loop), and at the end.
 class DoneRows {
  public:
   explicit DoneRows(const RowsDone* done) : done_(done) {}
@@ -290,7 +299,7 @@ static void pack_panels(const Linear& L, const uint8_t* src, size_t row_bytes, i
     std::vector<uint8_t> u(static_cast<size_t>(nb) * kI4Block);
     Scratch scratch;
     DoneRows finished(done);
-#pragma omp for schedule(guided)
+#pragma omp for schedule(dynamic, pack_chunk(panels))
     for (int p = 0; p < panels; ++p) {
       const int rows = std::min(kPanel, out - p * kPanel);
       if (rows < kPanel) panel.clear();  // rows past the last stay zero
@@ -428,7 +437,7 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
     {
       std::vector<float> scratch;
       DoneRows finished(done);
-#pragma omp for schedule(guided)
+#pragma omp for schedule(dynamic, pack_chunk(panels))
       for (int p = 0; p < panels; ++p) {
         const float* rows = panel_rows(p, scratch);
         for (int g = 4 * p; g < std::min(groups, 4 * p + 4); ++g) {
@@ -455,7 +464,7 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
     {
       std::vector<float> scratch;
       DoneRows finished(done);
-#pragma omp for schedule(guided)
+#pragma omp for schedule(dynamic, pack_chunk(panels))
       for (int p = 0; p < panels; ++p) {
         const float* rows = panel_rows(p, scratch);
         for (int r = 0; r < kPanel && p * kPanel + r < out; ++r) {
@@ -497,7 +506,7 @@ void quantize_linear(Linear& L, WeightType type, QuantizedWeights& q, uint8_t* d
       std::vector<float> scratch;
       std::vector<int8_t> codes(in);
       DoneRows finished(done);
-#pragma omp for schedule(guided)
+#pragma omp for schedule(dynamic, pack_chunk(panels))
       for (int p = 0; p < panels; ++p) {
         const float* rows = panel_rows(p, scratch);
         int8_t* panel = packed + static_cast<size_t>(p) * kPanel * steps * G;
@@ -588,7 +597,7 @@ void pack_i8_blocks(Linear& L, const BlockFormat& f, const uint8_t* src, Quantiz
     std::vector<int8_t> values(in);
     std::vector<float> st(static_cast<size_t>(nb) * G), mn(nb);
     DoneRows finished(done);
-#pragma omp for schedule(guided)
+#pragma omp for schedule(dynamic, pack_chunk(panels))
     for (int p = 0; p < panels; ++p) {
       for (int r = 0; r < kPanel && p * kPanel + r < out; ++r) {
         q8_sub_blocks(f, src + static_cast<size_t>(p * kPanel + r) * row_bytes, in, values.data(), st.data(), mn.data());

@@ -64,10 +64,13 @@ class WeightStore {
   // owned by the store.
   const float* f32(const std::string& name, const std::vector<int64_t>& shape);
   // The same values as f32(), always as an owned copy whose bytes are read with pread: no page of
-  // the mapping is touched. A model whose layers are packed reads its norm and bias vectors so;
+  // the mapping is touched (a tensor in one of ggml's block formats is decoded from the mapping,
+  // as f32() does). A model whose layers are packed reads its norm and bias vectors so;
   // through the mapping, each would fault in (and keep resident) the kernel's read-around of
   // neighbouring pages, which belong to layer sources already packed and released.
   const float* f32_read(const std::string& name, const std::vector<int64_t>& shape);
+  // The same values written to dst (numel floats) instead of kept by the store.
+  void f32_read_into(const std::string& name, const std::vector<int64_t>& shape, float* dst);
 
   // Tensor `name` of shape (rows, cols) as an owned fp32 copy of shape (cols, rows). GPT-2 stores
   // its Conv1D weights (in, out); a matrix-vector product reads (out, in) rows faster.

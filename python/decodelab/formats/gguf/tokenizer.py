@@ -77,7 +77,7 @@ def _array(g: GGUFFile, key: str, n: int, kind: str):
     v = g.metadata.get(key)
     if v is None:
         return None
-    if kind == "str":  # the reader gives a list for an array of strings alone (scalars come as ndarray)
+    if kind == "str":  # the reader gives a list for an array of strings alone (arrays of numbers come as ndarray)
         ok = isinstance(v, list)
     else:
         ok = isinstance(v, np.ndarray) and v.ndim == 1 and (
