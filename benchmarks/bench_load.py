@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from bench_speed import warm_page_cache
+
 
 def worker(engine, path, threads):
     import resource
@@ -42,12 +44,6 @@ def worker(engine, path, threads):
     print(json.dumps({"load_s": seconds, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
-def read_through(path):
-    with open(path, "rb") as f:
-        while f.read(64 << 20):
-            pass
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("files", nargs="*", help="GGUF files")
@@ -67,7 +63,7 @@ def main():
     for r in range(a.rounds):
         for f in a.files:
             for e in a.engines:
-                read_through(f)
+                warm_page_cache([f])
                 time.sleep(a.rest)
                 p = subprocess.run([sys.executable, __file__, "--worker", e, f, "--threads", str(a.threads)],
                                    capture_output=True, text=True)

@@ -149,6 +149,10 @@ const WeightStore::Entry& WeightStore::checked(const std::string& name, const st
   return e;
 }
 
+size_t WeightStore::numel_of(const Entry& e) {
+  return e.block ? e.info.nbytes / e.block->bytes * e.block->elems : e.info.nbytes / dtype_size(e.dtype);
+}
+
 float* WeightStore::owned(size_t numel) {
   owned_.emplace_back(numel);
   owned_bytes_ += numel * sizeof(float);
@@ -167,13 +171,12 @@ static void widen_halves(const uint8_t* src, DType dtype, size_t numel, float* d
 const float* WeightStore::f32(const std::string& name, const std::vector<int64_t>& shape) {
   const Entry& e = checked(name, shape);
   const uint8_t* src = files_[e.info.file]->data() + e.info.offset;
+  const size_t numel = numel_of(e);
   if (e.block) {  // decoded once into a buffer the store owns
-    const size_t numel = e.info.nbytes / e.block->bytes * e.block->elems;
     float* dst = owned(numel);
     dequantize_blocks(*e.block, src, numel, dst);
     return dst;
   }
-  const size_t numel = e.info.nbytes / dtype_size(e.dtype);
   if (e.dtype == DType::F32 && reinterpret_cast<uintptr_t>(src) % alignof(float) == 0)
     return reinterpret_cast<const float*>(src);
   float* dst = owned(numel);
@@ -183,21 +186,18 @@ const float* WeightStore::f32(const std::string& name, const std::vector<int64_t
 }
 
 const float* WeightStore::f32_read(const std::string& name, const std::vector<int64_t>& shape) {
-  const Entry& e = checked(name, shape);
-  if (e.block) return f32(name, shape);  // ggml keeps norms and biases in F32; a block vector decodes as before
-  float* dst = owned(e.info.nbytes / dtype_size(e.dtype));
+  float* dst = owned(numel_of(checked(name, shape)));
   f32_read_into(name, shape, dst);
   return dst;
 }
 
 void WeightStore::f32_read_into(const std::string& name, const std::vector<int64_t>& shape, float* dst) {
   const Entry& e = checked(name, shape);
-  const uint8_t* src = files_[e.info.file]->data() + e.info.offset;
-  if (e.block) {
-    dequantize_blocks(*e.block, src, e.info.nbytes / e.block->bytes * e.block->elems, dst);
+  const size_t numel = numel_of(e);
+  if (e.block) {  // ggml keeps norms and biases in F32; a vector in blocks decodes from the mapping
+    dequantize_blocks(*e.block, files_[e.info.file]->data() + e.info.offset, numel, dst);
     return;
   }
-  const size_t numel = e.info.nbytes / dtype_size(e.dtype);
   if (e.dtype == DType::F32) {
     files_[e.info.file]->read(e.info.offset, e.info.nbytes, dst);
   } else {

@@ -180,13 +180,9 @@ Transformer::Transformer(const ModelConfig& cfg, std::shared_ptr<WeightStore> we
     if (!cfg_.norm_plus_one) return vec(name, n);
     plus_one_.emplace_back(static_cast<size_t>(n));
     float* out = plus_one_.back().data();
-    if (weight_type_ == WeightType::F32) {
-      const float* w = W.f32(name, {n});
-      for (int64_t i = 0; i < n; ++i) out[i] = 1.0f + w[i];
-    } else {  // read with pread into place (see vec), then 1 + w there
-      W.f32_read_into(name, {n}, out);
-      for (int64_t i = 0; i < n; ++i) out[i] = 1.0f + out[i];
-    }
+    if (weight_type_ == WeightType::F32) std::memcpy(out, W.f32(name, {n}), static_cast<size_t>(n) * sizeof(float));
+    else W.f32_read_into(name, {n}, out);  // with pread, as vec
+    for (int64_t i = 0; i < n; ++i) out[i] += 1.0f;
     return out;
   };
   if (cfg_.is_llama()) {

@@ -109,6 +109,7 @@ class WeightStore {
   };
   const Entry& checked(const std::string& name, const std::vector<int64_t>& shape) const;
   float* owned(size_t numel);  // a new fp32 buffer the store keeps
+  static size_t numel_of(const Entry& e);  // values in the tensor, in blocks or not
   std::vector<std::unique_ptr<MappedFile>> files_;
   std::unordered_map<std::string, Entry> tensors_;
   std::vector<std::vector<float, HugePageAllocator<float>>> owned_;  // read on every step, as the mapping is
